@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/* LlamaForCausalLM: RMSNorm, SwiGLU, grouped-query attention, full rotary. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "forward.h"
+#include "model_impl.h"
+
+static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *err)
+{
+	int rc;
+	if ((rc = cfg_int(j, "hidden_size", 0, 1, &c->hidden, err)) ||
+	    (rc = cfg_int(j, "num_hidden_layers", 0, 1, &c->n_layers, err)) ||
+	    (rc = cfg_int(j, "num_attention_heads", 0, 1, &c->n_heads, err)) ||
+	    (rc = cfg_int(j, "num_key_value_heads", c->n_heads, 0, &c->n_kv_heads, err)) ||
+	    (rc = cfg_int(j, "intermediate_size", 0, 1, &c->intermediate, err)) ||
+	    (rc = cfg_int(j, "vocab_size", 0, 1, &c->vocab, err)) ||
+	    (rc = cfg_int(j, "max_position_embeddings", 2048, 0, &c->max_positions, err)) ||
+	    (rc = cfg_int(j, "head_dim", c->n_heads ? c->hidden / c->n_heads : 0, 0, &c->head_dim, err)) ||
+	    (rc = cfg_float(j, "rms_norm_eps", 1e-6, &c->norm_eps, err)) ||
+	    (rc = cfg_float(j, "rope_theta", 10000.0, &c->rope_base, err)) ||
+	    (rc = cfg_bool(j, "tie_word_embeddings", false, &c->tied_embeddings, err)) ||
+	    (rc = cfg_bool(j, "attention_bias", false, &c->attn_bias, err)) ||
+	    (rc = cfg_bool(j, "mlp_bias", false, &c->mlp_bias, err)) ||
+	    (rc = cfg_act(j, "hidden_act", "silu", &c->act, err)) ||
+	    (rc = cfg_reject(j, "rope_scaling", err)))
+		return rc;
+	if (c->act != PFX_ACT_SILU)
+		return pfx_errorf(err, -ENOTSUP, "config.json: Llama with hidden_act other than silu is not supported");
+	c->norm = PFX_NORM_RMS;
+	c->rotary_dim = c->head_dim;
+	c->parallel_residual = false;
+	return 0;
+}
+
+static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
+{
+	char n[128];
+	int64_t H = c->hidden, V = c->vocab, I = c->intermediate;
+	int64_t Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
+	w->embed = bind_tensor(b, "model.embed_tokens.weight", 2, V, H);
+	w->norm_w = bind_tensor(b, "model.norm.weight", 1, H, 0);
+	w->lm_head = c->tied_embeddings ? w->embed : bind_tensor(b, "lm_head.weight", 2, V, H);
+	for (int i = 0; i < c->n_layers; i++) {
+		struct layer_weights *l = &w->layers[i];
+#define T(field, suffix, nd, d0, d1) \
+	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), l->field = bind_tensor(b, n, nd, d0, d1))
+#define OPT(cond, field, suffix, d0) \
+	if (cond) T(field, suffix, 1, d0, 0)
+		T(ln1_w, "input_layernorm.weight", 1, H, 0);
+		T(ln2_w, "post_attention_layernorm.weight", 1, H, 0);
+		T(wq, "self_attn.q_proj.weight", 2, Q, H);
+		T(wk, "self_attn.k_proj.weight", 2, KV, H);
+		T(wv, "self_attn.v_proj.weight", 2, KV, H);
+		T(wo, "self_attn.o_proj.weight", 2, H, Q);
+		OPT(c->attn_bias, bq, "self_attn.q_proj.bias", Q);
+		OPT(c->attn_bias, bk, "self_attn.k_proj.bias", KV);
+		OPT(c->attn_bias, bv, "self_attn.v_proj.bias", KV);
+		OPT(c->attn_bias, bo, "self_attn.o_proj.bias", H);
+		T(w_gate, "mlp.gate_proj.weight", 2, I, H);
+		T(w_up, "mlp.up_proj.weight", 2, I, H);
+		T(w_down, "mlp.down_proj.weight", 2, H, I);
+		OPT(c->mlp_bias, b_gate, "mlp.gate_proj.bias", I);
+		OPT(c->mlp_bias, b_up, "mlp.up_proj.bias", I);
+		OPT(c->mlp_bias, b_down, "mlp.down_proj.bias", H);
+#undef OPT
+#undef T
+	}
+	return binder_status(b);
+}
+
+const struct arch arch_llama = {
+	.name = "LlamaForCausalLM",
+	.parse_config = parse_config,
+	.bind = bind,
+	.block = block_llama,
+};
+
+void block_llama(struct fwd *f, int layer)
+{
+	const struct pfx_config *c = f->c;
+	const struct layer_weights *w = &f->m->w.layers[layer];
+	int H = c->hidden, I = c->intermediate;
+	int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+
+	op_norm(f, f->x, f->xn, w->ln1_w, NULL);
+	const struct mm_job qkv[3] = {
+		{ w->wq, w->bq, f->q, qd, qd, 0.0f },
+		{ w->wk, w->bk, f->k, kvd, kvd, 0.0f },
+		{ w->wv, w->bv, f->v, kvd, kvd, 0.0f },
+	};
+	op_matmul(f, f->xn, H, H, qkv, 3);
+	op_rope(f, f->q, c->n_heads);
+	op_rope(f, f->k, c->n_kv_heads);
+	op_store_kv(f, layer);
+	op_attention(f, layer);
+	const struct mm_job o = { w->wo, w->bo, f->x, H, H, 1.0f };
+	op_matmul(f, f->att, qd, qd, &o, 1);
+
+	op_norm(f, f->x, f->xn, w->ln2_w, NULL);
+	const struct mm_job gate_up[2] = {
+		{ w->w_gate, w->b_gate, f->h1, I, I, 0.0f },
+		{ w->w_up, w->b_up, f->h2, I, I, 0.0f },
+	};
+	op_matmul(f, f->xn, H, H, gate_up, 2);
+	op_act(f, f->h1, I, f->h2);
+	const struct mm_job down = { w->w_down, w->b_down, f->x, H, H, 1.0f };
+	op_matmul(f, f->h1, I, I, &down, 1);
+}

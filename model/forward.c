@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The forward pass over a ragged batch: validation, scratch, embedding, the
+ * architecture's blocks, and the logits of the positions asked for.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+
+void fwd_scratch_free(struct fwd *f)
+{
+	if (!f)
+		return;
+	free(f->row_item);
+	free(f->row_pos);
+	free(f->item_row);
+	free(f->item_len);
+	free(f->x);
+	free(f->xn);
+	free(f->xn2);
+	free(f->q);
+	free(f->k);
+	free(f->v);
+	free(f->qkv);
+	free(f->att);
+	free(f->h1);
+	free(f->h2);
+	free(f->cos);
+	free(f->sin);
+	free(f->tasks);
+	free(f->scores);
+	free(f);
+}
+
+/* realloc that frees on failure, keeping one release path for the scratch. */
+static int grow(void *pp, size_t bytes)
+{
+	void **p = pp;
+	void *n = realloc(*p, bytes ? bytes : 1);
+	if (!n)
+		return -ENOMEM;
+	*p = n;
+	return 0;
+}
+
+static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t score_ld)
+{
+	const struct pfx_config *c = f->c;
+	size_t t = (size_t)T, H = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim;
+	size_t kvd = (size_t)c->n_kv_heads * c->head_dim, I = (size_t)c->intermediate;
+	size_t half = (size_t)c->rotary_dim / 2 + 1, threads = (size_t)pfx_pool_threads(f->m->pool);
+	if (t > f->cap_T) {
+		if (grow(&f->row_item, t * sizeof(int)) || grow(&f->row_pos, t * sizeof(int)) ||
+		    grow(&f->x, t * H * 4) || grow(&f->xn, t * H * 4) || grow(&f->xn2, t * H * 4) ||
+		    grow(&f->q, t * qd * 4) || grow(&f->k, t * kvd * 4) || grow(&f->v, t * kvd * 4) ||
+		    grow(&f->qkv, t * 3 * H * 4) || grow(&f->att, t * qd * 4) ||
+		    grow(&f->h1, t * I * 4) || grow(&f->h2, t * I * 4) ||
+		    grow(&f->cos, t * half * 4) || grow(&f->sin, t * half * 4))
+			return -ENOMEM;
+		f->cap_T = t;
+	}
+	if ((size_t)nitems > f->cap_items) {
+		if (grow(&f->item_row, (size_t)nitems * sizeof(int)) ||
+		    grow(&f->item_len, (size_t)nitems * sizeof(size_t)))
+			return -ENOMEM;
+		f->cap_items = (size_t)nitems;
+	}
+	if ((size_t)ntasks > f->cap_tasks) {
+		if (grow(&f->tasks, (size_t)ntasks * sizeof(*f->tasks)))
+			return -ENOMEM;
+		f->cap_tasks = (size_t)ntasks;
+	}
+	size_t sc = threads * ATT_CHUNK * score_ld;
+	if (sc > f->cap_scores) {
+		if (grow(&f->scores, sc * sizeof(float)))
+			return -ENOMEM;
+		f->cap_scores = sc;
+	}
+	f->score_ld = score_ld;
+	return 0;
+}
+
+static int validate(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems,
+		    struct pfx_error *err)
+{
+	const struct pfx_config *c = &m->cfg;
+	if (nitems == 0 || nitems > (1u << 20))
+		return pfx_errorf(err, -EINVAL, "a batch needs 1 to %u items", 1u << 20);
+	size_t total = 0;
+	for (size_t i = 0; i < nitems; i++) {
+		const struct pfx_batch_item *it = &items[i];
+		if (!it->s || it->s->m != m)
+			return pfx_errorf(err, -EINVAL, "batch item %zu: session of another model", i);
+		if (it->n == 0 || !it->tokens)
+			return pfx_errorf(err, -EINVAL, "batch item %zu: no tokens", i);
+		if (it->want != PFX_LOGITS_NONE && !it->logits)
+			return pfx_errorf(err, -EINVAL, "batch item %zu: no logits buffer", i);
+		if (it->s->len + it->n > (size_t)c->max_positions)
+			return pfx_errorf(err, -E2BIG,
+					  "batch item %zu: %zu + %zu tokens exceed the model's %d positions",
+					  i, it->s->len, it->n, c->max_positions);
+		for (size_t j = 0; j < it->n; j++)
+			if (it->tokens[j] < 0 || it->tokens[j] >= c->vocab)
+				return pfx_errorf(err, -EINVAL,
+						  "batch item %zu: token %d at %zu is outside the vocabulary [0, %d)",
+						  i, it->tokens[j], j, c->vocab);
+		for (size_t j = 0; j < i; j++)
+			if (items[j].s == it->s)
+				return pfx_errorf(err, -EINVAL,
+						  "batch items %zu and %zu use the same session", j, i);
+		total += it->n;
+	}
+	if (total > (1u << 24))
+		return pfx_errorf(err, -E2BIG, "%zu tokens in one batch is too many", total);
+	return 0;
+}
+
+static int count_tasks(const struct pfx_batch_item *items, size_t nitems, int heads)
+{
+	int n = 0;
+	for (size_t i = 0; i < nitems; i++)
+		n += (int)((items[i].n + ATT_CHUNK - 1) / ATT_CHUNK) * heads;
+	return n;
+}
+
+static void setup(struct fwd *f)
+{
+	const struct pfx_config *c = f->c;
+	int half = c->rotary_dim / 2, r = 0, t = 0;
+	for (int i = 0; i < f->nitems; i++) {
+		const struct pfx_batch_item *it = &f->items[i];
+		f->item_row[i] = r;
+		f->item_len[i] = it->s->len;
+		for (size_t j = 0; j < it->n; j++, r++) {
+			f->row_item[r] = i;
+			f->row_pos[r] = (int)(it->s->len + j);
+			memcpy(f->x + (size_t)r * c->hidden,
+			       f->m->w.embed + (size_t)it->tokens[j] * c->hidden,
+			       (size_t)c->hidden * sizeof(float));
+			/* Angles in float32 as transformers computes them, so
+			 * positions round the same way. */
+			for (int k = 0; k < half; k++) {
+				float ang = (float)f->row_pos[r] * f->m->inv_freq[k];
+				f->cos[(size_t)r * half + k] = (float)cos((double)ang);
+				f->sin[(size_t)r * half + k] = (float)sin((double)ang);
+			}
+		}
+		for (int h = 0; h < c->n_heads; h++)
+			for (size_t r0 = 0; r0 < it->n; r0 += ATT_CHUNK) {
+				size_t r1 = r0 + ATT_CHUNK < it->n ? r0 + ATT_CHUNK : it->n;
+				f->tasks[t++] = (struct att_task){ i, h, (int)r0, (int)r1 };
+			}
+	}
+}
+
+/* Final norm and the output head for the rows whose logits were asked for. */
+static void logits(struct fwd *f)
+{
+	const struct pfx_config *c = f->c;
+	size_t H = (size_t)c->hidden;
+	int R = 0;
+	for (int i = 0; i < f->nitems; i++) {
+		const struct pfx_batch_item *it = &f->items[i];
+		size_t first = it->want == PFX_LOGITS_ALL ? 0 : it->n - 1;
+		if (it->want == PFX_LOGITS_NONE)
+			continue;
+		for (size_t j = first; j < it->n; j++)
+			memcpy(f->xn2 + (size_t)R++ * H, f->x + (f->item_row[i] + j) * H, H * sizeof(float));
+	}
+	if (!R)
+		return;
+	int T = f->T;
+	f->T = R; /* the row-parallel ops below work on the R gathered rows */
+	op_norm(f, f->xn2, f->xn, f->m->w.norm_w, f->m->w.norm_b);
+	R = 0;
+	for (int i = 0; i < f->nitems; i++) {
+		const struct pfx_batch_item *it = &f->items[i];
+		if (it->want == PFX_LOGITS_NONE)
+			continue;
+		int rows = it->want == PFX_LOGITS_ALL ? (int)it->n : 1;
+		struct mm_job job = { f->m->w.lm_head, NULL, it->logits, c->vocab, c->vocab, 0.0f };
+		f->T = rows;
+		op_matmul(f, f->xn + (size_t)R * H, (int)H, (int)H, &job, 1);
+		R += rows;
+	}
+	f->T = T;
+}
+
+int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems,
+		struct pfx_error *err)
+{
+	int rc = validate(m, items, nitems, err);
+	if (rc)
+		return rc;
+	const struct pfx_config *c = &m->cfg;
+	size_t T = 0, max_ctx = 0;
+	for (size_t i = 0; i < nitems; i++) {
+		T += items[i].n;
+		size_t end = items[i].s->len + items[i].n;
+		max_ctx = end > max_ctx ? end : max_ctx;
+		if ((rc = kv_reserve(items[i].s, end)))
+			return pfx_errorf(err, rc, "out of memory for the KV of %zu tokens", end);
+	}
+	size_t B = (size_t)m->block_tokens;
+	size_t score_ld = (max_ctx + B - 1) / B * B;
+	int ntasks = count_tasks(items, nitems, c->n_heads);
+
+	pthread_mutex_lock(&m->fwd_lock);
+	if (!m->scratch) {
+		m->scratch = calloc(1, sizeof(*m->scratch));
+		if (!m->scratch) {
+			pthread_mutex_unlock(&m->fwd_lock);
+			return pfx_errorf(err, -ENOMEM, "out of memory");
+		}
+	}
+	struct fwd *f = m->scratch;
+	f->m = m;
+	f->c = c;
+	if (reserve_scratch(f, (int)T, (int)nitems, ntasks, score_ld)) {
+		pthread_mutex_unlock(&m->fwd_lock);
+		return pfx_errorf(err, -ENOMEM, "out of memory for a batch of %zu tokens", T);
+	}
+	f->items = items;
+	f->nitems = (int)nitems;
+	f->T = (int)T;
+	f->ntasks = ntasks;
+	setup(f);
+	for (int l = 0; l < c->n_layers; l++)
+		m->arch->block(f, l);
+	logits(f);
+	pthread_mutex_unlock(&m->fwd_lock);
+
+	for (size_t i = 0; i < nitems; i++)
+		if (items[i].commit)
+			items[i].s->len += items[i].n;
+	return 0;
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The forward pass over a ragged batch, and the operations architectures
+ * compose their blocks from. All activations are row-major (tokens, features).
+ */
+#ifndef PFX_FORWARD_H
+#define PFX_FORWARD_H
+
+#include "kv.h"
+
+#define ATT_CHUNK 64 /* query rows per attention task */
+
+struct att_task {
+	int item;
+	int head;
+	int r0, r1;      /* rows of the item's new tokens */
+};
+
+struct fwd {
+	struct pfx_model *m;
+	const struct pfx_config *c;
+	struct pfx_batch_item *items;
+	int nitems;
+	int T;                 /* new tokens in the batch */
+	int *row_item;         /* (T) */
+	int *row_pos;          /* (T) position of each new token */
+	int *item_row;         /* (nitems) first row of each item */
+	size_t *item_len;      /* (nitems) session length before this pass */
+	float *x;              /* (T, hidden) residual stream */
+	float *xn, *xn2;       /* (T, hidden) normalised */
+	float *q;              /* (T, heads * head_dim) */
+	float *k, *v;          /* (T, kv_heads * head_dim) */
+	float *qkv;            /* (T, 3 * hidden) fused projections (NeoX) */
+	float *att;            /* (T, heads * head_dim) */
+	float *h1, *h2;        /* (T, intermediate) */
+	float *cos, *sin;      /* (T, rotary_dim / 2) */
+	struct att_task *tasks;
+	int ntasks;
+	float *scores;         /* (threads, ATT_CHUNK, score_ld) */
+	size_t score_ld;
+	int layer;             /* the layer attention works on */
+	/* capacities of the buffers above, to reuse them across passes */
+	size_t cap_T, cap_items, cap_tasks, cap_scores;
+};
+
+void fwd_scratch_free(struct fwd *f);
+
+/* y[:, job] (+)= x W^T + b for several weight matrices sharing one input. */
+struct mm_job {
+	const float *w;        /* (out, in) */
+	const float *b;        /* (out) or NULL */
+	float *y;              /* (rows, ldy) */
+	int ldy;
+	int out;
+	float beta;            /* 0: overwrite y, 1: accumulate (residual) */
+};
+void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs, int njobs);
+
+void op_norm(struct fwd *f, const float *x, float *y, const float *w, const float *b);
+/* Rotates the first rotary_dim dims of each of nheads heads of every row. */
+void op_rope(struct fwd *f, float *x, int nheads);
+/* Copies this layer's new K/V rows into the sessions' blocks. */
+void op_store_kv(struct fwd *f, int layer);
+/* att = softmax(q K^T / sqrt(d)) V per session and head, causal. */
+void op_attention(struct fwd *f, int layer);
+/* y = act(y) for rows x n (GELU variants), or y = silu(y) * up for SwiGLU. */
+void op_act(struct fwd *f, float *y, int n, const float *up);
+
+void block_llama(struct fwd *f, int layer);
+void block_neox(struct fwd *f, int layer);
+
+#endif

@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* Parsing a whole buffer as one JSON object (config files, safetensors headers). */
+#ifndef PFX_JSON_BUF_H
+#define PFX_JSON_BUF_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+
+/* Parses buf[0, n) as one JSON object followed only by white space or NUL
+ * padding. Returns 0 and *out (json_object_put it), or -EINVAL / -ENOMEM
+ * with *why saying what is wrong. */
+int json_parse_object(const char *buf, size_t n, json_object **out, const char **why);
+
+#endif

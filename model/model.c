@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+/* Loading a checkpoint into a pfx_model: config, weights, fingerprint. */
+#include <errno.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas.h"
+#include "forward.h"
+#include "model_impl.h"
+
+static const struct arch *const arches[] = { &arch_llama, &arch_neox };
+
+/* ==== Binding checkpoint tensors ==== */
+
+struct binder {
+	struct pfx_model *m;
+	struct pfx_error *err;
+	int status;
+	const struct st_tensor **bound; /* (nbound) for the fingerprint */
+	size_t nbound, cap;
+};
+
+static float half_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+	uint32_t bits;
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | man << 13;
+	} else if (exp) {
+		bits = sign | (exp + 112) << 23 | man << 13;
+	} else if (man) { /* subnormal: normalise */
+		int e = -1;
+		do {
+			man <<= 1;
+			e++;
+		} while (!(man & 0x400));
+		bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
+	} else {
+		bits = sign;
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+static const float *to_f32(struct binder *b, const struct st_tensor *t)
+{
+	size_t n = (size_t)st_numel(t);
+	if (t->dtype == ST_F32 && ((uintptr_t)t->data & 3) == 0)
+		return t->data; /* zero-copy from the mapping */
+	float *dst = malloc(n * sizeof(float) + 1);
+	float **owned = realloc(b->m->owned, (b->m->nowned + 1) * sizeof(*owned));
+	if (!dst || !owned) {
+		free(dst);
+		if (owned)
+			b->m->owned = owned;
+		return NULL;
+	}
+	b->m->owned = owned;
+	owned[b->m->nowned++] = dst;
+	const uint8_t *src = t->data;
+	for (size_t i = 0; i < n; i++) {
+		uint16_t h;
+		uint32_t u;
+		switch (t->dtype) {
+		case ST_F32:
+			memcpy(&dst[i], src + 4 * i, 4);
+			break;
+		case ST_F16:
+			memcpy(&h, src + 2 * i, 2);
+			dst[i] = half_to_float(h);
+			break;
+		default: /* ST_BF16 */
+			memcpy(&h, src + 2 * i, 2);
+			u = (uint32_t)h << 16;
+			memcpy(&dst[i], &u, 4);
+			break;
+		}
+	}
+	return dst;
+}
+
+static void note_dtype(struct pfx_model *m, const char *d)
+{
+	if (strstr(m->weight_dtype, d))
+		return;
+	size_t len = strlen(m->weight_dtype);
+	snprintf(m->weight_dtype + len, sizeof(m->weight_dtype) - len, "%s%s", len ? "+" : "", d);
+}
+
+static const float *bind_any(struct binder *b, const char *name, int ndim, int64_t d0,
+			     int64_t d1, int optional)
+{
+	if (b->status)
+		return NULL;
+	const char *file = NULL;
+	const struct st_tensor *t = ckpt_find(b->m->ckpt, name, &file);
+	if (!t) {
+		if (!optional)
+			b->status = pfx_errorf(b->err, -EINVAL, "%s: missing tensor '%s'",
+					       ckpt_source(b->m->ckpt), name);
+		return NULL;
+	}
+	int64_t want[2] = { d0, d1 };
+	int shape_ok = t->ndim == ndim;
+	for (int i = 0; shape_ok && i < ndim; i++)
+		shape_ok = t->shape[i] == want[i];
+	if (!shape_ok) {
+		char got[96] = "", exp[64];
+		for (int i = 0; i < t->ndim; i++) {
+			size_t l = strlen(got);
+			snprintf(got + l, sizeof(got) - l, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+		}
+		if (ndim == 1)
+			snprintf(exp, sizeof(exp), "%lld", (long long)d0);
+		else
+			snprintf(exp, sizeof(exp), "%lld, %lld", (long long)d0, (long long)d1);
+		b->status = pfx_errorf(b->err, -EINVAL, "%s: tensor '%s' has shape [%s], expected [%s]",
+				       file, name, got, exp);
+		return NULL;
+	}
+	if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
+		b->status = pfx_errorf(b->err, -EINVAL,
+				       "%s: tensor '%s' has dtype %s; weights must be F32, F16 or BF16",
+				       file, name, t->dtype_name);
+		return NULL;
+	}
+	if (b->nbound == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64;
+		const struct st_tensor **nb = realloc(b->bound, cap * sizeof(*nb));
+		if (!nb) {
+			b->status = pfx_errorf(b->err, -ENOMEM, "out of memory");
+			return NULL;
+		}
+		b->bound = nb;
+		b->cap = cap;
+	}
+	const float *p = to_f32(b, t);
+	if (!p) {
+		b->status = pfx_errorf(b->err, -ENOMEM, "%s: out of memory converting '%s'", file, name);
+		return NULL;
+	}
+	b->bound[b->nbound++] = t;
+	b->m->params += st_numel(t);
+	note_dtype(b->m, t->dtype_name);
+	return p;
+}
+
+const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+	return bind_any(b, name, ndim, d0, d1, 0);
+}
+
+const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+	return bind_any(b, name, ndim, d0, d1, 1);
+}
+
+int binder_status(const struct binder *b)
+{
+	return b->status;
+}
+
+/* ==== Fingerprint ==== */
+
+struct hash_job {
+	const struct st_tensor **t;
+	uint8_t (*digest)[PFX_FINGERPRINT_BYTES];
+};
+
+static void hash_tensor(void *ctx, int i, int thread)
+{
+	struct hash_job *j = ctx;
+	crypto_generichash(j->digest[i], PFX_FINGERPRINT_BYTES, j->t[i]->data, j->t[i]->nbytes,
+			   NULL, 0);
+}
+
+/* Per-tensor digests (in parallel), then one hash over the config text and
+ * the ordered (name, dtype, shape, digest) records. */
+static int fingerprint(struct pfx_model *m, struct binder *b, struct pfx_error *err)
+{
+	const struct pfx_config *c = &m->cfg;
+	uint8_t (*dig)[PFX_FINGERPRINT_BYTES] = calloc(b->nbound + 1, sizeof(*dig));
+	if (!dig)
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	struct hash_job job = { b->bound, dig };
+	pfx_pool_run(m->pool, hash_tensor, &job, (int)b->nbound);
+	crypto_generichash_state st;
+	crypto_generichash_init(&st, NULL, 0, PFX_FINGERPRINT_BYTES);
+	char text[512];
+	int n = snprintf(text, sizeof(text),
+			 "prefixd-model-fingerprint-v1\narch=%s\nhidden=%d\nlayers=%d\nheads=%d\n"
+			 "kv_heads=%d\nhead_dim=%d\nintermediate=%d\nvocab=%d\nrotary_dim=%d\n"
+			 "rope_base=%.9g\nnorm_eps=%.9g\nnorm=%d\nact=%d\nparallel=%d\ntied=%d\n"
+			 "attn_bias=%d\nmlp_bias=%d\nkv_dtype=f32\n",
+			 c->arch, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+			 c->intermediate, c->vocab, c->rotary_dim, c->rope_base, c->norm_eps, c->norm,
+			 c->act, c->parallel_residual, c->tied_embeddings, c->attn_bias, c->mlp_bias);
+	crypto_generichash_update(&st, (const uint8_t *)text, (size_t)n);
+	for (size_t i = 0; i < b->nbound; i++) {
+		const struct st_tensor *t = b->bound[i];
+		n = snprintf(text, sizeof(text), "%s:%s:%d", t->name, t->dtype_name, t->ndim);
+		crypto_generichash_update(&st, (const uint8_t *)text, (size_t)n + 1);
+		crypto_generichash_update(&st, (const uint8_t *)t->shape, sizeof(t->shape[0]) * t->ndim);
+		crypto_generichash_update(&st, dig[i], PFX_FINGERPRINT_BYTES);
+	}
+	crypto_generichash_final(&st, m->fingerprint, PFX_FINGERPRINT_BYTES);
+	free(dig);
+	return 0;
+}
+
+/* ==== Loading ==== */
+
+static int pick_arch(json_object *cfg, const struct arch **out, struct pfx_error *err)
+{
+	json_object *a;
+	if (!json_object_object_get_ex(cfg, "architectures", &a) ||
+	    !json_object_is_type(a, json_type_array) || json_object_array_length(a) < 1 ||
+	    !json_object_is_type(json_object_array_get_idx(a, 0), json_type_string))
+		return pfx_errorf(err, -EINVAL, "config.json: no \"architectures\" list");
+	const char *name = json_object_get_string(json_object_array_get_idx(a, 0));
+	for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]); i++) {
+		if (!strcmp(arches[i]->name, name)) {
+			*out = arches[i];
+			return 0;
+		}
+	}
+	return pfx_errorf(err, -ENOTSUP,
+			  "config.json: architecture '%s' is not supported (LlamaForCausalLM, GPTNeoXForCausalLM)",
+			  name);
+}
+
+static int check_config(const struct pfx_config *c, struct pfx_error *err)
+{
+#define NEED(cond, ...) \
+	if (!(cond))    \
+		return pfx_errorf(err, -EINVAL, "config.json: " __VA_ARGS__)
+	NEED(c->hidden > 0 && c->hidden <= 65536, "hidden_size %d out of range", c->hidden);
+	NEED(c->n_layers > 0 && c->n_layers <= 1024, "num_hidden_layers %d out of range", c->n_layers);
+	NEED(c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
+	     "%d attention heads do not divide into %d key/value heads", c->n_heads, c->n_kv_heads);
+	NEED(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= 1024,
+	     "head dimension %d must be even and at most 1024", c->head_dim);
+	NEED(c->rotary_dim >= 0 && c->rotary_dim % 2 == 0 && c->rotary_dim <= c->head_dim,
+	     "rotary dimension %d must be even and at most the head dimension", c->rotary_dim);
+	NEED(c->intermediate > 0 && c->intermediate <= 1 << 20, "intermediate_size %d out of range",
+	     c->intermediate);
+	NEED(c->vocab > 0 && c->vocab <= 1 << 24, "vocab_size %d out of range", c->vocab);
+	NEED(c->max_positions > 0, "max_position_embeddings must be positive");
+	NEED(c->norm_eps > 0, "the norm epsilon must be positive");
+	NEED(c->rope_base > 0, "the rotary base must be positive");
+#undef NEED
+	return 0;
+}
+
+int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pfx_model **out,
+		   struct pfx_error *err)
+{
+	int rc;
+	pfx_blas_init();
+	if (sodium_init() < 0)
+		return pfx_errorf(err, -EIO, "libsodium failed to initialise");
+	int threads = opts && opts->threads > 0 ? opts->threads : pfx_cpu_count();
+	int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : PFX_DEFAULT_BLOCK_TOKENS;
+	if (bt & (bt - 1) || bt > 4096)
+		return pfx_errorf(err, -EINVAL, "block size %d is not a power of two up to 4096", bt);
+	struct pfx_model *m = calloc(1, sizeof(*m));
+	if (!m)
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	pthread_mutex_init(&m->fwd_lock, NULL);
+	m->block_tokens = bt;
+	struct binder b = { .m = m, .err = err };
+	if ((rc = pfx_pool_new(threads, &m->pool))) {
+		pfx_errorf(err, rc, "cannot start %d worker threads", threads);
+		goto fail;
+	}
+	if ((rc = ckpt_open(dir, &m->ckpt, err)))
+		goto fail;
+	if ((rc = pick_arch(ckpt_config(m->ckpt), &m->arch, err)))
+		goto fail;
+	m->cfg.arch = m->arch->name;
+	if ((rc = m->arch->parse_config(ckpt_config(m->ckpt), &m->cfg, err)) ||
+	    (rc = check_config(&m->cfg, err)))
+		goto fail;
+	m->w.layers = calloc((size_t)m->cfg.n_layers, sizeof(*m->w.layers));
+	m->inv_freq = calloc((size_t)m->cfg.rotary_dim / 2 + 1, sizeof(float));
+	if (!m->w.layers || !m->inv_freq) {
+		rc = pfx_errorf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* As transformers computes it, in float32: 1 / base^(2j / dim). */
+	for (int j = 0; j < m->cfg.rotary_dim / 2; j++)
+		m->inv_freq[j] = 1.0f / powf(m->cfg.rope_base, (float)(2 * j) / (float)m->cfg.rotary_dim);
+	if ((rc = m->arch->bind(&b, &m->cfg, &m->w)))
+		goto fail;
+	if ((rc = fingerprint(m, &b, err)))
+		goto fail;
+	free(b.bound);
+	*out = m;
+	return 0;
+fail:
+	free(b.bound);
+	pfx_model_free(m);
+	return rc;
+}
+
+void pfx_model_free(struct pfx_model *m)
+{
+	if (!m)
+		return;
+	fwd_scratch_free(m->scratch);
+	pfx_pool_free(m->pool);
+	for (size_t i = 0; i < m->nowned; i++)
+		free(m->owned[i]);
+	free(m->owned);
+	free(m->w.layers);
+	free(m->inv_freq);
+	ckpt_close(m->ckpt);
+	pthread_mutex_destroy(&m->fwd_lock);
+	free(m);
+}
+
+const struct pfx_config *pfx_model_config(const struct pfx_model *m) { return &m->cfg; }
+const uint8_t *pfx_model_fingerprint(const struct pfx_model *m) { return m->fingerprint; }
+int64_t pfx_model_params(const struct pfx_model *m) { return m->params; }
+int pfx_model_threads(const struct pfx_model *m) { return pfx_pool_threads(m->pool); }
+int pfx_model_block_tokens(const struct pfx_model *m) { return m->block_tokens; }
+const char *pfx_model_weight_dtype(const struct pfx_model *m) { return m->weight_dtype; }
+
+void pfx_model_fingerprint_hex(const struct pfx_model *m, char out[2 * PFX_FINGERPRINT_BYTES + 1])
+{
+	sodium_bin2hex(out, 2 * PFX_FINGERPRINT_BYTES + 1, m->fingerprint, PFX_FINGERPRINT_BYTES);
+}
+
+size_t pfx_kv_bytes_per_token(const struct pfx_config *c)
+{
+	return 2 * (size_t)c->n_layers * c->n_kv_heads * c->head_dim * sizeof(float);
+}

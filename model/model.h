@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The model runtime: load a Hugging Face checkpoint and describe it.
+ * Sessions and the forward pass are in session.h.
+ */
+#ifndef PFX_MODEL_H
+#define PFX_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define PFX_FINGERPRINT_BYTES 32
+
+enum pfx_act { PFX_ACT_GELU, PFX_ACT_GELU_TANH, PFX_ACT_SILU };
+enum pfx_norm { PFX_NORM_LAYER, PFX_NORM_RMS };
+
+/* Everything read from config.json that shapes the computation. */
+struct pfx_config {
+	const char *arch;      /* "LlamaForCausalLM", "GPTNeoXForCausalLM" */
+	int hidden;
+	int n_layers;
+	int n_heads;
+	int n_kv_heads;
+	int head_dim;
+	int intermediate;
+	int vocab;
+	int max_positions;
+	int rotary_dim;        /* leading dims of each head that rotate */
+	float rope_base;
+	float norm_eps;
+	enum pfx_norm norm;
+	enum pfx_act act;
+	bool parallel_residual;
+	bool tied_embeddings;
+	bool attn_bias;        /* q/k/v (and o) projections carry biases */
+	bool mlp_bias;
+};
+
+struct pfx_model_opts {
+	int threads;           /* worker threads incl. the caller; 0: all CPUs */
+	int block_tokens;      /* KV block size (power of two); 0: default */
+};
+
+#define PFX_DEFAULT_BLOCK_TOKENS 64
+
+struct pfx_model;
+
+/*
+ * Loads the checkpoint in dir (config.json + model.safetensors or a sharded
+ * index). f32 tensors stay in the file's mapping; f16/bf16 are upcast.
+ * Returns 0 and *out (free with pfx_model_free), or -errno with err naming
+ * the file and tensor at fault.
+ */
+int pfx_model_load(const char *dir, const struct pfx_model_opts *opts,
+		   struct pfx_model **out, struct pfx_error *err);
+void pfx_model_free(struct pfx_model *m);
+
+const struct pfx_config *pfx_model_config(const struct pfx_model *m);
+/* BLAKE2b-256 over the architecture, the KV-shaping config, the KV dtype
+ * and every weight's bytes: equal fingerprints mean interchangeable KV. */
+const uint8_t *pfx_model_fingerprint(const struct pfx_model *m);
+void pfx_model_fingerprint_hex(const struct pfx_model *m, char out[2 * PFX_FINGERPRINT_BYTES + 1]);
+int64_t pfx_model_params(const struct pfx_model *m);
+int pfx_model_threads(const struct pfx_model *m);
+int pfx_model_block_tokens(const struct pfx_model *m);
+/* The dtype names of the checkpoint's weights, e.g. "F32" or "BF16". */
+const char *pfx_model_weight_dtype(const struct pfx_model *m);
+
+/* KV cache bytes one token costs: 2 x layers x kv_heads x head_dim x 4 (f32). */
+size_t pfx_kv_bytes_per_token(const struct pfx_config *c);
+
+/* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
+const char *pfx_blas_corename(void);
+
+#endif

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/* Internals of the model runtime shared by model.c, the architectures and forward.c. */
+#ifndef PFX_MODEL_IMPL_H
+#define PFX_MODEL_IMPL_H
+
+#include <json-c/json.h>
+#include <pthread.h>
+
+#include "checkpoint.h"
+#include "model.h"
+#include "pool.h"
+
+/* Weights of one transformer block; an architecture fills what it uses.
+ * Matrices are [out, in] row-major as in the checkpoint (y = x W^T + b). */
+struct layer_weights {
+	const float *ln1_w, *ln1_b;   /* (hidden) */
+	const float *ln2_w, *ln2_b;   /* (hidden) */
+	const float *wqkv, *bqkv;     /* (3 * hidden, hidden) NeoX, per head [q|k|v] */
+	const float *wq, *bq;         /* (heads * head_dim, hidden) */
+	const float *wk, *bk;         /* (kv_heads * head_dim, hidden) */
+	const float *wv, *bv;         /* (kv_heads * head_dim, hidden) */
+	const float *wo, *bo;         /* (hidden, heads * head_dim) */
+	const float *w_gate, *b_gate; /* (intermediate, hidden) */
+	const float *w_up, *b_up;     /* (intermediate, hidden) */
+	const float *w_down, *b_down; /* (hidden, intermediate) */
+};
+
+struct weights {
+	const float *embed;           /* (vocab, hidden) */
+	const float *norm_w, *norm_b; /* (hidden) final norm */
+	const float *lm_head;         /* (vocab, hidden); == embed when tied */
+	struct layer_weights *layers; /* (n_layers) */
+};
+
+struct binder;
+struct fwd;
+
+/* One architecture: how to read its config, where its weights are, and
+ * what one block computes. The loop around blocks is shared (forward.c). */
+struct arch {
+	const char *name;
+	int (*parse_config)(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
+	int (*bind)(struct binder *b, const struct pfx_config *c, struct weights *w);
+	void (*block)(struct fwd *f, int layer);
+};
+
+extern const struct arch arch_llama;
+extern const struct arch arch_neox;
+
+/*
+ * Binds a checkpoint tensor that must have exactly the given shape
+ * (ndim 1 or 2; d1 ignored for ndim 1) and returns it as f32, or NULL after
+ * recording an error that names file and tensor. After the first error
+ * every call returns NULL, so bind functions check once at their end.
+ */
+const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
+/* As bind_tensor, but NULL without error when the tensor is absent. */
+const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
+int binder_status(const struct binder *b);
+
+/* config.json accessors for parse_config; they reject wrong types. */
+int cfg_int(json_object *cfg, const char *key, int dflt, int required, int *out, struct pfx_error *err);
+int cfg_float(json_object *cfg, const char *key, double dflt, float *out, struct pfx_error *err);
+int cfg_bool(json_object *cfg, const char *key, bool dflt, bool *out, struct pfx_error *err);
+/* Rejects a key whose presence (non-null) means an option we do not support. */
+int cfg_reject(json_object *cfg, const char *key, struct pfx_error *err);
+int cfg_act(json_object *cfg, const char *key, const char *dflt, enum pfx_act *out, struct pfx_error *err);
+
+struct pfx_model {
+	struct pfx_config cfg;
+	const struct arch *arch;
+	struct ckpt *ckpt;            /* keeps f32 weights mapped */
+	struct weights w;
+	float **owned;                /* (nowned) upcast or realigned weights */
+	size_t nowned;
+	int64_t params;
+	char weight_dtype[32];
+	uint8_t fingerprint[PFX_FINGERPRINT_BYTES];
+	int block_tokens;
+	float *inv_freq;              /* (rotary_dim / 2) */
+	struct pfx_pool *pool;
+	pthread_mutex_t fwd_lock;     /* one forward pass at a time per model */
+	struct fwd *scratch;          /* reused across forward passes; under fwd_lock */
+};
+
+/* Elements of one KV block: [layer][k|v][kv_head][token][head_dim]. */
+static inline size_t kv_block_floats(const struct pfx_model *m)
+{
+	const struct pfx_config *c = &m->cfg;
+	return (size_t)c->n_layers * 2 * c->n_kv_heads * m->block_tokens * c->head_dim;
+}
+
+/* Offset of (layer, k or v, kv_head, token) inside a block. */
+static inline size_t kv_offset(const struct pfx_model *m, int layer, int kv, int head, int tok)
+{
+	const struct pfx_config *c = &m->cfg;
+	return ((((size_t)layer * 2 + kv) * c->n_kv_heads + head) * m->block_tokens + tok) *
+	       c->head_dim;
+}
+
+#endif

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared helpers for the Criterion suites. */
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+const char *fixtures_dir(void)
+{
+	return FIXTURES_DIR;
+}
+
+struct pfx_model *load_model_dir(const char *dir, int threads)
+{
+	struct pfx_model_opts o = { .threads = threads };
+	struct pfx_error err = { "" };
+	struct pfx_model *m = NULL;
+	int rc = pfx_model_load(dir, &o, &m, &err);
+	cr_assert_eq(rc, 0, "loading %s: %s", dir, err.msg);
+	return m;
+}
+
+struct pfx_model *load_fixture_model(const char *name)
+{
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/%s", fixtures_dir(), name);
+	return load_model_dir(dir, 2);
+}
+
+static void *expected_raw(const char *name, const char *tensor, enum st_dtype dt, size_t *n)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s/expected.safetensors", fixtures_dir(), name);
+	struct st_file *f;
+	struct pfx_error err;
+	cr_assert_eq(st_open(path, &f, &err), 0, "%s", err.msg);
+	const struct st_tensor *t = st_find(f, tensor);
+	cr_assert(t, "%s: no tensor %s", path, tensor);
+	cr_assert_eq(t->dtype, dt, "%s: %s has dtype %s", path, tensor, t->dtype_name);
+	void *p = malloc(t->nbytes + 1);
+	memcpy(p, t->data, t->nbytes);
+	*n = (size_t)st_numel(t);
+	st_close(f);
+	return p;
+}
+
+float *expected_f32(const char *name, const char *tensor, size_t *n)
+{
+	return expected_raw(name, tensor, ST_F32, n);
+}
+
+int32_t *expected_i32(const char *name, const char *tensor, size_t *n)
+{
+	return expected_raw(name, tensor, ST_I32, n);
+}
+
+float max_abs_diff(const float *a, const float *b, size_t n)
+{
+	float d = 0;
+	for (size_t i = 0; i < n; i++) {
+		float e = fabsf(a[i] - b[i]);
+		if (!(e <= d)) /* NaN counts as the largest difference */
+			d = isnan(e) ? INFINITY : e;
+	}
+	return d;
+}
+
+float *logits_uncached(struct pfx_model *m, const int32_t *t, size_t n)
+{
+	int V = pfx_model_config(m)->vocab;
+	float *out = malloc(n * (size_t)V * sizeof(float));
+	struct pfx_session *s;
+	struct pfx_error err;
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	cr_assert_eq(pfx_session_append(s, t, n, PFX_LOGITS_ALL, out, &err), 0, "%s", err.msg);
+	pfx_session_free(s);
+	return out;
+}

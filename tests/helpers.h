@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared helpers for the Criterion suites: fixtures, models, comparisons. */
+#ifndef PFX_TEST_HELPERS_H
+#define PFX_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "session.h"
+
+/* Tolerances against the float32 transformers references (fixtures/README):
+ * transformers itself differs from its own cached path by up to 4.2e-5. */
+#define TOL_LOGITS 2e-4
+#define TOL_KV 1e-5
+/* Cached vs uncached inside prefixd: same kernels, different split. */
+#define TOL_SELF 1e-4
+
+struct fixture {
+	void *file;             /* struct st_file of expected.safetensors */
+};
+
+/* Loads tests/fixtures/<name> or fails the test. */
+struct pfx_model *load_fixture_model(const char *name);
+struct pfx_model *load_model_dir(const char *dir, int threads);
+/* A tensor of expected.safetensors as a fresh malloc'd copy (aligned). */
+float *expected_f32(const char *name, const char *tensor, size_t *n);
+int32_t *expected_i32(const char *name, const char *tensor, size_t *n);
+float max_abs_diff(const float *a, const float *b, size_t n);
+/* Runs tokens uncached in a fresh session; returns n x vocab logits. */
+float *logits_uncached(struct pfx_model *m, const int32_t *t, size_t n);
+const char *fixtures_dir(void);
+
+#endif
