@@ -69,12 +69,6 @@ static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
 	return binder_status(b);
 }
 
-const struct arch arch_llama = {
-	.name = "LlamaForCausalLM",
-	.parse_config = parse_config,
-	.bind = bind,
-	.block = block_llama,
-};
 
 void block_llama(struct fwd *f, int layer)
 {
@@ -107,3 +101,27 @@ void block_llama(struct fwd *f, int layer)
 	const struct mm_job down = { w->w_down, w->b_down, f->x, H, H, 1.0f };
 	op_matmul(f, f->h1, I, I, &down, 1);
 }
+
+static void write_config(const struct pfx_config *c, json_object *j)
+{
+	json_object_object_add(j, "model_type", json_object_new_string("llama"));
+	json_object_object_add(j, "hidden_size", json_object_new_int(c->hidden));
+	json_object_object_add(j, "num_hidden_layers", json_object_new_int(c->n_layers));
+	json_object_object_add(j, "num_attention_heads", json_object_new_int(c->n_heads));
+	json_object_object_add(j, "num_key_value_heads", json_object_new_int(c->n_kv_heads));
+	json_object_object_add(j, "intermediate_size", json_object_new_int(c->intermediate));
+	json_object_object_add(j, "vocab_size", json_object_new_int(c->vocab));
+	json_object_object_add(j, "max_position_embeddings", json_object_new_int(c->max_positions));
+	json_object_object_add(j, "rms_norm_eps", json_object_new_double(c->norm_eps));
+	json_object_object_add(j, "rope_theta", json_object_new_double(c->rope_base));
+	json_object_object_add(j, "tie_word_embeddings", json_object_new_boolean(c->tied_embeddings));
+	json_object_object_add(j, "hidden_act", json_object_new_string("silu"));
+}
+
+const struct arch arch_llama = {
+	.name = "LlamaForCausalLM",
+	.parse_config = parse_config,
+	.bind = bind,
+	.block = block_llama,
+	.write_config = write_config,
+};

@@ -72,12 +72,6 @@ static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
 	return binder_status(b);
 }
 
-const struct arch arch_neox = {
-	.name = "GPTNeoXForCausalLM",
-	.parse_config = parse_config,
-	.bind = bind,
-	.block = block_neox,
-};
 
 /* The fused projection holds, per head, [q | k | v] of head_dim each. */
 static void split_qkv(struct fwd *f)
@@ -122,3 +116,30 @@ void block_neox(struct fwd *f, int layer)
 	const struct mm_job down = { w->w_down, w->b_down, f->x, H, H, 1.0f };
 	op_matmul(f, f->h1, I, I, &down, 1);
 }
+
+static void write_config(const struct pfx_config *c, json_object *j)
+{
+	json_object_object_add(j, "model_type", json_object_new_string("gpt_neox"));
+	json_object_object_add(j, "hidden_size", json_object_new_int(c->hidden));
+	json_object_object_add(j, "num_hidden_layers", json_object_new_int(c->n_layers));
+	json_object_object_add(j, "num_attention_heads", json_object_new_int(c->n_heads));
+	json_object_object_add(j, "intermediate_size", json_object_new_int(c->intermediate));
+	json_object_object_add(j, "vocab_size", json_object_new_int(c->vocab));
+	json_object_object_add(j, "max_position_embeddings", json_object_new_int(c->max_positions));
+	json_object_object_add(j, "rotary_pct",
+			       json_object_new_double((double)c->rotary_dim / c->head_dim));
+	json_object_object_add(j, "rotary_emb_base", json_object_new_double(c->rope_base));
+	json_object_object_add(j, "layer_norm_eps", json_object_new_double(c->norm_eps));
+	json_object_object_add(j, "use_parallel_residual", json_object_new_boolean(c->parallel_residual));
+	json_object_object_add(j, "tie_word_embeddings", json_object_new_boolean(c->tied_embeddings));
+	json_object_object_add(j, "hidden_act",
+			       json_object_new_string(c->act == PFX_ACT_GELU ? "gelu" : "gelu_new"));
+}
+
+const struct arch arch_neox = {
+	.name = "GPTNeoXForCausalLM",
+	.parse_config = parse_config,
+	.bind = bind,
+	.block = block_neox,
+	.write_config = write_config,
+};

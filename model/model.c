@@ -16,7 +16,9 @@ static const struct arch *const arches[] = { &arch_llama, &arch_neox };
 /* ==== Binding checkpoint tensors ==== */
 
 struct binder {
-	struct pfx_model *m;
+	struct pfx_model *m;          /* NULL: only describe (arch_describe) */
+	struct tensor_desc *desc;
+	size_t ndesc;
 	struct pfx_error *err;
 	int status;
 	const struct st_tensor **bound; /* (nbound) for the fingerprint */
@@ -91,11 +93,48 @@ static void note_dtype(struct pfx_model *m, const char *d)
 	snprintf(m->weight_dtype + len, sizeof(m->weight_dtype) - len, "%s%s", len ? "+" : "", d);
 }
 
+static const float *describe(struct binder *b, const char *name, int ndim, int64_t d0,
+			     int64_t d1)
+{
+	static const float placeholder;
+	struct tensor_desc *d = realloc(b->desc, (b->ndesc + 1) * sizeof(*d));
+	if (!d) {
+		b->status = -ENOMEM;
+		return NULL;
+	}
+	b->desc = d;
+	d += b->ndesc++;
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	d->ndim = ndim;
+	d->shape[0] = d0;
+	d->shape[1] = ndim > 1 ? d1 : 0;
+	return &placeholder;
+}
+
+int arch_describe(const struct arch *a, const struct pfx_config *c, struct tensor_desc **out,
+		  size_t *n)
+{
+	struct binder b = { 0 };
+	struct weights w = { 0 };
+	w.layers = calloc((size_t)c->n_layers, sizeof(*w.layers));
+	int rc = w.layers ? a->bind(&b, c, &w) : -ENOMEM;
+	free(w.layers);
+	if (rc) {
+		free(b.desc);
+		return rc;
+	}
+	*out = b.desc;
+	*n = b.ndesc;
+	return 0;
+}
+
 static const float *bind_any(struct binder *b, const char *name, int ndim, int64_t d0,
 			     int64_t d1, int optional)
 {
 	if (b->status)
 		return NULL;
+	if (!b->m)
+		return describe(b, name, ndim, d0, d1);
 	const char *file = NULL;
 	const struct st_tensor *t = ckpt_find(b->m->ckpt, name, &file);
 	if (!t) {
@@ -214,6 +253,14 @@ static int fingerprint(struct pfx_model *m, struct binder *b, struct pfx_error *
 
 /* ==== Loading ==== */
 
+const struct arch *arch_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]); i++)
+		if (!strcmp(arches[i]->name, name))
+			return arches[i];
+	return NULL;
+}
+
 static int pick_arch(json_object *cfg, const struct arch **out, struct pfx_error *err)
 {
 	json_object *a;
@@ -222,12 +269,8 @@ static int pick_arch(json_object *cfg, const struct arch **out, struct pfx_error
 	    !json_object_is_type(json_object_array_get_idx(a, 0), json_type_string))
 		return pfx_errorf(err, -EINVAL, "config.json: no \"architectures\" list");
 	const char *name = json_object_get_string(json_object_array_get_idx(a, 0));
-	for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]); i++) {
-		if (!strcmp(arches[i]->name, name)) {
-			*out = arches[i];
-			return 0;
-		}
-	}
+	if ((*out = arch_find(name)))
+		return 0;
 	return pfx_errorf(err, -ENOTSUP,
 			  "config.json: architecture '%s' is not supported (LlamaForCausalLM, GPTNeoXForCausalLM)",
 			  name);

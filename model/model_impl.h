@@ -42,7 +42,20 @@ struct arch {
 	int (*parse_config)(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
 	int (*bind)(struct binder *b, const struct pfx_config *c, struct weights *w);
 	void (*block)(struct fwd *f, int layer);
+	/* config.json keys for c, so random checkpoints can be written. */
+	void (*write_config)(const struct pfx_config *c, json_object *cfg);
 };
+
+const struct arch *arch_find(const char *name);
+
+/* The checkpoint tensors an architecture binds for config c, in order. */
+struct tensor_desc {
+	char name[128];
+	int ndim;
+	int64_t shape[2];
+};
+int arch_describe(const struct arch *a, const struct pfx_config *c, struct tensor_desc **out,
+		  size_t *n);
 
 extern const struct arch arch_llama;
 extern const struct arch arch_neox;

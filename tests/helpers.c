@@ -15,9 +15,9 @@ const char *fixtures_dir(void)
 	return FIXTURES_DIR;
 }
 
-struct pfx_model *load_model_dir(const char *dir, int threads)
+static struct pfx_model *load(const char *dir, int threads, int block_tokens)
 {
-	struct pfx_model_opts o = { .threads = threads };
+	struct pfx_model_opts o = { .threads = threads, .block_tokens = block_tokens };
 	struct pfx_error err = { "" };
 	struct pfx_model *m = NULL;
 	int rc = pfx_model_load(dir, &o, &m, &err);
@@ -25,11 +25,21 @@ struct pfx_model *load_model_dir(const char *dir, int threads)
 	return m;
 }
 
-struct pfx_model *load_fixture_model(const char *name)
+struct pfx_model *load_model_dir(const char *dir, int threads)
+{
+	return load(dir, threads, 0);
+}
+
+struct pfx_model *load_fixture_model_bt(const char *name, int block_tokens)
 {
 	char dir[512];
 	snprintf(dir, sizeof(dir), "%s/%s", fixtures_dir(), name);
-	return load_model_dir(dir, 2);
+	return load(dir, 2, block_tokens);
+}
+
+struct pfx_model *load_fixture_model(const char *name)
+{
+	return load_fixture_model_bt(name, 0);
 }
 
 static void *expected_raw(const char *name, const char *tensor, enum st_dtype dt, size_t *n)

@@ -16,13 +16,11 @@
 /* Cached vs uncached inside prefixd: same kernels, different split. */
 #define TOL_SELF 1e-4
 
-struct fixture {
-	void *file;             /* struct st_file of expected.safetensors */
-};
-
 /* Loads tests/fixtures/<name> or fails the test. */
 struct pfx_model *load_fixture_model(const char *name);
 struct pfx_model *load_model_dir(const char *dir, int threads);
+/* A fixture model with KV blocks of block_tokens tokens. */
+struct pfx_model *load_fixture_model_bt(const char *name, int block_tokens);
 /* A tensor of expected.safetensors as a fresh malloc'd copy (aligned). */
 float *expected_f32(const char *name, const char *tensor, size_t *n);
 int32_t *expected_i32(const char *name, const char *tensor, size_t *n);

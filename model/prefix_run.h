@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* prefix-run's commands and their parsed arguments. */
+#ifndef PFX_PREFIX_RUN_H
+#define PFX_PREFIX_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+struct run_args {
+	const char *model;
+	const char *out;
+	int32_t *tokens;
+	size_t ntokens;
+	size_t split;
+	int has_split;
+	long max_new;
+	double temperature, top_p;
+	long top_k;
+	uint64_t seed;
+	int threads, block_tokens;
+	int prefix, suffix, nsuffixes;
+};
+
+/* Prints why and returns -1 when the model cannot be loaded. */
+int load_model(const struct run_args *a, struct pfx_model **m);
+
+int cmd_info(struct run_args *a);
+int cmd_logits(struct run_args *a);
+int cmd_generate(struct run_args *a);
+int cmd_demo(struct run_args *a);
+
+#endif

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sessions beyond the fixtures' own cases: any split point, fork, running
+ * without committing, rewind and freeze rules, ragged batches with history,
+ * and batch validation.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+static const char *models[] = { "neox-tiny", "neox-tiny-seq", "llama-tiny-gqa" };
+
+static uint64_t rng_state = 12345;
+static unsigned rnd(unsigned n)
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (unsigned)(rng_state >> 33) % n;
+}
+
+/* Every K/V float of positions [0, len) of s, for before/after comparisons. */
+static float *snapshot(const struct pfx_session *s, size_t len)
+{
+	const struct pfx_config *c = pfx_model_config(pfx_session_model(s));
+	size_t hd = (size_t)c->head_dim, per = (size_t)c->n_layers * 2 * c->n_kv_heads * hd;
+	float *out = malloc(len * per * sizeof(float) + 1), *p = out;
+	for (size_t pos = 0; pos < len; pos++)
+		for (int l = 0; l < c->n_layers; l++)
+			for (int kv = 0; kv < 2; kv++)
+				for (int h = 0; h < c->n_kv_heads; h++, p += hd)
+					memcpy(p, pfx_session_kv(s, l, kv, h, pos), hd * sizeof(float));
+	return out;
+}
+
+static size_t snapshot_floats(const struct pfx_session *s, size_t len)
+{
+	const struct pfx_config *c = pfx_model_config(pfx_session_model(s));
+	return len * c->n_layers * 2 * c->n_kv_heads * c->head_dim;
+}
+
+/* Block sizes 4, 16 and 64 put block edges everywhere relative to the cuts. */
+Test(session, random_splits_equal_uncached)
+{
+	for (size_t mi = 0; mi < 9; mi++) {
+		int bt = 4 << (2 * (mi / 3));
+		struct pfx_model *m = load_fixture_model_bt(models[mi % 3], bt);
+		int V = pfx_model_config(m)->vocab;
+		size_t n;
+		int32_t *tok = expected_i32(models[mi % 3], "tokens", &n);
+		float *full = logits_uncached(m, tok, n);
+		float *got = malloc(n * V * sizeof(float));
+		for (int trial = 0; trial < 8; trial++) {
+			/* Up to three pieces at random cut points. */
+			size_t a = 1 + rnd((unsigned)n - 2), b = a + rnd((unsigned)(n - a));
+			struct pfx_session *s;
+			struct pfx_error err;
+			cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+			size_t cuts[4] = { 0, a, b, n };
+			for (int i = 0; i < 3; i++) {
+				if (cuts[i + 1] == cuts[i])
+					continue;
+				cr_assert_eq(pfx_session_append(s, tok + cuts[i], cuts[i + 1] - cuts[i],
+								PFX_LOGITS_ALL, got + cuts[i] * V, &err),
+					     0, "%s", err.msg);
+				if (i == 0)
+					pfx_session_freeze(s, &err);
+			}
+			float d = max_abs_diff(got, full, n * V);
+			cr_expect(d <= TOL_SELF, "%s, blocks of %d: cuts %zu/%zu: cached differs by %g",
+				  models[mi % 3], bt, a, b, d);
+			pfx_session_free(s);
+		}
+		free(got);
+		free(full);
+		free(tok);
+		pfx_model_free(m);
+	}
+}
+
+Test(session, fork_leaves_original_unchanged)
+{
+	for (size_t mi = 0; mi < 3; mi++) {
+		/* Blocks of 8: the fork shares blocks 0-1 and copies block 2,
+		 * which holds frozen 16-19 and private 20-23. */
+		struct pfx_model *m = load_fixture_model_bt(models[mi], 8);
+		int V = pfx_model_config(m)->vocab;
+		size_t n;
+		int32_t *tok = expected_i32(models[mi], "tokens", &n);
+		float *full = logits_uncached(m, tok, n);
+		struct pfx_session *s, *f;
+		struct pfx_error err;
+		cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+		/* 20 frozen tokens (a block boundary need not fall there), 10 private. */
+		cr_assert_eq(pfx_session_append(s, tok, 20, PFX_LOGITS_NONE, NULL, &err), 0);
+		pfx_session_freeze(s, &err);
+		cr_assert_eq(pfx_session_append(s, tok + 20, 10, PFX_LOGITS_NONE, NULL, &err), 0);
+		float *before = snapshot(s, 30);
+		cr_assert_eq(pfx_session_fork(s, &f, &err), 0, "%s", err.msg);
+		cr_expect_eq(pfx_session_length(f), 30);
+		cr_expect_eq(pfx_session_frozen(f), 20);
+		/* The fork rewinds into its private tail and goes elsewhere. */
+		int32_t other[12];
+		for (int i = 0; i < 12; i++)
+			other[i] = (tok[i] + 7) % V;
+		cr_assert_eq(pfx_session_rewind(f, 22, &err), 0, "%s", err.msg);
+		float *fl = malloc(12 * V * sizeof(float));
+		cr_assert_eq(pfx_session_append(f, other, 12, PFX_LOGITS_ALL, fl, &err), 0);
+		float *after = snapshot(s, 30);
+		cr_expect_eq(memcmp(before, after, snapshot_floats(s, 30) * sizeof(float)), 0,
+			     "%s: fork changed the original's KV", models[mi]);
+		/* The original continues exactly as if no fork happened. */
+		float *l = malloc((n - 30) * V * sizeof(float));
+		cr_assert_eq(pfx_session_append(s, tok + 30, n - 30, PFX_LOGITS_ALL, l, &err), 0);
+		float d = max_abs_diff(l, full + 30 * V, (n - 30) * V);
+		cr_expect(d <= TOL_SELF, "%s: original after fork differs by %g", models[mi], d);
+		/* And the fork matches an uncached run of its own tokens. */
+		int32_t seq[34];
+		memcpy(seq, tok, 22 * sizeof(int32_t));
+		memcpy(seq + 22, other, 12 * sizeof(int32_t));
+		float *ref = logits_uncached(m, seq, 34);
+		d = max_abs_diff(fl, ref + 22 * V, 12 * V);
+		cr_expect(d <= TOL_SELF, "%s: fork's logits differ by %g", models[mi], d);
+		pfx_session_free(f);
+		pfx_session_free(s);
+		free(fl);
+		free(ref);
+		free(l);
+		free(before);
+		free(after);
+		free(full);
+		free(tok);
+		pfx_model_free(m);
+	}
+}
+
+Test(session, run_without_commit_keeps_state)
+{
+	for (size_t mi = 0; mi < 3; mi++) {
+		struct pfx_model *m = load_fixture_model(models[mi]);
+		int V = pfx_model_config(m)->vocab;
+		size_t n;
+		int32_t *tok = expected_i32(models[mi], "tokens", &n);
+		float *full = logits_uncached(m, tok, n);
+		struct pfx_session *s;
+		struct pfx_error err;
+		cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+		cr_assert_eq(pfx_session_append(s, tok, 30, PFX_LOGITS_NONE, NULL, &err), 0);
+		float *before = snapshot(s, 30);
+		float *l = malloc((n - 30) * V * sizeof(float));
+		/* Several different suffixes on the same (unfrozen) prefix. */
+		for (int round = 0; round < 3; round++) {
+			int32_t junk[18];
+			for (int i = 0; i < 18; i++)
+				junk[i] = (int32_t)rnd((unsigned)V);
+			cr_assert_eq(pfx_session_run(s, junk, 18, PFX_LOGITS_LAST, l, &err), 0);
+			cr_assert_eq(pfx_session_length(s), 30);
+			cr_assert_eq(pfx_session_run(s, tok + 30, n - 30, PFX_LOGITS_ALL, l, &err), 0);
+			float d = max_abs_diff(l, full + 30 * V, (n - 30) * V);
+			cr_expect(d <= TOL_SELF, "%s: suffix on a shared prefix differs by %g",
+				  models[mi], d);
+		}
+		float *after = snapshot(s, 30);
+		cr_expect_eq(memcmp(before, after, snapshot_floats(s, 30) * sizeof(float)), 0,
+			     "%s: run without commit changed the KV", models[mi]);
+		cr_expect_eq(pfx_session_length(s), 30);
+		free(after);
+		free(before);
+		free(l);
+		pfx_session_free(s);
+		free(full);
+		free(tok);
+		pfx_model_free(m);
+	}
+}
+
+Test(session, rewind_and_freeze_rules)
+{
+	struct pfx_model *m = load_fixture_model("llama-tiny-gqa");
+	size_t n;
+	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	struct pfx_session *s;
+	struct pfx_error err = { "" };
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	cr_assert_eq(pfx_session_append(s, tok, 10, PFX_LOGITS_NONE, NULL, &err), 0);
+	cr_expect_eq(pfx_session_rewind(s, 11, &err), -EINVAL, "rewind past the end");
+	cr_expect_eq(pfx_session_rewind(s, 0, &err), 0);
+	cr_assert_eq(pfx_session_append(s, tok, 10, PFX_LOGITS_NONE, NULL, &err), 0);
+	cr_assert_eq(pfx_session_freeze(s, &err), 0);
+	err.msg[0] = 0;
+	cr_expect_eq(pfx_session_rewind(s, 9, &err), -EPERM, "rewind into the frozen prefix");
+	cr_expect(strstr(err.msg, "frozen"), "message: %s", err.msg);
+	cr_expect_eq(pfx_session_length(s), 10);
+	cr_expect_eq(pfx_session_rewind(s, 10, &err), 0);
+	pfx_session_free(s);
+	free(tok);
+	pfx_model_free(m);
+}
+
+Test(session, decode_equals_append)
+{
+	struct pfx_model *m = load_fixture_model("neox-tiny");
+	int V = pfx_model_config(m)->vocab;
+	size_t n;
+	int32_t *tok = expected_i32("neox-tiny", "tokens", &n);
+	float *full = logits_uncached(m, tok, n);
+	struct pfx_session *s;
+	struct pfx_error err;
+	float *l = malloc(V * sizeof(float));
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(pfx_session_decode(s, tok[i], l, &err), 0);
+		float d = max_abs_diff(l, full + i * V, V);
+		cr_expect(d <= TOL_SELF, "decode step %zu differs by %g", i, d);
+	}
+	free(l);
+	pfx_session_free(s);
+	free(full);
+	free(tok);
+	pfx_model_free(m);
+}
+
+/* A ragged batch mixing a session with history, a fresh one and a decode. */
+Test(session, ragged_batch_with_history)
+{
+	struct pfx_model *m = load_fixture_model("llama-tiny-gqa");
+	int V = pfx_model_config(m)->vocab;
+	size_t n;
+	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	float *full = logits_uncached(m, tok, n);
+	struct pfx_session *a, *b, *c;
+	struct pfx_error err;
+	cr_assert_eq(pfx_session_new(m, &a, &err), 0);
+	cr_assert_eq(pfx_session_new(m, &b, &err), 0);
+	cr_assert_eq(pfx_session_new(m, &c, &err), 0);
+	cr_assert_eq(pfx_session_append(a, tok, 25, PFX_LOGITS_NONE, NULL, &err), 0);
+	cr_assert_eq(pfx_session_append(c, tok, 40, PFX_LOGITS_NONE, NULL, &err), 0);
+	float *la = malloc((n - 25) * V * sizeof(float)), *lb = malloc(V * sizeof(float));
+	float *lc = malloc(V * sizeof(float));
+	struct pfx_batch_item items[3] = {
+		{ a, tok + 25, n - 25, true, PFX_LOGITS_ALL, la },
+		{ b, tok, 7, true, PFX_LOGITS_LAST, lb },
+		{ c, tok + 40, 1, false, PFX_LOGITS_LAST, lc },
+	};
+	cr_assert_eq(pfx_forward(m, items, 3, &err), 0, "%s", err.msg);
+	cr_expect(max_abs_diff(la, full + 25 * V, (n - 25) * V) <= TOL_SELF);
+	cr_expect(max_abs_diff(lb, full + 6 * V, V) <= TOL_SELF);
+	cr_expect(max_abs_diff(lc, full + 40 * V, V) <= TOL_SELF);
+	cr_expect_eq(pfx_session_length(a), n);
+	cr_expect_eq(pfx_session_length(b), 7);
+	cr_expect_eq(pfx_session_length(c), 40, "an uncommitted item must not grow");
+	free(la);
+	free(lb);
+	free(lc);
+	pfx_session_free(a);
+	pfx_session_free(b);
+	pfx_session_free(c);
+	free(full);
+	free(tok);
+	pfx_model_free(m);
+}
+
+Test(session, batch_validation)
+{
+	struct pfx_model *m = load_fixture_model("neox-tiny");
+	struct pfx_session *s, *t;
+	struct pfx_error err = { "" };
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	cr_assert_eq(pfx_session_new(m, &t, &err), 0);
+	int32_t ok[3] = { 1, 2, 3 }, bad[3] = { 1, 512, 3 }, neg[1] = { -1 };
+	float l[512];
+	struct pfx_batch_item twice[2] = {
+		{ s, ok, 3, true, PFX_LOGITS_NONE, NULL }, { s, ok, 3, true, PFX_LOGITS_NONE, NULL },
+	};
+	cr_expect_eq(pfx_forward(m, twice, 2, &err), -EINVAL);
+	/* One bad item fails the batch and commits nothing. */
+	struct pfx_batch_item mixed[2] = {
+		{ s, ok, 3, true, PFX_LOGITS_NONE, NULL }, { t, bad, 3, true, PFX_LOGITS_NONE, NULL },
+	};
+	cr_expect_eq(pfx_forward(m, mixed, 2, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "vocabulary"), "message: %s", err.msg);
+	cr_expect_eq(pfx_session_length(s), 0);
+	cr_expect_eq(pfx_session_append(s, neg, 1, PFX_LOGITS_NONE, NULL, &err), -EINVAL);
+	cr_expect_eq(pfx_session_append(s, ok, 0, PFX_LOGITS_NONE, NULL, &err), -EINVAL);
+	cr_expect_eq(pfx_session_append(s, ok, 3, PFX_LOGITS_LAST, NULL, &err), -EINVAL);
+	/* Past max_position_embeddings (512). */
+	int32_t *many = calloc(513, sizeof(int32_t));
+	cr_expect_eq(pfx_session_append(s, many, 513, PFX_LOGITS_NONE, NULL, &err), -E2BIG);
+	cr_expect_eq(pfx_session_append(s, many, 512, PFX_LOGITS_LAST, l, &err), 0);
+	cr_expect_eq(pfx_session_decode(s, 1, l, &err), -E2BIG);
+	free(many);
+	pfx_session_free(s);
+	pfx_session_free(t);
+	pfx_model_free(m);
+}
+
+/* Thread count changes who computes what, never the result. */
+Test(session, threads_do_not_change_results)
+{
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/llama-tiny-gqa", fixtures_dir());
+	struct pfx_model *m1 = load_model_dir(dir, 1), *m3 = load_model_dir(dir, 3);
+	size_t n;
+	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	float *a = logits_uncached(m1, tok, n), *b = logits_uncached(m3, tok, n);
+	size_t V = (size_t)pfx_model_config(m1)->vocab;
+	cr_expect(max_abs_diff(a, b, n * V) <= TOL_SELF);
+	free(a);
+	free(b);
+	free(tok);
+	pfx_model_free(m1);
+	pfx_model_free(m3);
+}
