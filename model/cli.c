@@ -15,7 +15,7 @@ static char *slurp(const char *path)
 {
 	FILE *fp = fopen(path, "rb");
 	if (!fp) {
-		fprintf(stderr, "cannot read token file %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "%s: cannot read token file %s: %s\n", program_invocation_short_name, path, strerror(errno));
 		return NULL;
 	}
 	char *buf = malloc(MAX_TOKENS_FILE + 1);
@@ -23,7 +23,8 @@ static char *slurp(const char *path)
 	int bad = ferror(fp);
 	fclose(fp);
 	if (!buf || bad || n > MAX_TOKENS_FILE) {
-		fprintf(stderr, "cannot read token file %s (unreadable or over %u bytes)\n", path,
+		fprintf(stderr, "%s: cannot read token file %s (unreadable or over %u bytes)\n",
+			program_invocation_short_name, path,
 			MAX_TOKENS_FILE);
 		free(buf);
 		return NULL;
@@ -50,7 +51,8 @@ int cli_tokens(const char *arg, int32_t **out, size_t *n)
 		long v = strtol(p, &end, 10);
 		if (end == p || errno || v < 0 || v > INT32_MAX ||
 		    (*end && !strchr(", \t\r\n", *end))) {
-			fprintf(stderr, "token %zu is not a non-negative integer: '%.20s'\n", len, p);
+			fprintf(stderr, "%s: token %zu is not a non-negative integer: '%.20s'\n",
+				program_invocation_short_name, len, p);
 			free(t);
 			free(text);
 			return -1;
@@ -64,7 +66,7 @@ int cli_tokens(const char *arg, int32_t **out, size_t *n)
 	}
 	free(text);
 	if (!len) {
-		fprintf(stderr, "no tokens given\n");
+		fprintf(stderr, "%s: no tokens given\n", program_invocation_short_name);
 		free(t);
 		return -1;
 	}
@@ -79,7 +81,8 @@ int cli_long(const char *flag, const char *s, long min, long max, long *out)
 	errno = 0;
 	long v = strtol(s, &end, 10);
 	if (end == s || *end || errno || v < min || v > max) {
-		fprintf(stderr, "%s takes a whole number from %ld to %ld, not '%s'\n", flag, min, max, s);
+		fprintf(stderr, "%s: %s takes a whole number from %ld to %ld, not '%s'\n",
+			program_invocation_short_name, flag, min, max, s);
 		return -1;
 	}
 	*out = v;
@@ -92,7 +95,8 @@ int cli_float(const char *flag, const char *s, double min, double max, double *o
 	errno = 0;
 	double v = strtod(s, &end);
 	if (end == s || *end || errno || !isfinite(v) || v < min || v > max) {
-		fprintf(stderr, "%s takes a number from %g to %g, not '%s'\n", flag, min, max, s);
+		fprintf(stderr, "%s: %s takes a number from %g to %g, not '%s'\n",
+			program_invocation_short_name, flag, min, max, s);
 		return -1;
 	}
 	*out = v;

@@ -248,7 +248,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		seen |= c;
-		const char *flag = opt_name(c);
+		char flag[32];
+		snprintf(flag, sizeof(flag), "--%s", opt_name(c));
 		int bad = 0;
 		switch (c) {
 		case O_MODEL: a.model = optarg; break;
@@ -264,7 +265,7 @@ int main(int argc, char **argv)
 		case O_BLOCK:
 			bad = cli_long(flag, optarg, 1, 4096, &v);
 			if (!bad && (v & (v - 1))) {
-				fprintf(stderr, "--block-tokens must be a power of two, not %ld\n", v);
+				fprintf(stderr, "prefix-run: --block-tokens must be a power of two, not %ld\n", v);
 				bad = -1;
 			}
 			a.block_tokens = (int)v;
@@ -292,10 +293,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-run: --top-k, --top-p and --seed need --temperature\n");
 		return 2;
 	}
-	if (tokens && cli_tokens(tokens, &a.tokens, &a.ntokens)) {
-		fprintf(stderr, "prefix-run: bad --tokens\n");
+	if (tokens && cli_tokens(tokens, &a.tokens, &a.ntokens))
 		return 2;
-	}
 	int rc = commands[cmd].run(&a);
 	free(a.tokens);
 	return rc;
