@@ -127,7 +127,7 @@ int pfx_pool_new(int n, struct pfx_pool **out)
 			return -rc;
 		}
 		char name[16];
-		snprintf(name, sizeof(name), "pfx-worker-%d", i);
+		snprintf(name, sizeof(name), "pfx-work-%d", i % 10000);
 		pthread_setname_np(p->tids[i - 1], name);
 	}
 	*out = p;

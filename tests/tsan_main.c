@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/* Runs the concurrency checks without Criterion, for ThreadSanitizer builds. */
+#include <stdio.h>
+
+#include "concurrency_cases.h"
+
+int main(void)
+{
+	char why[256];
+	int failed = 0;
+	if (case_pool_runs_every_task_once(why, sizeof(why))) {
+		printf("not ok 1 - pool_runs_every_task_once: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 1 - pool_runs_every_task_once\n");
+	}
+	if (case_one_model_many_threads(FIXTURES_DIR, why, sizeof(why))) {
+		printf("not ok 2 - one_model_many_threads: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 2 - one_model_many_threads\n");
+	}
+	printf("1..2\n");
+	return failed ? 1 : 0;
+}
