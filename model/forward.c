@@ -32,6 +32,7 @@ void fwd_scratch_free(struct fwd *f)
 	free(f->sin);
 	free(f->tasks);
 	free(f->scores);
+	free(f->partials);
 	free(f);
 }
 
@@ -72,6 +73,12 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 		if (grow(&f->tasks, (size_t)ntasks * sizeof(*f->tasks)))
 			return -ENOMEM;
 		f->cap_tasks = (size_t)ntasks;
+	}
+	size_t np = (size_t)ntasks * (c->n_heads / c->n_kv_heads) * (c->head_dim + 2);
+	if (np > f->cap_partials) {
+		if (grow(&f->partials, np * sizeof(float)))
+			return -ENOMEM;
+		f->cap_partials = np;
 	}
 	size_t sc = threads * ATT_CHUNK * score_ld;
 	if (sc > f->cap_scores) {
@@ -118,18 +125,10 @@ static int validate(struct pfx_model *m, struct pfx_batch_item *items, size_t ni
 	return 0;
 }
 
-static int count_tasks(const struct pfx_batch_item *items, size_t nitems, int heads)
-{
-	int n = 0;
-	for (size_t i = 0; i < nitems; i++)
-		n += (int)((items[i].n + ATT_CHUNK - 1) / ATT_CHUNK) * heads;
-	return n;
-}
-
 static void setup(struct fwd *f)
 {
 	const struct pfx_config *c = f->c;
-	int half = c->rotary_dim / 2, r = 0, t = 0;
+	int half = c->rotary_dim / 2, r = 0;
 	for (int i = 0; i < f->nitems; i++) {
 		const struct pfx_batch_item *it = &f->items[i];
 		f->item_row[i] = r;
@@ -148,12 +147,8 @@ static void setup(struct fwd *f)
 				f->sin[(size_t)r * half + k] = (float)sin((double)ang);
 			}
 		}
-		for (int h = 0; h < c->n_heads; h++)
-			for (size_t r0 = 0; r0 < it->n; r0 += ATT_CHUNK) {
-				size_t r1 = r0 + ATT_CHUNK < it->n ? r0 + ATT_CHUNK : it->n;
-				f->tasks[t++] = (struct att_task){ i, h, (int)r0, (int)r1 };
-			}
 	}
+	att_plan(f, f->items, f->nitems, f->tasks);
 }
 
 /* Final norm and the output head for the rows whose logits were asked for. */
@@ -206,7 +201,6 @@ int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems
 	}
 	size_t B = (size_t)m->block_tokens;
 	size_t score_ld = (max_ctx + B - 1) / B * B;
-	int ntasks = count_tasks(items, nitems, c->n_heads);
 
 	pthread_mutex_lock(&m->fwd_lock);
 	if (!m->scratch) {
@@ -219,6 +213,7 @@ int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems
 	struct fwd *f = m->scratch;
 	f->m = m;
 	f->c = c;
+	int ntasks = att_plan(f, items, (int)nitems, NULL);
 	if (reserve_scratch(f, (int)T, (int)nitems, ntasks, score_ld)) {
 		pthread_mutex_unlock(&m->fwd_lock);
 		return pfx_errorf(err, -ENOMEM, "out of memory for a batch of %zu tokens", T);

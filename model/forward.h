@@ -10,10 +10,14 @@
 
 #define ATT_CHUNK 64 /* query rows per attention task */
 
+/* Prefill (nsplit 0): query head `head`, rows [r0, r1) of the item's new
+ * tokens. Decode (nsplit > 0): KV head `head`, keys [r0, r1), part `split`
+ * of nsplit. See attention.c. */
 struct att_task {
 	int item;
 	int head;
-	int r0, r1;      /* rows of the item's new tokens */
+	int r0, r1;
+	int split, nsplit;
 };
 
 struct fwd {
@@ -37,10 +41,11 @@ struct fwd {
 	struct att_task *tasks;
 	int ntasks;
 	float *scores;         /* (threads, ATT_CHUNK, score_ld) */
+	float *partials;       /* (ntasks, heads per KV head, head_dim + 2) */
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
 	/* capacities of the buffers above, to reuse them across passes */
-	size_t cap_T, cap_items, cap_tasks, cap_scores;
+	size_t cap_T, cap_items, cap_tasks, cap_scores, cap_partials;
 };
 
 void fwd_scratch_free(struct fwd *f);
@@ -61,6 +66,9 @@ void op_norm(struct fwd *f, const float *x, float *y, const float *w, const floa
 void op_rope(struct fwd *f, float *x, int nheads);
 /* Copies this layer's new K/V rows into the sessions' blocks. */
 void op_store_kv(struct fwd *f, int layer);
+/* Fills tasks (if non-NULL) for the batch; returns how many there are. */
+int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
+	     struct att_task *tasks);
 /* att = softmax(q K^T / sqrt(d)) V per session and head, causal. */
 void op_attention(struct fwd *f, int layer);
 /* y = act(y) for rows x n (GELU variants), or y = silu(y) * up for SwiGLU. */

@@ -285,6 +285,7 @@ static int check_config(const struct pfx_config *c, struct pfx_error *err)
 	NEED(c->n_layers > 0 && c->n_layers <= 1024, "num_hidden_layers %d out of range", c->n_layers);
 	NEED(c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
 	     "%d attention heads do not divide into %d key/value heads", c->n_heads, c->n_kv_heads);
+	NEED(c->n_heads / c->n_kv_heads <= 64, "more than 64 query heads per key/value head");
 	NEED(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= 1024,
 	     "head dimension %d must be even and at most 1024", c->head_dim);
 	NEED(c->rotary_dim >= 0 && c->rotary_dim % 2 == 0 && c->rotary_dim <= c->head_dim,

@@ -2,13 +2,15 @@
 /*
  * The operations blocks are made of, each split over the model's worker
  * pool. Matrix products go to OpenBLAS (one BLAS thread per worker, see
- * blas.c): sgemm for many rows, sgemv for one, where sgemm is ~10x slower.
+ * blas.c) for many rows, and to pfx_gemv for a few, where sgemm is ~10x
+ * slower and sgemv does not reach the memory bandwidth.
  */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "forward.h"
+#include "gemv.h"
 
 #define MAX_PIECES 512
 #define ROWS_PER_TASK 16
@@ -33,9 +35,8 @@ static void mm_task(void *ctx, int t, int thread)
 	const struct mm_job *j = &c->jobs[p->job];
 	const float *w = j->w + (size_t)p->o0 * c->in;
 	float *y = j->y + p->o0;
-	if (c->rows == 1)
-		cblas_sgemv(CblasRowMajor, CblasNoTrans, p->n, c->in, 1.0f, w, c->in, c->x, 1,
-			    j->beta, y, 1);
+	if (c->rows <= GEMV_MAX_T)
+		pfx_gemv(c->rows, p->n, c->in, w, c->x, c->ldx, j->beta, y, j->ldy);
 	else
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->rows, p->n, c->in, 1.0f,
 			    c->x, c->ldx, w, c->in, j->beta, y, j->ldy);
@@ -51,7 +52,9 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 	int threads = pfx_pool_threads(f->m->pool), np = 0;
 	/* A few pieces per thread balance the load; multiples of 16 outputs
 	 * keep the BLAS kernels on their fast path. */
-	int per = f->T == 1 ? threads : 2 * threads;
+	/* Decode-sized products are bandwidth bound: one contiguous piece
+	 * per thread keeps each thread's stream sequential. */
+	int per = f->T <= GEMV_MAX_T ? threads : 2 * threads;
 	for (int j = 0; j < njobs; j++) {
 		int out = jobs[j].out;
 		int chunk = (out + per - 1) / per;
@@ -179,7 +182,7 @@ void op_act(struct fwd *f, float *y, int n, const float *up)
 	pfx_pool_run(f->m->pool, act_task, &c, row_tasks(f));
 }
 
-/* ==== KV and attention ==== */
+/* ==== KV cache ==== */
 
 void op_store_kv(struct fwd *f, int layer)
 {
@@ -196,69 +199,4 @@ void op_store_kv(struct fwd *f, int layer)
 			memcpy(blk + kv_offset(f->m, layer, 1, h, (int)(p % B)), v, hd * sizeof(float));
 		}
 	}
-}
-
-static void att_task(void *ctx, int t, int thread)
-{
-	struct fwd *f = ctx;
-	const struct pfx_config *c = f->c;
-	const struct att_task *a = &f->tasks[t];
-	const struct pfx_session *s = f->items[a->item].s;
-	int B = f->m->block_tokens, hd = c->head_dim, qd = c->n_heads * hd;
-	int kvh = a->head / (c->n_heads / c->n_kv_heads);
-	int nq = a->r1 - a->r0;
-	size_t len0 = f->item_len[a->item];
-	int nk = (int)len0 + a->r1; /* keys the last query row sees */
-	int nb = (nk + B - 1) / B;
-	size_t ld = f->score_ld;
-	float *S = f->scores + (size_t)thread * ATT_CHUNK * ld;
-	size_t row0 = (size_t)f->item_row[a->item] + a->r0;
-	const float *q = f->q + row0 * qd + (size_t)a->head * hd;
-	float *o = f->att + row0 * qd + (size_t)a->head * hd;
-	float scale = 1.0f / sqrtf((float)hd);
-
-	for (int b = 0; b < nb; b++) {
-		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, kvh, 0);
-		if (nq == 1)
-			cblas_sgemv(CblasRowMajor, CblasNoTrans, kb, hd, scale, K, hd, q, 1, 0.0f,
-				    S + (size_t)b * B, 1);
-		else
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kb, hd, scale, q, qd,
-				    K, hd, 0.0f, S + (size_t)b * B, (int)ld);
-	}
-	for (int r = 0; r < nq; r++) {
-		float *row = S + (size_t)r * ld;
-		int valid = (int)len0 + a->r0 + r + 1; /* causal: keys 0 .. position */
-		float mx = row[0];
-		for (int j = 1; j < valid; j++)
-			mx = row[j] > mx ? row[j] : mx;
-		float sum = 0;
-		for (int j = 0; j < valid; j++) {
-			row[j] = expf(row[j] - mx);
-			sum += row[j];
-		}
-		float inv = 1.0f / sum;
-		for (int j = 0; j < valid; j++)
-			row[j] *= inv;
-		for (int j = valid; j < nk; j++)
-			row[j] = 0.0f;
-	}
-	for (int b = 0; b < nb; b++) {
-		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, kvh, 0);
-		float beta = b ? 1.0f : 0.0f;
-		if (nq == 1)
-			cblas_sgemv(CblasRowMajor, CblasTrans, kb, hd, 1.0f, V, hd, S + (size_t)b * B, 1,
-				    beta, o, 1);
-		else
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, kb, 1.0f,
-				    S + (size_t)b * B, (int)ld, V, hd, beta, o, qd);
-	}
-}
-
-void op_attention(struct fwd *f, int layer)
-{
-	f->layer = layer;
-	pfx_pool_run(f->m->pool, att_task, f, f->ntasks);
 }

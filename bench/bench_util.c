@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* Benchmark helpers. */
+#include "bench_util.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double bench_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct bw_arg {
+	const uint64_t *p;
+	size_t n;
+	pthread_barrier_t *start;
+	uint64_t sink;
+};
+
+static void *bw_thread(void *a)
+{
+	struct bw_arg *b = a;
+	pthread_barrier_wait(b->start);
+	/* Eight independent accumulators: the loop vectorises and is limited
+	 * by memory, not by the add chain. */
+	uint64_t s[8] = { 0 };
+	for (size_t i = 0; i + 8 <= b->n; i += 8)
+		for (int k = 0; k < 8; k++)
+			s[k] += b->p[i + k];
+	b->sink = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+	return NULL;
+}
+
+double bench_read_bandwidth(int threads)
+{
+	size_t bytes = (size_t)512 << 20, n = bytes / 8;
+	uint64_t *buf = aligned_alloc(4096, bytes);
+	if (!buf)
+		return 0;
+	memset(buf, 1, bytes);
+	double gbs[7];
+	for (int pass = 0; pass < 7; pass++) {
+		pthread_t th[64];
+		struct bw_arg arg[64];
+		pthread_barrier_t start;
+		pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+		for (int t = 0; t < threads; t++) {
+			arg[t] = (struct bw_arg){ buf + n / threads * t, n / threads, &start, 0 };
+			pthread_create(&th[t], NULL, bw_thread, &arg[t]);
+		}
+		double t0 = bench_now();
+		pthread_barrier_wait(&start);
+		for (int t = 0; t < threads; t++)
+			pthread_join(th[t], NULL);
+		gbs[pass] = (double)bytes / (bench_now() - t0) / 1e9;
+		pthread_barrier_destroy(&start);
+	}
+	free(buf);
+	return bench_median(gbs, 7);
+}

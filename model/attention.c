@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Causal attention over each session's KV blocks.
+ *
+ * DESIGN. Prefill rows go in tasks of (session, query head, ATT_CHUNK
+ * rows): scores and the weighted sum of values are sgemm calls per KV block.
+ * A single new row (decode) is bound by reading the KV, so its tasks are
+ * (session, KV head, range of keys): every query head that shares the KV
+ * head is served by one pass over its blocks (grouped-query attention
+ * reads each block once, not once per query head), and splitting the keys
+ * gives every thread work even when there are fewer KV heads than threads.
+ * Each such task leaves a partial softmax (max, sum, unnormalised output),
+ * and the partials of one head are merged after the parallel loop.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "forward.h"
+
+/* Keys per decode task at least; fewer are not worth a task of their own. */
+#define MIN_SPLIT_KEYS 128
+
+static int decode_splits(const struct fwd *f, size_t keys)
+{
+	int threads = pfx_pool_threads(f->m->pool), nkv = f->c->n_kv_heads;
+	int want = (2 * threads + nkv - 1) / nkv;
+	int most = (int)(keys / MIN_SPLIT_KEYS);
+	return want < most ? want : (most > 1 ? most : 1);
+}
+
+int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
+	     struct att_task *tasks)
+{
+	const struct pfx_config *c = f->c;
+	int t = 0;
+	for (int i = 0; i < nitems; i++) {
+		size_t n = items[i].n;
+		if (n == 1) {
+			int keys = (int)items[i].s->len + 1, ns = decode_splits(f, (size_t)keys);
+			for (int h = 0; h < c->n_kv_heads; h++)
+				for (int s = 0; s < ns; s++, t++)
+					if (tasks)
+						tasks[t] = (struct att_task){ i, h, keys * s / ns,
+									      keys * (s + 1) / ns, s, ns };
+			continue;
+		}
+		for (int h = 0; h < c->n_heads; h++)
+			for (size_t r0 = 0; r0 < n; r0 += ATT_CHUNK, t++)
+				if (tasks)
+					tasks[t] = (struct att_task){
+						i, h, (int)r0, (int)(r0 + ATT_CHUNK < n ? r0 + ATT_CHUNK : n), 0, 0,
+					};
+	}
+	return t;
+}
+
+/* Rows of new tokens, a query head each: sgemm per KV block. */
+static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
+{
+	const struct pfx_config *c = f->c;
+	const struct pfx_session *s = f->items[a->item].s;
+	int B = f->m->block_tokens, hd = c->head_dim, qd = c->n_heads * hd;
+	int kvh = a->head / (c->n_heads / c->n_kv_heads);
+	int nq = a->r1 - a->r0;
+	size_t len0 = f->item_len[a->item];
+	int nk = (int)len0 + a->r1; /* keys the last query row sees */
+	int nb = (nk + B - 1) / B;
+	size_t ld = f->score_ld;
+	float *S = f->scores + (size_t)thread * ATT_CHUNK * ld;
+	size_t row0 = (size_t)f->item_row[a->item] + a->r0;
+	const float *q = f->q + row0 * qd + (size_t)a->head * hd;
+	float *o = f->att + row0 * qd + (size_t)a->head * hd;
+	float scale = 1.0f / sqrtf((float)hd);
+
+	for (int b = 0; b < nb; b++) {
+		int kb = nk - b * B < B ? nk - b * B : B;
+		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, kvh, 0);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kb, hd, scale, q, qd, K, hd,
+			    0.0f, S + (size_t)b * B, (int)ld);
+	}
+	for (int r = 0; r < nq; r++) {
+		float *row = S + (size_t)r * ld;
+		int valid = (int)len0 + a->r0 + r + 1; /* causal: keys 0 .. position */
+		float mx = row[0];
+		for (int j = 1; j < valid; j++)
+			mx = row[j] > mx ? row[j] : mx;
+		float sum = 0;
+		for (int j = 0; j < valid; j++) {
+			row[j] = expf(row[j] - mx);
+			sum += row[j];
+		}
+		float inv = 1.0f / sum;
+		for (int j = 0; j < valid; j++)
+			row[j] *= inv;
+		for (int j = valid; j < nk; j++)
+			row[j] = 0.0f;
+	}
+	for (int b = 0; b < nb; b++) {
+		int kb = nk - b * B < B ? nk - b * B : B;
+		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, kvh, 0);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, kb, 1.0f, S + (size_t)b * B,
+			    (int)ld, V, hd, b ? 1.0f : 0.0f, o, qd);
+	}
+}
+
+/* Partial results of one decode task for one query head: (max, sum, out). */
+static float *partial(const struct fwd *f, int task, int g)
+{
+	int G = f->c->n_heads / f->c->n_kv_heads;
+	return f->partials + ((size_t)task * G + g) * (f->c->head_dim + 2);
+}
+
+/* One new row, a KV head and a range of keys, for all its query heads. */
+static void decode_task(struct fwd *f, const struct att_task *a, int task, int thread)
+{
+	const struct pfx_config *c = f->c;
+	const struct pfx_session *s = f->items[a->item].s;
+	int B = f->m->block_tokens, hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
+	size_t ld = f->score_ld;
+	float *S = f->scores + (size_t)thread * ATT_CHUNK * ld; /* (G, ld) */
+	const float *q = f->q + (size_t)f->item_row[a->item] * c->n_heads * hd + (size_t)a->head * G * hd;
+	float scale = 1.0f / sqrtf((float)hd);
+	int k0 = a->r0, k1 = a->r1;
+
+	/* Scores of all G heads for each run of keys inside one block. */
+	for (int j = k0; j < k1;) {
+		int b = j / B, off = j % B, kb = B - off < k1 - j ? B - off : k1 - j;
+		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, a->head, off);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, kb, hd, scale, q, hd, K, hd,
+			    0.0f, S + (j - k0), (int)ld);
+		j += kb;
+	}
+	for (int g = 0; g < G; g++) {
+		float *row = S + (size_t)g * ld, *p = partial(f, task, g);
+		float mx = -INFINITY, sum = 0;
+		for (int j = 0; j < k1 - k0; j++)
+			mx = row[j] > mx ? row[j] : mx;
+		for (int j = 0; j < k1 - k0; j++) {
+			row[j] = expf(row[j] - mx);
+			sum += row[j];
+		}
+		p[0] = mx;
+		p[1] = sum;
+	}
+	/* Unnormalised outputs, (G, head_dim) at stride head_dim + 2. */
+	for (int j = k0; j < k1;) {
+		int b = j / B, off = j % B, kb = B - off < k1 - j ? B - off : k1 - j;
+		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, a->head, off);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, hd, kb, 1.0f, S + (j - k0),
+			    (int)ld, V, hd, j == k0 ? 0.0f : 1.0f, partial(f, task, 0) + 2, hd + 2);
+		j += kb;
+	}
+}
+
+static void att_task(void *ctx, int t, int thread)
+{
+	struct fwd *f = ctx;
+	const struct att_task *a = &f->tasks[t];
+	if (a->nsplit)
+		decode_task(f, a, t, thread);
+	else
+		prefill_task(f, a, thread);
+}
+
+/* Merges the key ranges of each decode row: softmax over all of them. */
+static void merge_partials(struct fwd *f)
+{
+	const struct pfx_config *c = f->c;
+	int hd = c->head_dim, G = c->n_heads / c->n_kv_heads, qd = c->n_heads * hd;
+	for (int t = 0; t < f->ntasks; t++) {
+		const struct att_task *a = &f->tasks[t];
+		if (!a->nsplit || a->split)
+			continue;
+		for (int g = 0; g < G; g++) {
+			float mx = -INFINITY, sum = 0;
+			for (int s = 0; s < a->nsplit; s++)
+				mx = fmaxf(mx, partial(f, t + s, g)[0]);
+			float *o = f->att + (size_t)f->item_row[a->item] * qd + ((size_t)a->head * G + g) * hd;
+			memset(o, 0, (size_t)hd * sizeof(float));
+			for (int s = 0; s < a->nsplit; s++) {
+				const float *p = partial(f, t + s, g);
+				float w = expf(p[0] - mx);
+				sum += w * p[1];
+				for (int d = 0; d < hd; d++)
+					o[d] += w * p[2 + d];
+			}
+			for (int d = 0; d < hd; d++)
+				o[d] /= sum;
+		}
+	}
+}
+
+void op_attention(struct fwd *f, int layer)
+{
+	f->layer = layer;
+	pfx_pool_run(f->m->pool, att_task, f, f->ntasks);
+	merge_partials(f);
+}
