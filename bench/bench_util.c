@@ -48,30 +48,46 @@ static void *bw_thread(void *a)
 	return NULL;
 }
 
-double bench_read_bandwidth(int threads)
+#define PROBE_BYTES ((size_t)512 << 20)
+
+struct bw_probe {
+	uint64_t *buf;
+};
+
+struct bw_probe *bw_probe_new(void)
 {
-	size_t bytes = (size_t)512 << 20, n = bytes / 8;
-	uint64_t *buf = aligned_alloc(4096, bytes);
-	if (!buf)
-		return 0;
-	memset(buf, 1, bytes);
-	double gbs[7];
-	for (int pass = 0; pass < 7; pass++) {
-		pthread_t th[64];
-		struct bw_arg arg[64];
-		pthread_barrier_t start;
-		pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
-		for (int t = 0; t < threads; t++) {
-			arg[t] = (struct bw_arg){ buf + n / threads * t, n / threads, &start, 0 };
-			pthread_create(&th[t], NULL, bw_thread, &arg[t]);
-		}
-		double t0 = bench_now();
-		pthread_barrier_wait(&start);
-		for (int t = 0; t < threads; t++)
-			pthread_join(th[t], NULL);
-		gbs[pass] = (double)bytes / (bench_now() - t0) / 1e9;
-		pthread_barrier_destroy(&start);
+	struct bw_probe *p = malloc(sizeof(*p));
+	if (!p || !(p->buf = aligned_alloc(4096, PROBE_BYTES))) {
+		free(p);
+		return NULL;
 	}
-	free(buf);
-	return bench_median(gbs, 7);
+	memset(p->buf, 1, PROBE_BYTES);
+	return p;
+}
+
+void bw_probe_free(struct bw_probe *p)
+{
+	if (p)
+		free(p->buf);
+	free(p);
+}
+
+double bw_probe_run(struct bw_probe *p, int threads)
+{
+	size_t n = PROBE_BYTES / 8;
+	pthread_t th[64];
+	struct bw_arg arg[64];
+	pthread_barrier_t start;
+	pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+	for (int t = 0; t < threads; t++) {
+		arg[t] = (struct bw_arg){ p->buf + n / threads * t, n / threads, &start, 0 };
+		pthread_create(&th[t], NULL, bw_thread, &arg[t]);
+	}
+	double t0 = bench_now();
+	pthread_barrier_wait(&start);
+	for (int t = 0; t < threads; t++)
+		pthread_join(th[t], NULL);
+	double gbs = (double)PROBE_BYTES / (bench_now() - t0) / 1e9;
+	pthread_barrier_destroy(&start);
+	return gbs;
 }

@@ -46,79 +46,84 @@ static double weight_bytes_per_token(const struct pfx_config *c)
 	return 4.0 * (layer_flops_per_token(c) / 2 + c->n_layers * 2 * H + H + (double)c->vocab * H);
 }
 
-/* cblas_sgemm with OpenBLAS's own threads on the layer shapes at m rows. */
-static double sgemm_gflops(const struct pfx_config *c, int m, int threads)
+struct sgemm_ref {
+	const struct pfx_config *c;
+	int m;
+	float *a, *w, *y;
+};
+
+static void sgemm_ref_init(struct sgemm_ref *r, const struct pfx_config *c, int m)
 {
+	size_t big = (size_t)c->intermediate * c->hidden, rows = (size_t)m * c->intermediate;
+	*r = (struct sgemm_ref){ c, m, malloc(rows * 4), malloc(big * 4), malloc(rows * 4) };
+	for (size_t i = 0; i < rows; i++)
+		r->a[i] = (float)(i % 13) * 0.01f;
+	for (size_t i = 0; i < big; i++)
+		r->w[i] = (float)(i % 7) * 0.01f;
+}
+
+/* One pass of cblas_sgemm, with OpenBLAS's own threads, over the shapes of
+ * a layer's projections at m rows; GFLOP/s. */
+static double sgemm_ref_run(struct sgemm_ref *r, int threads)
+{
+	const struct pfx_config *c = r->c;
 	int H = c->hidden, q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
 	int inter = c->intermediate;
 	const int shapes[][2] = { { q, H }, { kv, H }, { kv, H }, { H, q }, { inter, H }, { inter, H }, { H, inter } };
-	size_t big = (size_t)inter * H;
-	float *a = malloc((size_t)m * inter * 4), *w = malloc(big * 4), *y = malloc((size_t)m * inter * 4);
-	for (size_t i = 0; i < (size_t)m * inter; i++)
-		a[i] = (float)(i % 13) * 0.01f;
-	for (size_t i = 0; i < big; i++)
-		w[i] = (float)(i % 7) * 0.01f;
+	double flops = 0;
 	openblas_set_num_threads(threads);
-	double flops = 0, samples[9];
-	for (int s = 0; s < 7; s++)
-		flops += 2.0 * m * shapes[s][0] * shapes[s][1];
-	for (int r = 0; r < 9; r++) {
-		double t0 = bench_now();
-		for (int s = 0; s < 7; s++)
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, shapes[s][0], shapes[s][1],
-				    1.0f, a, shapes[s][1], w, shapes[s][1], 0.0f, y, shapes[s][0]);
-		samples[r] = flops / (bench_now() - t0) / 1e9;
+	double t0 = bench_now();
+	for (int s = 0; s < 7; s++) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r->m, shapes[s][0], shapes[s][1],
+			    1.0f, r->a, shapes[s][1], r->w, shapes[s][1], 0.0f, r->y, shapes[s][0]);
+		flops += 2.0 * r->m * shapes[s][0] * shapes[s][1];
 	}
+	double gf = flops / (bench_now() - t0) / 1e9;
 	openblas_set_num_threads(1); /* the runtime's setting (blas.c) */
-	free(a);
-	free(w);
-	free(y);
-	return bench_median(samples, 9);
+	return gf;
 }
 
-static double prefill_tok_s(struct pfx_model *m, const int32_t *tok, int n, int runs,
-			    double *spread)
+static void sgemm_ref_release(struct sgemm_ref *r)
 {
-	int V = pfx_model_config(m)->vocab;
-	float *l = malloc((size_t)V * 4);
-	double t[16];
-	for (int r = 0; r < runs; r++) {
-		struct pfx_session *s;
-		pfx_session_new(m, &s, NULL);
-		double t0 = bench_now();
-		if (pfx_session_append(s, tok, (size_t)n, PFX_LOGITS_LAST, l, NULL))
-			abort();
-		t[r] = n / (bench_now() - t0);
-		pfx_session_free(s);
-	}
-	free(l);
-	double med = bench_median(t, runs);
-	*spread = (t[runs - 1] - t[0]) / med;
-	return med;
+	free(r->a);
+	free(r->w);
+	free(r->y);
 }
 
-static double decode_tok_s(struct pfx_model *m, const int32_t *tok, int ctx, int steps, int runs,
-			   double *spread)
+/* Seconds to prefill n tokens in a fresh session (logits of the last). */
+static double prefill_once(struct pfx_model *m, const int32_t *tok, int n, float *l)
 {
-	int V = pfx_model_config(m)->vocab;
-	float *l = malloc((size_t)V * 4);
 	struct pfx_session *s;
-	pfx_session_new(m, &s, NULL);
-	pfx_session_append(s, tok, (size_t)ctx, PFX_LOGITS_LAST, l, NULL);
-	double t[16];
-	for (int r = 0; r < runs; r++) {
-		double t0 = bench_now();
-		for (int i = 0; i < steps; i++)
-			if (pfx_session_decode(s, tok[ctx + i], l, NULL))
-				abort();
-		t[r] = steps / (bench_now() - t0);
-		pfx_session_rewind(s, (size_t)ctx, NULL);
-	}
+	if (pfx_session_new(m, &s, NULL))
+		abort();
+	double t0 = bench_now();
+	if (pfx_session_append(s, tok, (size_t)n, PFX_LOGITS_LAST, l, NULL))
+		abort();
+	double t = bench_now() - t0;
 	pfx_session_free(s);
-	free(l);
-	double med = bench_median(t, runs);
-	*spread = (t[runs - 1] - t[0]) / med;
-	return med;
+	return t;
+}
+
+/* Seconds per token of `steps` decode steps after ctx, then rewinds. */
+static double decode_once(struct pfx_session *s, const int32_t *tok, int ctx, int steps, float *l)
+{
+	double t0 = bench_now();
+	for (int i = 0; i < steps; i++)
+		if (pfx_session_decode(s, tok[ctx + i], l, NULL))
+			abort();
+	double t = (bench_now() - t0) / steps;
+	pfx_session_rewind(s, (size_t)ctx, NULL);
+	return t;
+}
+
+static double spread(double *v, int n, double med)
+{
+	double lo = v[0], hi = v[0];
+	for (int i = 1; i < n; i++) {
+		lo = v[i] < lo ? v[i] : lo;
+		hi = v[i] > hi ? v[i] : hi;
+	}
+	return (hi - lo) / med;
 }
 
 int main(int argc, char **argv)
@@ -177,38 +182,77 @@ int main(int argc, char **argv)
 	int32_t *tok = malloc(4096 * sizeof(*tok));
 	random_tokens(tok, 4096, cfg->vocab, 3);
 
-	const int lens[3] = { 128, 512, 2048 }, runs[3] = { 7, 5, 3 };
-	double pre[3], spread[3], dec_spread;
-	prefill_tok_s(m, tok, 64, 1, &spread[0]); /* warm up pages and pools */
-	for (int i = 0; i < 3; i++)
-		pre[i] = prefill_tok_s(m, tok, lens[i], runs[i], &spread[i]);
-	double dec = decode_tok_s(m, tok, 512, 32, 5, &dec_spread);
-	double sg = sgemm_gflops(cfg, 512, threads);
-	double bw = bench_read_bandwidth(threads);
-	double flops512 = layer_flops_per_token(cfg) * 512 + attention_flops(cfg, 512) +
-			  2.0 * cfg->hidden * cfg->vocab;
-	double pre_gf = flops512 / (512 / pre[1]) / 1e9;
-	double wbytes = weight_bytes_per_token(cfg);
-	double bound = bw * 1e9 / wbytes;
+	float *l = malloc((size_t)cfg->vocab * sizeof(float));
+	struct bw_probe *probe = bw_probe_new();
+	struct sgemm_ref ref;
+	sgemm_ref_init(&ref, cfg, 512);
+	if (!l || !probe) {
+		fprintf(stderr, "forward: out of memory\n");
+		return 1;
+	}
+	prefill_once(m, tok, 64, l); /* warm up pages and pools */
+
+	/* Each round measures a reference right next to the runtime, so the
+	 * ratios compare like with like while the machine's load drifts. */
+	enum { ROUNDS = 7 };
+	const int lens[3] = { 128, 512, 2048 }, runs[3] = { 7, ROUNDS, 3 };
+	double pre[3][ROUNDS], pre_med[3], sg[ROUNDS], pre_ratio[ROUNDS];
+	double attn512 = attention_flops(cfg, 512);
+	double flops512 = layer_flops_per_token(cfg) * 512 + attn512 + 2.0 * cfg->hidden * cfg->vocab;
+	for (int r = 0; r < ROUNDS; r++) {
+		sg[r] = sgemm_ref_run(&ref, threads);
+		double gf = flops512 / prefill_once(m, tok, 512, l) / 1e9;
+		pre[1][r] = gf * 1e9 / flops512 * 512;
+		pre_ratio[r] = gf / sg[r];
+	}
+	for (int i = 0; i < 3; i += 2)
+		for (int r = 0; r < runs[i]; r++)
+			pre[i][r] = lens[i] / prefill_once(m, tok, lens[i], l);
+	double sp[3];
+	for (int i = 0; i < 3; i++) {
+		pre_med[i] = bench_median(pre[i], runs[i]);
+		sp[i] = spread(pre[i], runs[i], pre_med[i]);
+	}
+
+	struct pfx_session *s;
+	if (pfx_session_new(m, &s, NULL) ||
+	    pfx_session_append(s, tok, 512, PFX_LOGITS_NONE, NULL, NULL))
+		abort();
+	double wbytes = weight_bytes_per_token(cfg), bw[ROUNDS], dec[ROUNDS], dec_ratio[ROUNDS];
+	for (int r = 0; r < ROUNDS; r++) {
+		double b3[3] = { bw_probe_run(probe, threads), bw_probe_run(probe, threads),
+				 bw_probe_run(probe, threads) };
+		bw[r] = bench_median(b3, 3);
+		dec[r] = 1.0 / decode_once(s, tok, 512, 32, l);
+		dec_ratio[r] = dec[r] / (bw[r] * 1e9 / wbytes);
+	}
+	pfx_session_free(s);
+	double sg_med = bench_median(sg, ROUNDS), bw_med = bench_median(bw, ROUNDS);
+	double dec_med = bench_median(dec, ROUNDS), dec_sp = spread(dec, ROUNDS, dec_med);
+	double pre_gf = flops512 / (512 / pre_med[1]) / 1e9;
 
 	printf("{\n");
 	printf("  \"model\": \"%s\",\n", model == tmp ? "random SmolLM-135M shape (f32)" : model);
 	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m));
 	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m));
 	printf("  \"blas_core\": \"%s\",\n", pfx_blas_corename());
-	printf("  \"prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n", pre[0], pre[1],
-	       pre[2]);
-	printf("  \"prefill_spread\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", spread[0],
-	       spread[1], spread[2]);
-	printf("  \"decode_tok_s\": %.2f,\n  \"decode_spread\": %.3f,\n", dec, dec_spread);
+	printf("  \"prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n", pre_med[0],
+	       pre_med[1], pre_med[2]);
+	printf("  \"prefill_spread\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", sp[0], sp[1],
+	       sp[2]);
+	printf("  \"decode_tok_s\": %.2f,\n  \"decode_spread\": %.3f,\n", dec_med, dec_sp);
 	printf("  \"prefill_gflops\": %.1f,\n", pre_gf);
-	printf("  \"sgemm_gflops\": %.1f,\n", sg);
-	printf("  \"membw_gbs\": %.2f,\n", bw);
+	printf("  \"sgemm_gflops\": %.1f,\n  \"sgemm_spread\": %.3f,\n", sg_med, spread(sg, ROUNDS, sg_med));
+	printf("  \"membw_gbs\": %.2f,\n  \"membw_spread\": %.3f,\n", bw_med, spread(bw, ROUNDS, bw_med));
 	printf("  \"weight_bytes_per_token\": %.0f,\n", wbytes);
-	printf("  \"decode_bound_tok_s\": %.2f,\n", bound);
-	printf("  \"prefill_sgemm_ratio\": %.3f,\n", pre_gf / sg);
-	printf("  \"decode_bound_ratio\": %.3f\n", dec / bound);
+	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / wbytes);
+	printf("  \"prefill_sgemm_ratio\": %.3f,\n", bench_median(pre_ratio, ROUNDS));
+	printf("  \"decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio, ROUNDS));
+	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime\"\n");
 	printf("}\n");
+	bw_probe_free(probe);
+	sgemm_ref_release(&ref);
+	free(l);
 	free(tok);
 	pfx_model_free(m);
 	return 0;

@@ -313,3 +313,33 @@ Test(session, threads_do_not_change_results)
 	pfx_model_free(m1);
 	pfx_model_free(m3);
 }
+
+/* Past 256 keys a decode step splits its keys over several tasks and
+ * merges their partial softmaxes (attention.c): still the uncached result. */
+Test(session, decode_with_split_keys)
+{
+	for (size_t mi = 0; mi < 3; mi++) {
+		struct pfx_model *m = load_fixture_model(models[mi]);
+		int V = pfx_model_config(m)->vocab;
+		size_t n = 400;
+		int32_t *tok = malloc(n * sizeof(int32_t));
+		for (size_t i = 0; i < n; i++)
+			tok[i] = (int32_t)rnd((unsigned)V);
+		float *full = logits_uncached(m, tok, n);
+		struct pfx_session *s;
+		struct pfx_error err;
+		float *l = malloc(V * sizeof(float));
+		cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+		cr_assert_eq(pfx_session_append(s, tok, 380, PFX_LOGITS_NONE, NULL, &err), 0);
+		for (size_t i = 380; i < n; i++) {
+			cr_assert_eq(pfx_session_decode(s, tok[i], l, &err), 0, "%s", err.msg);
+			float d = max_abs_diff(l, full + i * V, V);
+			cr_expect(d <= TOL_SELF, "%s: decode at %zu differs by %g", models[mi], i, d);
+		}
+		pfx_session_free(s);
+		free(l);
+		free(full);
+		free(tok);
+		pfx_model_free(m);
+	}
+}

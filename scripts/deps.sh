@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs what prefixd needs to build and test on Debian 12 (as root),
+# skipping the download when every package is already there.
+set -e
+PKGS="build-essential meson ninja-build pkg-config python3 libopenblas-dev \
+libcriterion-dev liburing-dev libjson-c-dev libsodium-dev"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "installing:$missing"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
