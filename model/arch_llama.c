@@ -9,21 +9,14 @@
 static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *err)
 {
 	int rc;
-	if ((rc = cfg_int(j, "hidden_size", 0, 1, &c->hidden, err)) ||
-	    (rc = cfg_int(j, "num_hidden_layers", 0, 1, &c->n_layers, err)) ||
-	    (rc = cfg_int(j, "num_attention_heads", 0, 1, &c->n_heads, err)) ||
+	if ((rc = cfg_parse_common(j, c, err)) ||
 	    (rc = cfg_int(j, "num_key_value_heads", c->n_heads, 0, &c->n_kv_heads, err)) ||
-	    (rc = cfg_int(j, "intermediate_size", 0, 1, &c->intermediate, err)) ||
-	    (rc = cfg_int(j, "vocab_size", 0, 1, &c->vocab, err)) ||
-	    (rc = cfg_int(j, "max_position_embeddings", 2048, 0, &c->max_positions, err)) ||
 	    (rc = cfg_int(j, "head_dim", c->n_heads ? c->hidden / c->n_heads : 0, 0, &c->head_dim, err)) ||
 	    (rc = cfg_float(j, "rms_norm_eps", 1e-6, &c->norm_eps, err)) ||
 	    (rc = cfg_float(j, "rope_theta", 10000.0, &c->rope_base, err)) ||
-	    (rc = cfg_bool(j, "tie_word_embeddings", false, &c->tied_embeddings, err)) ||
 	    (rc = cfg_bool(j, "attention_bias", false, &c->attn_bias, err)) ||
 	    (rc = cfg_bool(j, "mlp_bias", false, &c->mlp_bias, err)) ||
-	    (rc = cfg_act(j, "hidden_act", "silu", &c->act, err)) ||
-	    (rc = cfg_reject(j, "rope_scaling", err)))
+	    (rc = cfg_act(j, "hidden_act", "silu", &c->act, err)))
 		return rc;
 	if (c->act != PFX_ACT_SILU)
 		return pfx_errorf(err, -ENOTSUP, "config.json: Llama with hidden_act other than silu is not supported");
@@ -104,17 +97,10 @@ void block_llama(struct fwd *f, int layer)
 
 static void write_config(const struct pfx_config *c, json_object *j)
 {
-	json_object_object_add(j, "model_type", json_object_new_string("llama"));
-	json_object_object_add(j, "hidden_size", json_object_new_int(c->hidden));
-	json_object_object_add(j, "num_hidden_layers", json_object_new_int(c->n_layers));
-	json_object_object_add(j, "num_attention_heads", json_object_new_int(c->n_heads));
+	cfg_write_common(c, "llama", j);
 	json_object_object_add(j, "num_key_value_heads", json_object_new_int(c->n_kv_heads));
-	json_object_object_add(j, "intermediate_size", json_object_new_int(c->intermediate));
-	json_object_object_add(j, "vocab_size", json_object_new_int(c->vocab));
-	json_object_object_add(j, "max_position_embeddings", json_object_new_int(c->max_positions));
 	json_object_object_add(j, "rms_norm_eps", json_object_new_double(c->norm_eps));
 	json_object_object_add(j, "rope_theta", json_object_new_double(c->rope_base));
-	json_object_object_add(j, "tie_word_embeddings", json_object_new_boolean(c->tied_embeddings));
 	json_object_object_add(j, "hidden_act", json_object_new_string("silu"));
 }
 

@@ -14,20 +14,13 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 {
 	int rc;
 	float pct;
-	if ((rc = cfg_int(j, "hidden_size", 0, 1, &c->hidden, err)) ||
-	    (rc = cfg_int(j, "num_hidden_layers", 0, 1, &c->n_layers, err)) ||
-	    (rc = cfg_int(j, "num_attention_heads", 0, 1, &c->n_heads, err)) ||
-	    (rc = cfg_int(j, "intermediate_size", 0, 1, &c->intermediate, err)) ||
-	    (rc = cfg_int(j, "vocab_size", 0, 1, &c->vocab, err)) ||
-	    (rc = cfg_int(j, "max_position_embeddings", 2048, 0, &c->max_positions, err)) ||
+	if ((rc = cfg_parse_common(j, c, err)) ||
 	    (rc = cfg_float(j, "rotary_pct", 0.25, &pct, err)) ||
 	    (rc = cfg_float(j, "rotary_emb_base", 10000.0, &c->rope_base, err)) ||
 	    (rc = cfg_float(j, "layer_norm_eps", 1e-5, &c->norm_eps, err)) ||
 	    (rc = cfg_bool(j, "use_parallel_residual", true, &c->parallel_residual, err)) ||
-	    (rc = cfg_bool(j, "tie_word_embeddings", false, &c->tied_embeddings, err)) ||
 	    (rc = cfg_bool(j, "attention_bias", true, &c->attn_bias, err)) ||
-	    (rc = cfg_act(j, "hidden_act", "gelu", &c->act, err)) ||
-	    (rc = cfg_reject(j, "rope_scaling", err)))
+	    (rc = cfg_act(j, "hidden_act", "gelu", &c->act, err)))
 		return rc;
 	if (c->act == PFX_ACT_SILU)
 		return pfx_errorf(err, -ENOTSUP, "config.json: GPT-NeoX with hidden_act silu is not supported");
@@ -119,19 +112,12 @@ void block_neox(struct fwd *f, int layer)
 
 static void write_config(const struct pfx_config *c, json_object *j)
 {
-	json_object_object_add(j, "model_type", json_object_new_string("gpt_neox"));
-	json_object_object_add(j, "hidden_size", json_object_new_int(c->hidden));
-	json_object_object_add(j, "num_hidden_layers", json_object_new_int(c->n_layers));
-	json_object_object_add(j, "num_attention_heads", json_object_new_int(c->n_heads));
-	json_object_object_add(j, "intermediate_size", json_object_new_int(c->intermediate));
-	json_object_object_add(j, "vocab_size", json_object_new_int(c->vocab));
-	json_object_object_add(j, "max_position_embeddings", json_object_new_int(c->max_positions));
+	cfg_write_common(c, "gpt_neox", j);
 	json_object_object_add(j, "rotary_pct",
 			       json_object_new_double((double)c->rotary_dim / c->head_dim));
 	json_object_object_add(j, "rotary_emb_base", json_object_new_double(c->rope_base));
 	json_object_object_add(j, "layer_norm_eps", json_object_new_double(c->norm_eps));
 	json_object_object_add(j, "use_parallel_residual", json_object_new_boolean(c->parallel_residual));
-	json_object_object_add(j, "tie_word_embeddings", json_object_new_boolean(c->tied_embeddings));
 	json_object_object_add(j, "hidden_act",
 			       json_object_new_string(c->act == PFX_ACT_GELU ? "gelu" : "gelu_new"));
 }

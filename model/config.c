@@ -91,3 +91,32 @@ int cfg_act(json_object *cfg, const char *key, const char *dflt, enum pfx_act *o
 				  key, s);
 	return 0;
 }
+
+/* ==== Keys every Hugging Face causal LM config has ==== */
+
+int cfg_parse_common(json_object *j, struct pfx_config *c, struct pfx_error *err)
+{
+	int rc;
+	if ((rc = cfg_int(j, "hidden_size", 0, 1, &c->hidden, err)) ||
+	    (rc = cfg_int(j, "num_hidden_layers", 0, 1, &c->n_layers, err)) ||
+	    (rc = cfg_int(j, "num_attention_heads", 0, 1, &c->n_heads, err)) ||
+	    (rc = cfg_int(j, "intermediate_size", 0, 1, &c->intermediate, err)) ||
+	    (rc = cfg_int(j, "vocab_size", 0, 1, &c->vocab, err)) ||
+	    (rc = cfg_int(j, "max_position_embeddings", 2048, 0, &c->max_positions, err)) ||
+	    (rc = cfg_bool(j, "tie_word_embeddings", false, &c->tied_embeddings, err)) ||
+	    (rc = cfg_reject(j, "rope_scaling", err)))
+		return rc;
+	return 0;
+}
+
+void cfg_write_common(const struct pfx_config *c, const char *model_type, json_object *j)
+{
+	json_object_object_add(j, "model_type", json_object_new_string(model_type));
+	json_object_object_add(j, "hidden_size", json_object_new_int(c->hidden));
+	json_object_object_add(j, "num_hidden_layers", json_object_new_int(c->n_layers));
+	json_object_object_add(j, "num_attention_heads", json_object_new_int(c->n_heads));
+	json_object_object_add(j, "intermediate_size", json_object_new_int(c->intermediate));
+	json_object_object_add(j, "vocab_size", json_object_new_int(c->vocab));
+	json_object_object_add(j, "max_position_embeddings", json_object_new_int(c->max_positions));
+	json_object_object_add(j, "tie_word_embeddings", json_object_new_boolean(c->tied_embeddings));
+}

@@ -78,6 +78,10 @@ int cfg_bool(json_object *cfg, const char *key, bool dflt, bool *out, struct pfx
 /* Rejects a key whose presence (non-null) means an option we do not support. */
 int cfg_reject(json_object *cfg, const char *key, struct pfx_error *err);
 int cfg_act(json_object *cfg, const char *key, const char *dflt, enum pfx_act *out, struct pfx_error *err);
+/* The keys every causal LM config shares (sizes, positions, tying; rejects
+ * rope_scaling), and their writing for random checkpoints. */
+int cfg_parse_common(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
+void cfg_write_common(const struct pfx_config *c, const char *model_type, json_object *cfg);
 
 struct pfx_model {
 	struct pfx_config cfg;
