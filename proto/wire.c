@@ -217,8 +217,8 @@ int pd_match_decode(const uint8_t *body, size_t len, uint32_t block_tokens, stru
 size_t pd_publish_encode(const struct pd_publish *m, uint32_t block_tokens, uint8_t *out, size_t cap)
 {
 	struct wr w = { out, cap, 0, m->count > PD_MAX_HASHES };
+	wr_le(&w, m->lease, 8);
 	wr_le(&w, m->count, 4);
-	wr_bytes(&w, m->parent, PD_HASH_SIZE);
 	wr_bytes(&w, m->hashes, (size_t)m->count * PD_HASH_SIZE);
 	wr_bytes(&w, m->tokens, (size_t)m->count * block_tokens * 4);
 	return wr_done(&w);
@@ -227,8 +227,8 @@ size_t pd_publish_encode(const struct pd_publish *m, uint32_t block_tokens, uint
 int pd_publish_decode(const uint8_t *body, size_t len, uint32_t block_tokens, struct pd_publish *m)
 {
 	struct rd r = { body, len, 0, 0 };
+	m->lease = rd_u64(&r);
 	m->count = rd_u32(&r);
-	m->parent = rd_take(&r, PD_HASH_SIZE);
 	if (r.bad)
 		return PD_E_MALFORMED;
 	if (!m->count)

@@ -111,11 +111,14 @@ struct pd_release {
 };
 
 /* PUBLISH: blocks whose KV is in the attached staging descriptor, block i
- * at offset i x block_bytes. `parent` is the hash before the first block
- * (the chain's root for a prompt's first block). */
+ * at offset i x block_bytes. They continue the prompt right after the last
+ * block of `lease` (the client's MATCH hit), or from the root when lease is
+ * 0: the parent is a block the daemon confirmed token by token, never a
+ * hash the client names, so a hash collision cannot graft a block onto
+ * another prompt. */
 struct pd_publish {
+	uint64_t lease;
 	uint32_t count;
-	const uint8_t *parent;   /* PD_HASH_SIZE */
 	const uint8_t *hashes;   /* count x PD_HASH_SIZE */
 	const uint8_t *tokens;   /* count x block_tokens x u32 LE */
 };

@@ -91,7 +91,7 @@ Test(proto, hello)
 Test(proto, match_and_publish)
 {
 	enum { B = 4, C = 3 };
-	uint8_t hashes[C * PD_HASH_SIZE], parent[PD_HASH_SIZE] = { 9 };
+	uint8_t hashes[C * PD_HASH_SIZE];
 	uint8_t tokens[C * B * 4];
 	for (size_t i = 0; i < sizeof(hashes); i++)
 		hashes[i] = (uint8_t)i;
@@ -117,11 +117,11 @@ Test(proto, match_and_publish)
 	memcpy(buf, &big, 4);
 	cr_expect_eq(pd_match_decode(buf, n, B, &g), PD_E_LIMIT);
 
-	struct pd_publish p = { C, parent, hashes, tokens }, q;
+	struct pd_publish p = { 9, C, hashes, tokens }, q;
 	n = pd_publish_encode(&p, B, buf, sizeof(buf));
 	cr_assert_eq(pd_publish_decode(buf, n, B, &q), 0);
 	cr_expect_eq(q.count, C);
-	cr_expect_eq(q.parent[0], 9);
+	cr_expect_eq(q.lease, 9);
 	p.count = 0;
 	n = pd_publish_encode(&p, B, buf, sizeof(buf));
 	cr_expect_eq(pd_publish_decode(buf, n, B, &q), PD_E_MALFORMED, "empty publish");
