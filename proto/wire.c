@@ -196,12 +196,21 @@ static int hashes_and_tokens(struct rd *r, uint32_t count, uint32_t block_tokens
 	return rd_done(r);
 }
 
+/* The count, hashes and tokens that MATCH and PUBLISH share. */
+static void wr_chain(struct wr *w, uint32_t count, const uint8_t *hashes, const uint8_t *tokens,
+		     uint32_t block_tokens)
+{
+	if (count > PD_MAX_HASHES || block_tokens > PD_MAX_BLOCK_TOKENS)
+		w->bad = 1;
+	wr_le(w, count, 4);
+	wr_bytes(w, hashes, (size_t)count * PD_HASH_SIZE);
+	wr_bytes(w, tokens, (size_t)count * block_tokens * 4);
+}
+
 size_t pd_match_encode(const struct pd_match *m, uint32_t block_tokens, uint8_t *out, size_t cap)
 {
-	struct wr w = { out, cap, 0, m->count > PD_MAX_HASHES };
-	wr_le(&w, m->count, 4);
-	wr_bytes(&w, m->hashes, (size_t)m->count * PD_HASH_SIZE);
-	wr_bytes(&w, m->tokens, (size_t)m->count * block_tokens * 4);
+	struct wr w = { out, cap, 0, 0 };
+	wr_chain(&w, m->count, m->hashes, m->tokens, block_tokens);
 	return wr_done(&w);
 }
 
@@ -216,11 +225,9 @@ int pd_match_decode(const uint8_t *body, size_t len, uint32_t block_tokens, stru
 
 size_t pd_publish_encode(const struct pd_publish *m, uint32_t block_tokens, uint8_t *out, size_t cap)
 {
-	struct wr w = { out, cap, 0, m->count > PD_MAX_HASHES };
+	struct wr w = { out, cap, 0, 0 };
 	wr_le(&w, m->lease, 8);
-	wr_le(&w, m->count, 4);
-	wr_bytes(&w, m->hashes, (size_t)m->count * PD_HASH_SIZE);
-	wr_bytes(&w, m->tokens, (size_t)m->count * block_tokens * 4);
+	wr_chain(&w, m->count, m->hashes, m->tokens, block_tokens);
 	return wr_done(&w);
 }
 
