@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "sock.h"
 
 static void on_segv(int sig)
 {
@@ -154,24 +155,13 @@ Test(shm, descriptor_passes_over_a_socket)
 	struct shm_arena *a = arena(1);
 	int sv[2];
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	int fd = shm_arena_ro_fd(a);
-	char byte = 'A', cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { &byte, 1 };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			      .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	cr_assert_eq(sendmsg(sv[0], &msg, 0), 1);
+	int fd = shm_arena_ro_fd(a), got, n;
+	uint8_t *body;
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_MATCH, PD_FLAG_REPLY, 0, 1, 0 };
+	cr_assert_eq(pd_send(sv[0], &h, NULL, &fd, 1), 0);
 	close(fd);
-	memset(cbuf, 0, sizeof(cbuf));
-	struct msghdr in = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	cr_assert_eq(recvmsg(sv[1], &in, 0), 1);
-	int got;
-	memcpy(&got, CMSG_DATA(CMSG_FIRSTHDR(&in)), sizeof(int));
+	cr_assert_eq(pd_recv(sv[1], &h, &body, &got, &n), 0);
+	cr_assert_eq(n, 1);
 	strcpy((char *)shm_arena_base(a), "shared");
 	const void *ro;
 	cr_assert_eq(shm_map_ro(got, shm_arena_size(a), &ro), 0);

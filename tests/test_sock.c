@@ -19,6 +19,22 @@ static int open_fds(void)
 	return n;
 }
 
+/* Sends bytes with descriptors in one sendmsg, bypassing pd_send's limits,
+ * to play a peer that breaks the rules. */
+static void send_raw(int sock, const void *bytes, size_t len, const int *fds, int nfds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * (PD_MAX_FDS + 8))];
+	struct iovec iov = { (void *)bytes, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			      .msg_controllen = CMSG_SPACE(sizeof(int) * nfds) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	cr_assert_eq(sendmsg(sock, &msg, 0), (ssize_t)len);
+}
+
 static void pair(int sv[2])
 {
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -92,16 +108,7 @@ Test(sock, broken_streams)
 	h.body_len = 64;
 	uint8_t frame[PD_HDR_SIZE + 10] = { 0 };
 	pd_hdr_encode(&h, frame);
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { frame, sizeof(frame) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			      .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	cr_assert_eq(sendmsg(sv[0], &msg, 0), (ssize_t)sizeof(frame));
+	send_raw(sv[0], frame, sizeof(frame), &fd, 1);
 	close(sv[0]);
 	int before = open_fds();
 	cr_expect_eq(pd_recv(sv[1], &g, &got, rfds, &nr), -ECONNRESET);
@@ -122,16 +129,7 @@ Test(sock, descriptors_past_the_limit_are_closed)
 		fds[i] = memfd_with("y");
 	uint8_t raw[PD_HDR_SIZE];
 	pd_hdr_encode(&(struct pd_hdr){ PD_MAGIC, 1, PD_OP_STATS, 0, 0, 1, 0 }, raw);
-	char cbuf[CMSG_SPACE(sizeof(fds))];
-	struct iovec iov = { raw, sizeof(raw) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			      .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	cr_assert_eq(sendmsg(sv[0], &msg, 0), PD_HDR_SIZE);
+	send_raw(sv[0], raw, sizeof(raw), fds, N);
 	struct pd_hdr g;
 	uint8_t *got;
 	int rfds[PD_MAX_FDS], nr;
