@@ -63,7 +63,7 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 	int B = f->m->block_tokens, hd = c->head_dim, qd = c->n_heads * hd;
 	int kvh = a->head / (c->n_heads / c->n_kv_heads);
 	int nq = a->r1 - a->r0;
-	size_t len0 = f->item_len[a->item];
+	size_t len0 = s->len; /* committed only after the pass */
 	int nk = (int)len0 + a->r1; /* keys the last query row sees */
 	int nb = (nk + B - 1) / B;
 	size_t ld = f->score_ld;

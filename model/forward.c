@@ -17,7 +17,6 @@ void fwd_scratch_free(struct fwd *f)
 	free(f->row_item);
 	free(f->row_pos);
 	free(f->item_row);
-	free(f->item_len);
 	free(f->x);
 	free(f->xn);
 	free(f->xn2);
@@ -64,8 +63,7 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 		f->cap_T = t;
 	}
 	if ((size_t)nitems > f->cap_items) {
-		if (grow(&f->item_row, (size_t)nitems * sizeof(int)) ||
-		    grow(&f->item_len, (size_t)nitems * sizeof(size_t)))
+		if (grow(&f->item_row, (size_t)nitems * sizeof(int)))
 			return -ENOMEM;
 		f->cap_items = (size_t)nitems;
 	}
@@ -132,7 +130,6 @@ static void setup(struct fwd *f)
 	for (int i = 0; i < f->nitems; i++) {
 		const struct pfx_batch_item *it = &f->items[i];
 		f->item_row[i] = r;
-		f->item_len[i] = it->s->len;
 		for (size_t j = 0; j < it->n; j++, r++) {
 			f->row_item[r] = i;
 			f->row_pos[r] = (int)(it->s->len + j);

@@ -29,7 +29,6 @@ struct fwd {
 	int *row_item;         /* (T) */
 	int *row_pos;          /* (T) position of each new token */
 	int *item_row;         /* (nitems) first row of each item */
-	size_t *item_len;      /* (nitems) session length before this pass */
 	float *x;              /* (T, hidden) residual stream */
 	float *xn, *xn2;       /* (T, hidden) normalised */
 	float *q;              /* (T, heads * head_dim) */
