@@ -14,10 +14,18 @@
 
 struct pd_store;
 
-/* Slots of block_bytes (rounded to pages); arenas of slots_per_arena slots,
- * never more arenas than fit in budget_bytes. 0 or -errno (-EINVAL when not
- * even one arena fits). */
-int store_new(size_t block_bytes, uint64_t budget_bytes, uint32_t slots_per_arena,
+/* Memory that several stores (one per block size) draw their arenas from:
+ * the sum of all their arenas' sizes never exceeds limit. */
+struct store_budget {
+	_Atomic uint64_t reserved;
+	uint64_t limit;
+};
+
+/* Slots of block_bytes (rounded to pages) in arenas of up to
+ * slots_per_arena slots (fewer when the budget has less room), created
+ * while the budget allows. 0 or -errno (-ENOSPC when not even one slot
+ * fits). */
+int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
 	      struct pd_store **out);
 void store_free(struct pd_store *s);
 

@@ -50,7 +50,8 @@ enum pd_status {
 	PD_E_NOTFOUND = 6,     /* unknown lease */
 	PD_E_LAYOUT = 7,       /* KV layout the daemon cannot store */
 	PD_E_INTERNAL = 8,
-	PD_STATUS_MAX = PD_E_INTERNAL,
+	PD_E_DENIED = 9,       /* an admin request from another user */
+	PD_STATUS_MAX = PD_E_DENIED,
 };
 
 struct pd_hdr {

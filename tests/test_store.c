@@ -11,24 +11,46 @@
 Test(store, budget_caps_the_arenas)
 {
 	struct pd_store *s;
-	/* 4 slots of 4 KiB per arena: 16 KiB arenas, budget for 2.5 of them. */
-	cr_assert_eq(store_new(4096, 40960, 4, &s), 0);
-	struct idx_loc loc[9];
-	for (int i = 0; i < 8; i++)
+	/* Up to 4 slots of 4 KiB per arena, budget for 10 slots: 4 + 4 + 2. */
+	struct store_budget b = { .limit = 40960 };
+	cr_assert_eq(store_new(4096, &b, 4, &s), 0);
+	struct idx_loc loc[11];
+	for (int i = 0; i < 10; i++)
 		cr_assert_eq(store_alloc(s, &loc[i]), 0, "slot %d", i);
-	cr_expect_eq(store_alloc(s, &loc[8]), -ENOSPC);
-	cr_expect_eq(store_arenas(s), 2);
-	cr_expect_leq(store_bytes_mapped(s), 40960);
-	cr_expect_eq(store_bytes_used(s), 8 * 4096);
+	cr_expect_eq(store_alloc(s, &loc[10]), -ENOSPC);
+	cr_expect_eq(store_arenas(s), 3);
+	cr_expect_eq(store_bytes_mapped(s), 40960);
+	cr_expect_eq(b.reserved, 40960);
+	cr_expect_eq(store_bytes_used(s), 10 * 4096);
 	store_release(s, loc[3]);
-	cr_expect_eq(store_bytes_used(s), 7 * 4096);
-	cr_expect_eq(store_alloc(s, &loc[8]), 0);
-	cr_expect_eq(loc[8].arena, loc[3].arena);
-	cr_expect_eq(loc[8].offset, loc[3].offset);
+	cr_expect_eq(store_bytes_used(s), 9 * 4096);
+	cr_expect_eq(store_alloc(s, &loc[10]), 0);
+	cr_expect_eq(loc[10].arena, loc[3].arena);
+	cr_expect_eq(loc[10].offset, loc[3].offset);
 	cr_expect_null(store_slot(s, (struct idx_loc){ 5, 0 }));
 	cr_expect_null(store_slot(s, (struct idx_loc){ 0, 100 }));
 	store_free(s);
-	cr_expect_eq(store_new(4096, 4096, 4, &s), -EINVAL, "not even one arena fits");
+	cr_expect_eq(b.reserved, 0, "freeing a store returns its arenas to the budget");
+	struct store_budget tiny = { .limit = 4096 };
+	cr_expect_eq(store_new(8192, &tiny, 4, &s), -ENOSPC, "not even one slot fits");
+}
+
+Test(store, block_sizes_share_one_budget)
+{
+	struct store_budget b = { .limit = 8 * 4096 };
+	struct pd_store *s1, *s2;
+	cr_assert_eq(store_new(4096, &b, 4, &s1), 0);
+	cr_assert_eq(store_new(8192, &b, 4, &s2), 0);
+	struct idx_loc loc;
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(store_alloc(s1, &loc), 0);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(store_alloc(s2, &loc), 0);
+	cr_expect_eq(store_alloc(s1, &loc), -ENOSPC);
+	cr_expect_eq(store_alloc(s2, &loc), -ENOSPC);
+	cr_expect_eq(store_bytes_mapped(s1) + store_bytes_mapped(s2), 8 * 4096);
+	store_free(s1);
+	store_free(s2);
 }
 
 struct fill_ctx {
@@ -46,7 +68,8 @@ static int fill(void *ctx, uint32_t i, struct idx_loc loc)
 Test(store, index_blocks_reach_a_read_only_client)
 {
 	struct pd_store *s;
-	cr_assert_eq(store_new(8192, 1 << 20, 8, &s), 0);
+	struct store_budget b = { .limit = 1 << 20 };
+	cr_assert_eq(store_new(8192, &b, 8, &s), 0);
 	struct idx_store ops = { store_alloc, store_release, s };
 	struct pd_index *x;
 	cr_assert_eq(idx_new(2, 32, &ops, &x), 0);
