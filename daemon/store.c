@@ -22,8 +22,9 @@ struct pd_store {
 	struct store_budget *budget;
 	uint32_t slots_per_arena;
 	struct shm_arena *arenas[MAX_ARENAS];
-	uint32_t narenas;
-	uint64_t used_slots;
+	/* Changed under the index lock; atomic so statistics read them freely. */
+	_Atomic uint32_t narenas;
+	_Atomic uint64_t used_slots;
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,

@@ -8,6 +8,8 @@
 #define PD_SOCK_H
 
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "wire.h"
 
@@ -24,5 +26,17 @@ int pd_send(int sock, const struct pd_hdr *h, const uint8_t *body, const int *fd
  * limit, or -errno.
  */
 int pd_recv(int sock, struct pd_hdr *h, uint8_t **body, int *fds, int *nfds);
+
+/* One sendmsg (the daemon's non-blocking replies): bytes written or
+ * -errno; the descriptors go with the first byte. */
+ssize_t pd_send_some(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds);
+/* One recvmsg: bytes read (0 at end of stream) or -errno. Descriptors that
+ * came with them are appended to fds while *nfds < PD_MAX_FDS; the rest
+ * are closed. */
+ssize_t pd_recv_some(int sock, void *buf, size_t n, int *fds, int *nfds);
+
+/* The daemon's default socket: $XDG_RUNTIME_DIR/prefixd.sock, else
+ * /run/prefixd.sock. Returns 0, or -ENAMETOOLONG. */
+int pd_default_socket(char *buf, size_t cap);
 
 #endif

@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libprefixd. One blocking request at a time per connection (a mutex), so
+ * replies never need matching beyond the echoed opaque value. Arenas are
+ * mapped once per connection and stay mapped until it closes: the daemon
+ * sends each arena's descriptor once, and mapping is the costly part.
+ */
+#include "prefixd.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "chain.h"
+#include "sock.h"
+#include "wire.h"
+
+struct mapped {
+	const uint8_t *base;
+	uint64_t size;
+};
+
+struct prefixd {
+	int fd;
+	pthread_mutex_t lock;
+	uint32_t opaque;
+	int has_layout;
+	uint32_t block_tokens;
+	uint64_t block_bytes;
+	uint8_t h0[PD_HASH_SIZE];
+	uint32_t max_hashes;
+	struct mapped *arenas;  /* by arena id */
+	uint32_t narenas;
+};
+
+static _Thread_local char errmsg[512];
+
+const char *prefixd_errmsg(void) { return errmsg; }
+
+__attribute__((format(printf, 2, 3))) static int fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static int errno_of(int status)
+{
+	switch (status) {
+	case PD_E_VERSION: return -EPROTONOSUPPORT;
+	case PD_E_LAYOUT: return -EINVAL;
+	case PD_E_NOSPACE: return -ENOSPC;
+	case PD_E_NOTFOUND: return -ENOENT;
+	case PD_E_DENIED: return -EACCES;
+	case PD_E_LIMIT: return -E2BIG;
+	case PD_E_MALFORMED: return -EBADMSG;
+	case PD_E_STATE: return -EPROTO;
+	default: return -EIO;
+	}
+}
+
+/*
+ * One request and its reply. On a daemon error the message it sent becomes
+ * errmsg. The reply body (malloc'd) and descriptors go to the caller only
+ * on success; fds may be NULL when none are expected.
+ */
+static int call(struct prefixd *c, int op, const uint8_t *body, size_t len, int sfd,
+		uint8_t **rbody, uint32_t *rlen, int *fds, int *nfds)
+{
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, (uint8_t)op, 0, 0, ++c->opaque, (uint32_t)len };
+	struct pd_hdr r;
+	int got = 0, tmp[PD_MAX_FDS];
+	int *rfds = fds ? fds : tmp;
+	*rbody = NULL;
+	int rc = pd_send(c->fd, &h, body, sfd >= 0 ? &sfd : NULL, sfd >= 0);
+	if (rc)
+		return fail(rc, "cannot send to prefixd: %s", strerror(-rc));
+	if ((rc = pd_recv(c->fd, &r, rbody, rfds, &got)))
+		return fail(rc == -ECONNRESET ? rc : -EPROTO, "no reply from prefixd: %s",
+			    rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+	if (!(r.flags & PD_FLAG_REPLY) || r.op != op || r.opaque != h.opaque) {
+		rc = fail(-EPROTO, "prefixd answered another request");
+	} else if (r.status) {
+		struct pd_error e;
+		if (pd_error_decode(*rbody, r.body_len, &e))
+			rc = fail(errno_of((int)r.status), "prefixd: %s", pd_status_str((int)r.status));
+		else
+			rc = fail(errno_of((int)r.status), "prefixd: %s: %.*s",
+				  pd_status_str((int)r.status), (int)e.len, e.msg);
+	}
+	if (rc || !fds)
+		for (int i = 0; i < got; i++)
+			close(rfds[i]);
+	if (rc) {
+		free(*rbody);
+		*rbody = NULL;
+		return rc;
+	}
+	*rlen = r.body_len;
+	if (nfds)
+		*nfds = got;
+	return 0;
+}
+
+static int hello(struct prefixd *c, const struct prefixd_layout *l)
+{
+	if (l->salt_len > PREFIXD_MAX_SALT)
+		return fail(-EINVAL, "a salt of %u bytes is longer than %d", l->salt_len,
+			    PREFIXD_MAX_SALT);
+	struct pd_hello m = { PD_VERSION, PD_VERSION, l->block_tokens, l->block_bytes, 1,
+			      l->fingerprint, l->salt_len, l->salt };
+	uint8_t body[64 + PD_MAX_SALT];
+	size_t len = pd_hello_encode(&m, body, sizeof(body));
+	if (!len)
+		return fail(-EINVAL, "block_tokens must be a power of two up to %d and block_bytes non-zero",
+			    PD_MAX_BLOCK_TOKENS);
+	uint8_t *rb;
+	uint32_t rlen = 0;
+	int rc = call(c, PD_OP_HELLO, body, len, -1, &rb, &rlen, NULL, NULL);
+	if (rc)
+		return rc;
+	struct pd_hello_reply r;
+	rc = pd_hello_reply_decode(rb, rlen, &r);
+	free(rb);
+	if (rc)
+		return fail(-EBADMSG, "prefixd sent a HELLO reply that does not decode");
+	c->has_layout = 1;
+	c->block_tokens = l->block_tokens;
+	c->block_bytes = l->block_bytes;
+	c->max_hashes = r.max_hashes < PD_MAX_HASHES ? r.max_hashes : PD_MAX_HASHES;
+	pd_chain_root(&m, c->h0);
+	return 0;
+}
+
+int prefixd_connect(const char *path, const struct prefixd_layout *layout, struct prefixd **out)
+{
+	char def[256];
+	if (!path) {
+		if (pd_default_socket(def, sizeof(def)))
+			return fail(-ENAMETOOLONG, "$XDG_RUNTIME_DIR is too long for a socket path");
+		path = def;
+	}
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(a.sun_path))
+		return fail(-ENAMETOOLONG, "socket path too long: %s", path);
+	strcpy(a.sun_path, path);
+	if (sodium_init() < 0)
+		return fail(-EIO, "libsodium failed to initialise");
+	struct prefixd *c = calloc(1, sizeof(*c));
+	if (!c)
+		return fail(-ENOMEM, "out of memory");
+	pthread_mutex_init(&c->lock, NULL);
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
+		int rc = -errno;
+		prefixd_close(c);
+		return fail(rc, "cannot connect to prefixd at %s: %s", path, strerror(-rc));
+	}
+	int rc = layout ? hello(c, layout) : 0;
+	if (rc) {
+		prefixd_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void prefixd_close(struct prefixd *c)
+{
+	if (!c)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	for (uint32_t i = 0; i < c->narenas; i++)
+		if (c->arenas[i].base)
+			shm_unmap(c->arenas[i].base, c->arenas[i].size);
+	free(c->arenas);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* Hashes and tokens of blocks [first, first + n) in wire form, chained from
+ * the prompt's start. */
+static int encode_blocks(const struct prefixd *c, const uint32_t *tokens, uint32_t first,
+			 uint32_t n, uint8_t **hashes)
+{
+	*hashes = malloc((size_t)(first + n) * PD_HASH_SIZE + 1);
+	if (!*hashes)
+		return fail(-ENOMEM, "out of memory");
+	pd_chain(c->h0, tokens, c->block_tokens, first + n, *hashes);
+	return 0;
+}
+
+/* Token ids travel little-endian whatever the host. */
+static uint8_t *le_tokens(const uint32_t *tokens, size_t n)
+{
+	uint8_t *b = malloc(4 * n + 1);
+	for (size_t i = 0; b && i < n; i++)
+		for (int k = 0; k < 4; k++)
+			b[4 * i + k] = (uint8_t)(tokens[i] >> 8 * k);
+	return b;
+}
+
+static int need_layout(const struct prefixd *c)
+{
+	return c->has_layout ? 0 : fail(-EINVAL, "this connection was opened without a layout");
+}
+
+/* Maps the arenas a MATCH reply brought. Takes the descriptors. */
+static int map_arenas(struct prefixd *c, const struct pd_match_reply *r, int *fds, int nfds)
+{
+	int rc = 0;
+	if ((int)r->new_arenas != nfds)
+		rc = fail(-EPROTO, "prefixd sent %d descriptors for %u arenas", nfds, r->new_arenas);
+	for (uint32_t i = 0; !rc && i < r->new_arenas; i++) {
+		struct pd_arena_desc d = pd_arena_at(r, i);
+		if (d.arena >= (1u << 20) || (d.arena < c->narenas && c->arenas[d.arena].base)) {
+			rc = fail(-EPROTO, "prefixd sent arena %u twice", d.arena);
+			break;
+		}
+		if (d.arena >= c->narenas) {
+			uint32_t n = d.arena + 16;
+			struct mapped *m = realloc(c->arenas, n * sizeof(*m));
+			if (!m) {
+				rc = fail(-ENOMEM, "out of memory");
+				break;
+			}
+			memset(m + c->narenas, 0, (n - c->narenas) * sizeof(*m));
+			c->arenas = m;
+			c->narenas = n;
+		}
+		const void *p;
+		if ((rc = shm_map_ro(fds[i], d.size, &p))) {
+			rc = fail(rc, "cannot map arena %u read-only: %s", d.arena, strerror(-rc));
+			break;
+		}
+		c->arenas[d.arena] = (struct mapped){ p, d.size };
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	return rc;
+}
+
+static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
+		    uint32_t *hit, const void **kv)
+{
+	uint8_t *hashes, *body = NULL, *rb = NULL;
+	int rc = encode_blocks(c, tokens, 0, nblocks, &hashes);
+	if (rc)
+		return rc;
+	size_t cap = 4 + (size_t)nblocks * (PD_HASH_SIZE + 4 * c->block_tokens);
+	uint8_t *le = le_tokens(tokens, (size_t)nblocks * c->block_tokens);
+	struct pd_match m = { nblocks, hashes, le };
+	body = malloc(cap);
+	size_t len = body && le ? pd_match_encode(&m, c->block_tokens, body, cap) : 0;
+	free(hashes);
+	free(le);
+	if (!len) {
+		free(body);
+		return fail(-ENOMEM, "out of memory");
+	}
+	int fds[PD_MAX_FDS], nfds = 0;
+	uint32_t rlen = 0;
+	rc = call(c, PD_OP_MATCH, body, len, -1, &rb, &rlen, fds, &nfds);
+	free(body);
+	if (rc)
+		return rc;
+	struct pd_match_reply r;
+	if (pd_match_reply_decode(rb, rlen, &r) || r.hit > nblocks) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		free(rb);
+		return fail(-EBADMSG, "prefixd sent a MATCH reply that does not decode");
+	}
+	rc = map_arenas(c, &r, fds, nfds);
+	for (uint32_t i = 0; !rc && i < r.hit; i++) {
+		struct pd_place p = pd_place_at(&r, i);
+		const struct mapped *a = p.arena < c->narenas ? &c->arenas[p.arena] : NULL;
+		if (!a || !a->base || p.offset > a->size || a->size - p.offset < c->block_bytes)
+			rc = fail(-EPROTO, "prefixd placed block %u outside its arenas", i);
+		else
+			kv[i] = a->base + p.offset;
+	}
+	*lease = rc ? 0 : r.lease;
+	*hit = rc ? 0 : r.hit;
+	if (rc && r.lease) {
+		uint8_t rel[8];
+		struct pd_release m2 = { r.lease };
+		uint8_t *rb2;
+		uint32_t rlen2 = 0;
+		if (pd_release_encode(&m2, rel, sizeof(rel)) == 8 &&
+		    !call(c, PD_OP_RELEASE, rel, 8, -1, &rb2, &rlen2, NULL, NULL))
+			free(rb2);
+	}
+	free(rb);
+	return rc;
+}
+
+int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
+		  uint32_t *hit, const void **kv)
+{
+	*lease = 0;
+	*hit = 0;
+	int rc = need_layout(c);
+	if (rc || !nblocks)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	rc = do_match(c, tokens, nblocks < c->max_hashes ? nblocks : c->max_hashes, lease, hit, kv);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int prefixd_release(struct prefixd *c, uint64_t lease)
+{
+	uint8_t body[8], *rb;
+	uint32_t rlen = 0;
+	struct pd_release m = { lease };
+	if (pd_release_encode(&m, body, sizeof(body)) != 8)
+		return fail(-EINVAL, "bad lease");
+	pthread_mutex_lock(&c->lock);
+	int rc = call(c, PD_OP_RELEASE, body, 8, -1, &rb, &rlen, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
+	free(rb);
+	return rc;
+}
+
+/* Staging memory for a publish: a memfd the daemon reads the blocks from. */
+static int stage(const struct prefixd *c, const void *const *kv, uint32_t n)
+{
+	int fd = memfd_create("prefixd-staging", MFD_CLOEXEC);
+	if (fd < 0)
+		return fail(-errno, "memfd_create: %s", strerror(errno));
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *p = kv[i];
+		uint64_t done = 0;
+		while (done < c->block_bytes) {
+			ssize_t w = pwrite(fd, p + done, c->block_bytes - done,
+					   (off_t)(i * c->block_bytes + done));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				int rc = fail(w < 0 ? -errno : -EIO, "staging memory: %s",
+					      strerror(w < 0 ? errno : EIO));
+				close(fd);
+				return rc;
+			}
+			done += (uint64_t)w;
+		}
+	}
+	return fd;
+}
+
+int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
+		    uint32_t n, const void *const *kv, uint32_t *stored, uint32_t *dedup)
+{
+	*stored = *dedup = 0;
+	int rc = need_layout(c);
+	if (rc || !n)
+		return rc;
+	if (n > c->max_hashes)
+		return fail(-E2BIG, "%u blocks are more than one publish takes (%u)", n, c->max_hashes);
+	uint8_t *hashes, *body, *rb;
+	if ((rc = encode_blocks(c, tokens, first, n, &hashes)))
+		return rc;
+	size_t cap = 12 + (size_t)n * (PD_HASH_SIZE + 4 * c->block_tokens);
+	uint8_t *le = le_tokens(tokens + (size_t)first * c->block_tokens, (size_t)n * c->block_tokens);
+	struct pd_publish m = { lease, n, hashes + (size_t)first * PD_HASH_SIZE, le };
+	body = malloc(cap);
+	size_t len = body && le ? pd_publish_encode(&m, c->block_tokens, body, cap) : 0;
+	free(hashes);
+	free(le);
+	if (!len) {
+		free(body);
+		return fail(-ENOMEM, "out of memory");
+	}
+	int sfd = stage(c, kv, n);
+	if (sfd < 0) {
+		free(body);
+		return sfd;
+	}
+	uint32_t rlen = 0;
+	pthread_mutex_lock(&c->lock);
+	rc = call(c, PD_OP_PUBLISH, body, len, sfd, &rb, &rlen, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
+	close(sfd);
+	free(body);
+	if (rc)
+		return rc;
+	struct pd_publish_reply r;
+	if (pd_publish_reply_decode(rb, rlen, &r))
+		rc = fail(-EBADMSG, "prefixd sent a PUBLISH reply that does not decode");
+	else
+		*stored = r.stored, *dedup = r.deduplicated;
+	free(rb);
+	return rc;
+}
+
+int prefixd_stats(struct prefixd *c, struct prefixd_stats *out)
+{
+	uint8_t *rb;
+	uint32_t rlen = 0;
+	pthread_mutex_lock(&c->lock);
+	int rc = call(c, PD_OP_STATS, NULL, 0, -1, &rb, &rlen, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		return rc;
+	uint64_t v[PD_STATS_COUNT];
+	if (pd_stats_reply_decode(rb, rlen, v)) {
+		free(rb);
+		return fail(-EBADMSG, "prefixd sent a STATS reply that does not decode");
+	}
+	free(rb);
+	*out = (struct prefixd_stats){
+		v[PD_ST_HITS], v[PD_ST_MISSES], v[PD_ST_HIT_TOKENS], v[PD_ST_BLOCKS],
+		v[PD_ST_BYTES_USED], v[PD_ST_BUDGET], v[PD_ST_PUBLISHED], v[PD_ST_DEDUP],
+		v[PD_ST_EVICTIONS], v[PD_ST_CONNECTIONS], v[PD_ST_LEASES], v[PD_ST_MATCHES],
+		v[PD_ST_ERRORS], v[PD_ST_ARENAS], v[PD_ST_COLLISIONS],
+	};
+	return 0;
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One client connection: reads frames from a non-blocking socket, answers
+ * each request, and holds the connection's leases and the set of arenas
+ * already sent to it. Owned by one worker thread.
+ */
+#ifndef PD_CONN_H
+#define PD_CONN_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "daemon.h"
+
+struct conn;
+
+/* Takes ownership of fd. NULL when out of memory (fd is then closed). */
+struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred);
+/* Releases every lease the connection holds and closes its socket. */
+void conn_free(struct conn *c);
+int conn_fd(const struct conn *c);
+
+/* Reads what the socket has and answers a complete request. Returns 0 to
+ * keep the connection, -1 to close it (end of stream, malformed frame). */
+int conn_on_input(struct conn *c);
+/* Sends what is left of a reply. 0 or -1 as above. */
+int conn_on_output(struct conn *c);
+/* A reply is waiting to be sent: read nothing until it is. */
+bool conn_output_pending(const struct conn *c);
+
+#endif

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/* prefixd: command line, signals, then the server. */
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server.h"
+#include "sock.h"
+
+#define DEFAULT_MEMORY (2ull << 30)
+#define DEFAULT_BLOCK_TOKENS 64
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: prefixd [--socket PATH] [--memory SIZE] [--threads N] [--block-tokens B]\n"
+		"               [--group GROUP]\n"
+		"\n"
+		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
+		"\n"
+		"  --socket PATH       Unix socket to listen on (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
+		"                      else /run/prefixd.sock)\n"
+		"  --memory SIZE       memory for KV blocks, e.g. 512M, 4G (default: 2G); never exceeded\n"
+		"  --threads N         worker threads (default: the number of cores)\n"
+		"  --block-tokens B    tokens per block, a power of two up to 4096 (default: 64);\n"
+		"                      clients must use the same\n"
+		"  --group GROUP       let GROUP's members connect (socket mode 0660; default 0600:\n"
+		"                      only this user). Each user's prefixes stay their own.\n"
+		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
+		"                      collisions happen; hits are still confirmed token by token\n"
+		"  -h, --help          this text\n"
+		"\n"
+		"Stops cleanly on SIGTERM or SIGINT. Logs to stderr.\n");
+}
+
+__attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "prefixd: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\nTry 'prefixd --help'.\n");
+	va_end(ap);
+	return 2;
+}
+
+/* "512M", "4G", "1048576": binary units, an optional trailing "B"/"iB". */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -1;
+	int shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (shift && *end == 'i')
+		end++;
+	if (*end == 'B')
+		end++;
+	if (*end || v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "memory", required_argument, NULL, 'm' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "block-tokens", required_argument, NULL, 'b' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "test-key-bytes", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	struct server_cfg cfg = { .memory = DEFAULT_MEMORY, .threads = cores > 0 ? (int)cores : 1,
+				  .block_tokens = DEFAULT_BLOCK_TOKENS, .key_bytes = 32 };
+	char socket_buf[256];
+	long v;
+	int o;
+	opterr = 0;
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			cfg.socket_path = optarg;
+			break;
+		case 'm':
+			if (parse_size(optarg, &cfg.memory) || cfg.memory < (1u << 20))
+				return bad("--memory: '%s' is not a size of at least 1M (e.g. 512M, 4G)", optarg);
+			break;
+		case 't':
+			if (parse_int(optarg, 1, 256, &v))
+				return bad("--threads: '%s' is not a number from 1 to 256", optarg);
+			cfg.threads = (int)v;
+			break;
+		case 'b':
+			if (parse_int(optarg, 1, 4096, &v) || (v & (v - 1)))
+				return bad("--block-tokens: '%s' is not a power of two from 1 to 4096", optarg);
+			cfg.block_tokens = (uint32_t)v;
+			break;
+		case 'g': {
+			struct group *g = getgrnam(optarg);
+			if (g)
+				cfg.group = g->gr_gid;
+			else if (!parse_int(optarg, 0, INT32_MAX, &v))
+				cfg.group = (gid_t)v;
+			else
+				return bad("--group: no group '%s'", optarg);
+			cfg.has_group = 1;
+			break;
+		}
+		case 'k':
+			if (parse_int(optarg, 1, 32, &v))
+				return bad("--test-key-bytes: '%s' is not a number from 1 to 32", optarg);
+			cfg.key_bytes = (int)v;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			return bad("unknown or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return bad("unexpected argument '%s'", argv[optind]);
+	if (!cfg.socket_path) {
+		if (pd_default_socket(socket_buf, sizeof(socket_buf))) {
+			fprintf(stderr, "prefixd: $XDG_RUNTIME_DIR is too long for a socket path; use --socket\n");
+			return 2;
+		}
+		cfg.socket_path = socket_buf;
+	}
+	if (cfg.key_bytes < 32)
+		fprintf(stderr, "prefixd: TEST MODE: %d-byte index keys (hash collisions on purpose)\n",
+			cfg.key_bytes);
+	if (sodium_init() < 0) {
+		fprintf(stderr, "prefixd: libsodium failed to initialise\n");
+		return 1;
+	}
+	/* Signals are read from a signalfd by the listener: block them in
+	 * every thread. A peer that hangs up must not kill the daemon. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	return server_run(&cfg);
+}

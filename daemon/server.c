@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Listener and workers. The listener owns nothing but the listening socket:
+ * an accepted connection goes to a worker's queue, and from then on only
+ * that worker touches it (no lock on a connection). Workers share the
+ * partitions, whose indexes lock themselves.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "daemon.h"
+
+/* A connection in its worker's list and epoll set. */
+struct node {
+	struct conn *c;
+	struct node *prev, *next;
+	uint32_t events;
+};
+
+struct worker {
+	pthread_t thread;
+	struct daemon *d;
+	int epfd, evfd;
+	pthread_mutex_t lock;     /* guards queue and stop */
+	struct node *queue;       /* handed over by the listener */
+	bool stop;
+	struct node *conns;       /* owned by the worker thread */
+};
+
+#define ARENA_BYTES (64ull << 20)
+
+/* ==== Workers ==== */
+
+static void drop(struct worker *w, struct node *n)
+{
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, conn_fd(n->c), NULL);
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		w->conns = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	conn_free(n->c);
+	free(n);
+}
+
+/* Takes the listener's hand-overs; false when the worker must stop. */
+static bool adopt(struct worker *w)
+{
+	uint64_t v;
+	if (read(w->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		pd_log("worker: eventfd: %s", strerror(errno));
+	pthread_mutex_lock(&w->lock);
+	struct node *q = w->queue;
+	bool stop = w->stop;
+	w->queue = NULL;
+	pthread_mutex_unlock(&w->lock);
+	while (q) {
+		struct node *n = q;
+		q = q->next;
+		n->prev = NULL;
+		n->next = w->conns;
+		if (w->conns)
+			w->conns->prev = n;
+		w->conns = n;
+		n->events = EPOLLIN;
+		struct epoll_event ev = { .events = n->events, .data.ptr = n };
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, conn_fd(n->c), &ev)) {
+			pd_log("worker: epoll_ctl: %s", strerror(errno));
+			drop(w, n);
+		}
+	}
+	return !stop;
+}
+
+static void serve(struct worker *w, struct node *n, uint32_t events)
+{
+	/* While a reply is pending only output matters; input waits. */
+	int rc = conn_output_pending(n->c) ? conn_on_output(n->c) : conn_on_input(n->c);
+	(void)events;
+	if (rc) {
+		drop(w, n);
+		return;
+	}
+	uint32_t want = conn_output_pending(n->c) ? EPOLLOUT : EPOLLIN;
+	if (want != n->events) {
+		struct epoll_event ev = { .events = want, .data.ptr = n };
+		n->events = want;
+		if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, conn_fd(n->c), &ev))
+			drop(w, n);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct epoll_event evs[64];
+	for (bool run = true; run;) {
+		int n = epoll_wait(w->epfd, evs, 64, -1);
+		if (n < 0 && errno != EINTR) {
+			pd_log("worker: epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n && run; i++) {
+			if (!evs[i].data.ptr)
+				run = adopt(w);
+			else
+				serve(w, evs[i].data.ptr, evs[i].events);
+		}
+	}
+	/* Stopping: close every connection, which releases its leases. */
+	adopt(w);
+	while (w->conns)
+		drop(w, w->conns);
+	return NULL;
+}
+
+static int worker_start(struct worker *w, struct daemon *d)
+{
+	memset(w, 0, sizeof(*w));
+	w->d = d;
+	pthread_mutex_init(&w->lock, NULL);
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) ||
+	    pthread_create(&w->thread, NULL, worker_main, w)) {
+		pd_log("cannot start a worker: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void worker_wake(struct worker *w)
+{
+	uint64_t one = 1;
+	if (write(w->evfd, &one, sizeof(one)) < 0)
+		pd_log("worker: eventfd: %s", strerror(errno));
+}
+
+static void worker_stop(struct worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->stop = true;
+	pthread_mutex_unlock(&w->lock);
+	worker_wake(w);
+	pthread_join(w->thread, NULL);
+	close(w->epfd);
+	close(w->evfd);
+	pthread_mutex_destroy(&w->lock);
+}
+
+static void hand_over(struct worker *w, struct conn *c)
+{
+	struct node *n = calloc(1, sizeof(*n));
+	if (!n) {
+		conn_free(c);
+		return;
+	}
+	n->c = c;
+	pthread_mutex_lock(&w->lock);
+	n->next = w->queue;
+	w->queue = n;
+	pthread_mutex_unlock(&w->lock);
+	worker_wake(w);
+}
+
+/* ==== Listener ==== */
+
+/* Binds path, refusing to take it from a daemon that still answers and
+ * never removing anything that is not a socket. */
+static int listen_on(const struct server_cfg *cfg)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(cfg->socket_path) >= sizeof(a.sun_path)) {
+		pd_log("socket path too long (at most %zu bytes): %s", sizeof(a.sun_path) - 1,
+		       cfg->socket_path);
+		return -1;
+	}
+	strcpy(a.sun_path, cfg->socket_path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		pd_log("socket: %s", strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (!lstat(a.sun_path, &st)) {
+		if (!S_ISSOCK(st.st_mode)) {
+			pd_log("%s exists and is not a socket; not touching it", a.sun_path);
+			goto fail;
+		}
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int live = probe >= 0 && !connect(probe, (struct sockaddr *)&a, sizeof(a));
+		if (probe >= 0)
+			close(probe);
+		if (live) {
+			pd_log("another prefixd is serving %s", a.sun_path);
+			goto fail;
+		}
+		unlink(a.sun_path); /* left by a daemon that died */
+	}
+	/* Created with its final mode: no moment where others could connect. */
+	mode_t old = umask(cfg->has_group ? 0117 : 0177);
+	int rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+	umask(old);
+	if (rc) {
+		pd_log("cannot bind %s: %s", a.sun_path, strerror(errno));
+		goto fail;
+	}
+	if (cfg->has_group && chown(a.sun_path, (uid_t)-1, cfg->group)) {
+		pd_log("cannot give %s to group %u: %s", a.sun_path, (unsigned)cfg->group,
+		       strerror(errno));
+		unlink(a.sun_path);
+		goto fail;
+	}
+	if (listen(fd, 128)) {
+		pd_log("listen: %s", strerror(errno));
+		unlink(a.sun_path);
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+static void accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsigned *next)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+				/* Out of descriptors: back off rather than spin. */
+				pd_log("accept: %s", strerror(errno));
+				usleep(10000);
+			}
+			return;
+		}
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
+			pd_log("SO_PEERCRED: %s", strerror(errno));
+			close(fd);
+			continue;
+		}
+		struct conn *c = conn_new(d, fd, &cred);
+		if (c)
+			hand_over(&ws[(*next)++ % (unsigned)nw], c);
+	}
+}
+
+int server_run(const struct server_cfg *cfg)
+{
+	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid() };
+	partitions_init(&d.parts, cfg->memory, cfg->block_tokens, cfg->key_bytes, ARENA_BYTES);
+	int rc = 1, nw = 0, lfd = -1, sfd = -1, epfd = -1;
+	struct worker *ws = calloc((size_t)cfg->threads, sizeof(*ws));
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	if (!ws || (lfd = listen_on(cfg)) < 0)
+		goto out;
+	sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = lfd };
+	struct epoll_event sev = { .events = EPOLLIN, .data.fd = sfd };
+	if (sfd < 0 || epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev) ||
+	    epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &sev)) {
+		pd_log("cannot set up the listener: %s", strerror(errno));
+		goto out;
+	}
+	for (; nw < cfg->threads; nw++)
+		if (worker_start(&ws[nw], &d))
+			goto out;
+	pd_log("listening on %s: %llu MiB for KV blocks of %u tokens, %d workers", cfg->socket_path,
+	       (unsigned long long)(cfg->memory >> 20), cfg->block_tokens, cfg->threads);
+	unsigned next = 0;
+	for (;;) {
+		struct epoll_event e;
+		int n = epoll_wait(epfd, &e, 1, -1);
+		if (n < 0 && errno != EINTR) {
+			pd_log("epoll_wait: %s", strerror(errno));
+			goto out;
+		}
+		if (n <= 0)
+			continue;
+		if (e.data.fd == sfd) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) == sizeof(si))
+				pd_log("stopping on %s", strsignal((int)si.ssi_signo));
+			break;
+		}
+		accept_all(lfd, &d, ws, nw, &next);
+	}
+	rc = 0;
+out:
+	if (lfd >= 0) {
+		close(lfd); /* no new connections while the workers stop */
+		unlink(cfg->socket_path);
+	}
+	for (int i = 0; i < nw; i++)
+		worker_stop(&ws[i]);
+	if (rc == 0) {
+		struct idx_stats s;
+		partitions_stats(&d.parts, &s, NULL, NULL);
+		pd_log("stopped: %llu blocks cached, %llu hits, %llu misses, %llu published, %llu evicted",
+		       (unsigned long long)s.blocks, (unsigned long long)s.hits,
+		       (unsigned long long)s.misses, (unsigned long long)s.published,
+		       (unsigned long long)s.evictions);
+	}
+	partitions_destroy(&d.parts);
+	if (sfd >= 0)
+		close(sfd);
+	if (epfd >= 0)
+		close(epfd);
+	free(ws);
+	return rc;
+}

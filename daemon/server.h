@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The prefixd server: one listener thread accepts connections and hands
+ * them out round-robin to N workers, each with its own epoll loop over its
+ * connections. SIGTERM or SIGINT stops it cleanly.
+ */
+#ifndef PD_SERVER_H
+#define PD_SERVER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct server_cfg {
+	const char *socket_path;
+	uint64_t memory;        /* budget for KV blocks, in bytes */
+	int threads;            /* workers */
+	uint32_t block_tokens;
+	int key_bytes;          /* 32; fewer only for tests (weak keys) */
+	gid_t group;            /* socket group when has_group (mode 0660) */
+	int has_group;
+};
+
+/* Runs until SIGTERM or SIGINT, which the caller must have blocked in
+ * every thread. Returns 0 after a clean stop, 1 when it could not start
+ * (the reason is logged). */
+int server_run(const struct server_cfg *cfg);
+
+#endif
