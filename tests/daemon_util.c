@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+#include "daemon_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int can_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(a.sun_path))
+		return 0;
+	strcpy(a.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int ok = fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof(a));
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+int td_start(struct test_daemon *d, const char *const *args)
+{
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/prefixd-test-XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		perror("mkdtemp");
+		return -1;
+	}
+	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+	const char *argv[32] = { PREFIXD_EXE, "--socket", d->sock, "--threads", "2" };
+	int n = 5;
+	for (int i = 0; args && args[i] && n < 31; i++)
+		argv[n++] = args[i];
+	d->pid = fork();
+	if (d->pid < 0)
+		return -1;
+	if (d->pid == 0) {
+		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (log >= 0)
+			dup2(log, 2);
+		execv(PREFIXD_EXE, (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) {
+		if (can_connect(d->sock))
+			return 0;
+		int st;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			fprintf(stderr, "prefixd exited at start (status %d)\n", st);
+			d->pid = 0;
+			return -1;
+		}
+		usleep(10000);
+	}
+	fprintf(stderr, "prefixd did not start listening on %s\n", d->sock);
+	return -1;
+}
+
+int td_stop(struct test_daemon *d)
+{
+	int st = 0, rc = -1;
+	if (d->pid > 0) {
+		kill(d->pid, SIGTERM);
+		while (waitpid(d->pid, &st, 0) < 0 && errno == EINTR)
+			;
+		rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	}
+	if (rc) {
+		fprintf(stderr, "--- prefixd log (exit %d) ---\n", rc);
+		FILE *f = fopen(d->log, "r");
+		char line[512];
+		while (f && fgets(line, sizeof(line), f))
+			fputs(line, stderr);
+		if (f)
+			fclose(f);
+	}
+	unlink(d->sock);
+	unlink(d->log);
+	rmdir(d->dir);
+	d->pid = 0;
+	return rc;
+}
+
+int td_open_fds(const struct test_daemon *d)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+	DIR *dir = opendir(path);
+	int n = 0;
+	for (struct dirent *e; dir && (e = readdir(dir));)
+		n += e->d_name[0] != '.';
+	if (dir)
+		closedir(dir);
+	return n;
+}
+
+struct prefixd_layout td_layout(uint8_t model)
+{
+	struct prefixd_layout l = { .block_tokens = TD_BLOCK_TOKENS, .block_bytes = TD_BLOCK_BYTES };
+	memset(l.fingerprint, model, sizeof(l.fingerprint));
+	return l;
+}
+
+static uint32_t seed_of(const uint32_t *tokens, uint32_t b)
+{
+	uint32_t h = 2166136261u;
+	for (uint32_t i = 0; i < (b + 1) * TD_BLOCK_TOKENS; i++)
+		h = (h ^ tokens[i]) * 16777619u;
+	return h;
+}
+
+void td_fill_block(const uint32_t *tokens, uint32_t b, void *kv)
+{
+	uint32_t s = seed_of(tokens, b), *w = kv;
+	for (size_t i = 0; i < TD_BLOCK_BYTES / 4; i++)
+		w[i] = s + (uint32_t)i * 2654435761u;
+}
+
+int td_block_ok(const uint32_t *tokens, uint32_t b, const void *kv)
+{
+	uint32_t s = seed_of(tokens, b);
+	const uint32_t *w = kv;
+	for (size_t i = 0; i < TD_BLOCK_BYTES / 4; i++)
+		if (w[i] != s + (uint32_t)i * 2654435761u)
+			return 0;
+	return 1;
+}
+
+int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
+	       uint32_t n, uint32_t *stored, uint32_t *dedup)
+{
+	uint8_t *kv = malloc((size_t)n * TD_BLOCK_BYTES);
+	const void *ptrs[64];
+	if (!kv || n > 64) {
+		free(kv);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		td_fill_block(tokens, first + i, kv + (size_t)i * TD_BLOCK_BYTES);
+		ptrs[i] = kv + (size_t)i * TD_BLOCK_BYTES;
+	}
+	int rc = prefixd_publish(c, lease, tokens, first, n, ptrs, stored, dedup);
+	free(kv);
+	return rc;
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A private prefixd for one test: its own temporary directory and socket,
+ * its log in that directory (shown when it does not stop cleanly).
+ * Plain C, no Criterion, so the ThreadSanitizer driver can use it too.
+ */
+#ifndef PFX_DAEMON_UTIL_H
+#define PFX_DAEMON_UTIL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "prefixd.h"
+
+struct test_daemon {
+	pid_t pid;
+	char dir[PATH_MAX];
+	char sock[PATH_MAX + 16];
+	char log[PATH_MAX + 16];
+};
+
+/* Starts PREFIXD_EXE --socket DIR/sock plus args (NULL-terminated) and
+ * waits until it accepts connections. 0, or -1 with the reason on stderr. */
+int td_start(struct test_daemon *d, const char *const *args);
+/* SIGTERM, then the exit status (128 + signal when killed). Prints the
+ * daemon's log when the status is not 0, and removes the directory. */
+int td_stop(struct test_daemon *d);
+/* Descriptors the daemon has open. */
+int td_open_fds(const struct test_daemon *d);
+
+/* A small synthetic layout for protocol-level tests: 4-token blocks of
+ * 8 KiB; start the daemon with --block-tokens 4. */
+#define TD_BLOCK_TOKENS 4
+#define TD_BLOCK_BYTES 8192
+struct prefixd_layout td_layout(uint8_t model);
+/* KV of block b of a prompt: a pattern that depends on the block's
+ * tokens and on every token before them. */
+void td_fill_block(const uint32_t *tokens, uint32_t b, void *kv);
+/* Whether kv is exactly what td_fill_block makes. */
+int td_block_ok(const uint32_t *tokens, uint32_t b, const void *kv);
+/* Publishes blocks [first, first + n) of tokens with generated KV. */
+int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
+	       uint32_t n, uint32_t *stored, uint32_t *dedup);
+
+#endif

@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prefixd as a process, through libprefixd: sharing, namespaces, leases,
+ * the budget, collisions, and clean shutdown. Each test runs its own daemon
+ * on a private socket (tests/daemon_util.c).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_util.h"
+
+static struct test_daemon td;
+
+static void start(const char *const *args)
+{
+	const char *def[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&td, args ? args : def), 0);
+}
+
+static void stop(void)
+{
+	cr_expect_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM, leak-free under LSan");
+}
+
+static struct prefixd *client(uint8_t model)
+{
+	struct prefixd_layout l = td_layout(model);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	return c;
+}
+
+static struct prefixd_stats stats(void)
+{
+	struct prefixd *c;
+	struct prefixd_stats s;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &c), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_stats(c, &s), 0, "%s", prefixd_errmsg());
+	prefixd_close(c);
+	return s;
+}
+
+/* A prompt of n blocks: ids base, base + 1, ... */
+static void prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
+{
+	for (uint32_t i = 0; i < nblocks * TD_BLOCK_TOKENS; i++)
+		t[i] = base + i;
+}
+
+Test(daemon, a_published_prefix_is_attached_by_another_client)
+{
+	start(NULL);
+	uint32_t t[6 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(t, 6, 100);
+	struct prefixd *a = client(1), *b = client(1);
+	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored, 4);
+	uint64_t lease;
+	const void *kv[6];
+	cr_assert_eq(prefixd_match(b, t, 6, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(hit, 4, "the 4 published blocks of 6");
+	cr_expect_neq(lease, 0);
+	for (uint32_t i = 0; i < hit; i++)
+		cr_expect(td_block_ok(t, i, kv[i]), "block %u has the publisher's bytes", i);
+	/* B extends the prefix on top of its lease; A then sees all of it. */
+	cr_assert_eq(td_publish(b, lease, t, 4, 2, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored, 2);
+	uint64_t lease_a;
+	const void *kv_a[6];
+	cr_assert_eq(prefixd_match(a, t, 6, &lease_a, &hit, kv_a), 0);
+	cr_expect_eq(hit, 6);
+	cr_expect(td_block_ok(t, 5, kv_a[5]));
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.hits, 2);
+	cr_expect_eq(s.hit_tokens, 10 * TD_BLOCK_TOKENS);
+	cr_expect_eq(s.blocks, 6);
+	cr_expect_eq(s.published, 6);
+	cr_expect_eq(s.leases, 2);
+	cr_expect_eq(s.bytes_used, 6 * TD_BLOCK_BYTES);
+	cr_expect_eq(prefixd_release(b, lease), 0);
+	cr_expect_eq(prefixd_release(b, lease), -ENOENT, "a lease ends once");
+	cr_expect_eq(prefixd_release(b, lease_a), -ENOENT, "A's lease is not B's to end");
+	cr_expect_eq(stats().leases, 1);
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+Test(daemon, a_prompt_that_diverges_hits_only_its_common_blocks)
+{
+	start(NULL);
+	uint32_t t[4 * TD_BLOCK_TOKENS], u[4 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(t, 4, 7);
+	memcpy(u, t, sizeof(u));
+	u[2 * TD_BLOCK_TOKENS + 3] = 99999; /* the last token of block 2 differs */
+	struct prefixd *a = client(1);
+	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0);
+	uint64_t lease;
+	const void *kv[4];
+	cr_assert_eq(prefixd_match(a, u, 4, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 2);
+	cr_assert_eq(td_publish(a, lease, u, 2, 2, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored, 2, "u's own blocks 2 and 3 join the tree");
+	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0);
+	cr_expect_eq(dedup, 4, "publishing what is there stores nothing");
+	cr_expect_eq(stats().dedup, 4);
+	prefixd_close(a);
+	stop();
+}
+
+Test(daemon, other_models_and_salts_never_hit)
+{
+	start(NULL);
+	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(t, 2, 1);
+	struct prefixd *a = client(1), *other = client(2), *salted;
+	struct prefixd_layout l = td_layout(1);
+	l.salt = "tenant-b";
+	l.salt_len = 8;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &salted), 0);
+	cr_assert_eq(td_publish(a, 0, t, 0, 2, &stored, &dedup), 0);
+	uint64_t lease;
+	const void *kv[2];
+	cr_assert_eq(prefixd_match(other, t, 2, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 0, "another model fingerprint");
+	cr_assert_eq(prefixd_match(salted, t, 2, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 0, "another salt");
+	cr_assert_eq(td_publish(other, 0, t, 0, 2, &stored, &dedup), 0);
+	cr_expect_eq(stored, 2, "the same tokens under another model are other blocks");
+	prefixd_close(a);
+	prefixd_close(other);
+	prefixd_close(salted);
+	stop();
+}
+
+/* Runs in a child as user and group 65534 (nobody): connects, matches and
+ * publishes the prompt, and asks for statistics. Exit code: bit 0 hit
+ * something, bit 1 publish deduplicated, bit 2 stats allowed, 64 error. */
+static int as_nobody(const uint32_t *t)
+{
+	gid_t g = 65534;
+	if (setgroups(1, &g) || setgid(65534) || setuid(65534))
+		return 64;
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	if (prefixd_connect(td.sock, &l, &c))
+		return 65;
+	uint64_t lease;
+	uint32_t hit, stored, dedup;
+	const void *kv[2];
+	if (prefixd_match(c, t, 2, &lease, &hit, kv) || td_publish(c, 0, t, 0, 2, &stored, &dedup))
+		return 66;
+	struct prefixd_stats s;
+	int rc = (hit ? 1 : 0) | (dedup ? 2 : 0) | (prefixd_stats(c, &s) != -EACCES ? 4 : 0);
+	prefixd_close(c);
+	return rc;
+}
+
+Test(daemon, another_user_never_sees_or_replaces_your_prefixes)
+{
+	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root (the README's test command does)");
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--group", "65534", NULL };
+	start(args);
+	chmod(td.dir, 0711); /* let the other user reach the socket */
+	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(t, 2, 500);
+	struct prefixd *a = client(1);
+	cr_assert_eq(td_publish(a, 0, t, 0, 2, &stored, &dedup), 0);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(as_nobody(t));
+	int st;
+	waitpid(pid, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) < 64, "child failed: %d", WEXITSTATUS(st));
+	cr_expect_eq(WEXITSTATUS(st) & 1, 0, "root's blocks are invisible to nobody");
+	cr_expect_eq(WEXITSTATUS(st) & 2, 0, "nobody's publish is its own, not a dedup of root's");
+	cr_expect_eq(WEXITSTATUS(st) & 4, 0, "statistics are denied to other users");
+	/* Root's blocks were not replaced by nobody's. */
+	uint64_t lease;
+	const void *kv[2];
+	cr_assert_eq(prefixd_match(a, t, 2, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 2);
+	cr_expect(td_block_ok(t, 0, kv[0]) && td_block_ok(t, 1, kv[1]));
+	cr_expect_eq(stats().blocks, 4, "two namespaces, two copies");
+	prefixd_close(a);
+	stop();
+}
+
+Test(daemon, a_killed_client_releases_its_leases)
+{
+	start(NULL);
+	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup;
+	prompt(t, 2, 3);
+	struct prefixd *a = client(1);
+	cr_assert_eq(td_publish(a, 0, t, 0, 2, &stored, &dedup), 0);
+	int ready[2];
+	cr_assert_eq(pipe(ready), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct prefixd_layout l = td_layout(1);
+		struct prefixd *c;
+		uint64_t lease;
+		uint32_t hit;
+		const void *kv[2];
+		if (prefixd_connect(td.sock, &l, &c) || prefixd_match(c, t, 2, &lease, &hit, kv) || hit != 2)
+			_exit(1);
+		char ok = 1;
+		if (write(ready[1], &ok, 1) != 1)
+			_exit(1);
+		pause();
+	}
+	char ok = 0;
+	cr_assert_eq(read(ready[0], &ok, 1), 1);
+	cr_expect_eq(stats().leases, 1, "the child holds a lease");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	uint64_t leases = 1;
+	for (int i = 0; i < 200 && (leases = stats().leases); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "the daemon released the dead client's lease");
+	close(ready[0]);
+	close(ready[1]);
+	prefixd_close(a);
+	stop();
+}
+
+Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
+{
+	/* 1 MiB: 128 blocks of 8 KiB. */
+	const char *args[] = { "--block-tokens", "4", "--memory", "1M", NULL };
+	start(args);
+	struct prefixd *a = client(1), *b = client(1);
+	uint32_t big[64 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(big, 64, 1);
+	cr_assert_eq(td_publish(a, 0, big, 0, 64, &stored, &dedup), 0);
+	uint32_t big2[64 * TD_BLOCK_TOKENS];
+	prompt(big2, 64, 100000);
+	cr_assert_eq(td_publish(a, 0, big2, 0, 64, &stored, &dedup), 0);
+	uint64_t lease, lease2;
+	const void *kv[64];
+	cr_assert_eq(prefixd_match(b, big, 64, &lease, &hit, kv), 0);
+	cr_assert_eq(hit, 64);
+	cr_assert_eq(prefixd_match(b, big2, 64, &lease2, &hit, kv), 0);
+	cr_assert_eq(hit, 64);
+	/* Everything is leased: a new block has nowhere to go. */
+	uint32_t t[TD_BLOCK_TOKENS * 8];
+	prompt(t, 8, 900000);
+	cr_expect_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), -ENOSPC);
+	cr_expect(strstr(prefixd_errmsg(), "budget"), "a clear message: %s", prefixd_errmsg());
+	cr_assert_eq(prefixd_match(b, big, 64, &lease, &hit, kv), 0);
+	for (uint32_t i = 0; i < 64; i++)
+		cr_expect(td_block_ok(big, i, kv[i]), "leased block %u untouched", i);
+	/* Once big2 is released its leaves go, newest prompt in. */
+	cr_assert_eq(prefixd_release(b, lease2), 0);
+	cr_assert_eq(td_publish(a, 0, t, 0, 8, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored, 8);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.evictions, 8);
+	cr_expect_leq(s.bytes_used, s.budget);
+	cr_expect_eq(s.blocks, 128);
+	/* Eviction took big2's leaves: its first 56 blocks still hit. */
+	cr_assert_eq(prefixd_match(a, big2, 64, &lease2, &hit, kv), 0);
+	cr_expect_eq(hit, 56);
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+Test(daemon, filling_past_the_budget_evicts_least_recently_used)
+{
+	const char *args[] = { "--block-tokens", "4", "--memory", "1M", NULL };
+	start(args);
+	struct prefixd *a = client(1);
+	uint32_t t[4 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	for (uint32_t p = 0; p < 100; p++) {
+		prompt(t, 4, p * 1000);
+		cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0, "prompt %u: %s", p,
+			     prefixd_errmsg());
+		struct prefixd_stats s = stats();
+		cr_assert_leq(s.bytes_used, s.budget, "after prompt %u", p);
+	}
+	cr_expect_eq(stats().blocks, 128);
+	cr_expect_eq(stats().evictions, 400 - 128);
+	uint64_t lease;
+	const void *kv[4];
+	prompt(t, 4, 99 * 1000);
+	cr_assert_eq(prefixd_match(a, t, 4, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 4, "the newest prompt is whole");
+	prompt(t, 4, 0);
+	cr_assert_eq(prefixd_match(a, t, 4, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 0, "the oldest is gone");
+	prefixd_close(a);
+	stop();
+}
+
+Test(daemon, hash_collisions_are_detected_and_never_served)
+{
+	/* 1-byte keys: 256 of them for 600 one-block prompts. */
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--test-key-bytes", "1", NULL };
+	start(args);
+	struct prefixd *a = client(1);
+	enum { N = 600 };
+	static int stored_ok[N];
+	uint32_t t[TD_BLOCK_TOKENS], stored, dedup, hit, kept = 0, refused = 0;
+	for (uint32_t p = 0; p < N; p++) {
+		prompt(t, 1, p * 10);
+		cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0);
+		stored_ok[p] = stored == 1;
+		kept += stored;
+		refused += !stored;
+	}
+	cr_expect_leq(kept, 256, "a key holds one block");
+	cr_expect_gt(refused, N - 256 - 1, "600 prompts cannot fit 256 keys");
+	cr_expect_eq(stats().collisions, refused, "each refusal was a detected collision");
+	for (uint32_t p = 0; p < N; p++) {
+		uint64_t lease;
+		const void *kv[1];
+		prompt(t, 1, p * 10);
+		cr_assert_eq(prefixd_match(a, t, 1, &lease, &hit, kv), 0);
+		cr_expect_eq(hit, (uint32_t)stored_ok[p], "prompt %u", p);
+		if (hit) {
+			cr_expect(td_block_ok(t, 0, kv[0]), "prompt %u gets its own KV", p);
+			prefixd_release(a, lease);
+		}
+	}
+	prefixd_close(a);
+	stop();
+}
+
+Test(daemon, the_daemon_rejects_layouts_it_cannot_store)
+{
+	start(NULL);
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	l.block_tokens = 8;
+	l.block_bytes = 8192;
+	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -EINVAL);
+	cr_expect(strstr(prefixd_errmsg(), "--block-tokens"), "says what to do: %s", prefixd_errmsg());
+	l.block_tokens = 4;
+	l.block_bytes = 1ull << 30;
+	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -ENOSPC, "a block larger than the budget");
+	l.block_bytes = 8190;
+	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -EINVAL, "not whole f32 per token");
+	stop();
+}
+
+/* Waits until only the admin connection is open. */
+static void settle(struct prefixd *adm)
+{
+	struct prefixd_stats s = { .connections = 2 };
+	for (int i = 0; i < 200 && !prefixd_stats(adm, &s) && s.connections != 1; i++)
+		usleep(10000);
+	cr_assert_eq(s.connections, 1);
+}
+
+Test(daemon, no_descriptor_or_lease_outlives_its_client)
+{
+	start(NULL);
+	uint32_t t[4 * TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(t, 4, 42);
+	struct prefixd *adm, *a = client(1);
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
+	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0);
+	prefixd_close(a);
+	settle(adm);
+	int base = td_open_fds(&td);
+	for (int i = 0; i < 20; i++) {
+		struct prefixd *c = client(1);
+		uint64_t lease;
+		const void *kv[4];
+		cr_assert_eq(prefixd_match(c, t, 4, &lease, &hit, kv), 0);
+		cr_assert_eq(hit, 4);
+		cr_assert_eq(td_publish(c, lease, t, 4, 0, &stored, &dedup), 0);
+		prefixd_close(c);
+	}
+	settle(adm);
+	cr_expect_eq(td_open_fds(&td), base, "descriptors back to %d", base);
+	struct prefixd_stats s;
+	cr_assert_eq(prefixd_stats(adm, &s), 0);
+	cr_expect_eq(s.leases, 0);
+	cr_expect_eq(s.hits, 20);
+	prefixd_close(adm);
+	stop();
+}
