@@ -8,11 +8,16 @@
 #include "model_impl.h"
 #include "session.h"
 
+struct kv_lease;
+
 /* One block: its floats are [layer][k|v][kv_head][token][head_dim]. Shared
  * between sessions only while every token in it is frozen (immutable). */
 struct kv_block {
 	atomic_int refs;
 	float *data;     /* (kv_block_floats) */
+	/* Attached from prefixd: data is the daemon's read-only memory, which
+	 * the lease keeps in place; NULL for a block this process owns. */
+	struct kv_lease *lease;
 };
 
 struct pfx_session {
@@ -26,5 +31,13 @@ struct pfx_session {
 /* Makes sure blocks exist for positions [0, upto). Blocks past the frozen
  * length are private to s, so the forward pass may write them. */
 int kv_reserve(struct pfx_session *s, size_t upto);
+
+/* A frozen block of someone else's memory, held by lease (one reference
+ * taken). NULL when out of memory. */
+struct kv_block *kv_block_attached(const float *data, struct kv_lease *lease);
+/* Appends a block to the session's table (the session takes b). */
+int kv_push(struct pfx_session *s, struct kv_block *b);
+/* Lease references, kept by attached blocks (cache.c). */
+void kv_lease_put(struct kv_lease *l);
 
 #endif

@@ -5,7 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "prefixd.h"
+#include "sock.h"
+
+#include "cache.h"
 #include "cli.h"
 #include "npy.h"
 #include "prefix_run.h"
@@ -33,14 +38,24 @@ static const char usage[] =
 	"options for every command:\n"
 	"  --threads N       worker threads (default: all CPUs)\n"
 	"  --block-tokens B  KV block size in tokens, a power of two (default 64)\n"
+	"\n"
+	"sharing prompt prefixes through prefixd (generate, logits):\n"
+	"  --socket PATH     the daemon's socket. generate uses the default socket\n"
+	"                    ($XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock) when a\n"
+	"                    daemon is running there; logits only with --socket, and then\n"
+	"                    writes the rows of the positions it computed (stderr says which)\n"
+	"  --salt TEXT       share only with processes that give the same salt\n"
+	"  --no-cache        compute everything here\n"
 	"IDS is a comma- or space-separated list, or @FILE to read one from a file.\n";
 
 enum opt {
 	O_MODEL = 1 << 0, O_TOKENS = 1 << 1, O_SPLIT = 1 << 2, O_OUT = 1 << 3,
 	O_MAXNEW = 1 << 4, O_TEMP = 1 << 5, O_TOPK = 1 << 6, O_TOPP = 1 << 7,
 	O_SEED = 1 << 8, O_THREADS = 1 << 9, O_BLOCK = 1 << 10, O_PREFIX = 1 << 11,
-	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13,
+	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
+	O_NOCACHE = 1 << 16, O_LAST = O_NOCACHE,
 };
+#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, O_MODEL },
@@ -57,6 +72,9 @@ static const struct option longopts[] = {
 	{ "prefix", required_argument, NULL, O_PREFIX },
 	{ "suffix", required_argument, NULL, O_SUFFIX },
 	{ "suffixes", required_argument, NULL, O_NSUFFIX },
+	{ "socket", required_argument, NULL, O_SOCKET },
+	{ "salt", required_argument, NULL, O_SALT },
+	{ "no-cache", no_argument, NULL, O_NOCACHE },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -67,10 +85,10 @@ static const struct {
 	int (*run)(struct run_args *a);
 } commands[] = {
 	{ "info", O_MODEL | O_THREADS | O_BLOCK, O_MODEL, cmd_info },
-	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_THREADS | O_BLOCK,
+	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_THREADS | O_BLOCK | O_CACHE,
 	  O_MODEL | O_TOKENS | O_OUT, cmd_logits },
 	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_THREADS |
-	  O_BLOCK, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate },
+	  O_BLOCK | O_CACHE, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate },
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_THREADS | O_BLOCK, 0, cmd_demo },
 };
 
@@ -131,14 +149,48 @@ int cmd_info(struct run_args *a)
 	return 0;
 }
 
+struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int explicit_only)
+{
+	char def[256];
+	const char *path = a->socket;
+	if (a->no_cache || (explicit_only && !path))
+		return NULL;
+	if (!path) {
+		/* The default socket: use a daemon if one runs, say so once if not. */
+		if (pd_default_socket(def, sizeof(def)) || access(def, F_OK)) {
+			fprintf(stderr, "prefix-run: no prefixd running at %s; computing alone\n", def);
+			return NULL;
+		}
+		path = def;
+	}
+	struct pfx_cache *c;
+	struct pfx_error err = { "" };
+	const char *salt = a->salt ? a->salt : "";
+	if (pfx_cache_open(m, path, salt, strlen(salt), &c, &err)) {
+		fprintf(stderr, "prefix-run: not using prefixd: %s; computing alone\n", err.msg);
+		return NULL;
+	}
+	return c;
+}
+
+void report_prefill(const struct pfx_prefill_info *info, const struct pfx_error *cache_err)
+{
+	if (info->cache_rc)
+		fprintf(stderr, "prefix-run: prefixd failed: %s; computed alone\n", cache_err->msg);
+	fprintf(stderr, "prefix-run: prompt of %zu tokens: %zu attached from the cache, %zu computed; %u new blocks published, %u already there\n",
+		info->attached + info->computed, info->attached, info->computed, info->published,
+		info->deduplicated);
+}
+
 int cmd_logits(struct run_args *a)
 {
 	struct pfx_model *m;
 	if (load_model(a, &m))
 		return 1;
 	int rc = 1, V = pfx_model_config(m)->vocab;
-	size_t n = a->ntokens, split = a->split;
+	size_t n = a->ntokens, split = a->split, rows = n;
 	struct pfx_session *s = NULL;
+	struct pfx_cache *cache = NULL;
 	struct pfx_error err = { "" };
 	float *logits = malloc(n * (size_t)V * sizeof(float));
 	if (a->has_split && (split < 1 || split >= n)) {
@@ -154,10 +206,20 @@ int cmd_logits(struct run_args *a)
 		    pfx_session_append(s, a->tokens + split, n - split, PFX_LOGITS_ALL,
 				       logits + split * V, &err))
 			goto fail;
+	} else if ((cache = open_cache(a, m, 1))) {
+		struct pfx_prefill_info info;
+		struct pfx_error cerr = { "" };
+		if (pfx_session_prefill(s, cache, a->tokens, n, PFX_LOGITS_ALL, logits, &info, &cerr,
+					&err))
+			goto fail;
+		report_prefill(&info, &cerr);
+		fprintf(stderr, "prefix-run: %s holds the logits of positions %zu to %zu\n", a->out,
+			info.attached, n - 1);
+		rows = info.computed;
 	} else if (pfx_session_append(s, a->tokens, n, PFX_LOGITS_ALL, logits, &err)) {
 		goto fail;
 	}
-	if (npy_write_f32(a->out, logits, n, (size_t)V, &err))
+	if (npy_write_f32(a->out, logits, rows, (size_t)V, &err))
 		goto fail;
 	rc = 0;
 	goto out;
@@ -165,6 +227,7 @@ fail:
 	fprintf(stderr, "prefix-run: %s\n", err.msg[0] ? err.msg : "out of memory");
 out:
 	pfx_session_free(s);
+	pfx_cache_close(cache);
 	free(logits);
 	pfx_model_free(m);
 	return rc;
@@ -178,16 +241,21 @@ int cmd_generate(struct run_args *a)
 	int rc = 1, V = pfx_model_config(m)->vocab;
 	struct pfx_session *s = NULL;
 	struct pfx_sampler *smp = NULL;
-	struct pfx_error err = { "" };
+	struct pfx_cache *cache = open_cache(a, m, 0);
+	struct pfx_prefill_info info;
+	struct pfx_error err = { "" }, cerr = { "" };
 	float *logits = malloc((size_t)V * sizeof(float));
 	struct pfx_sampler_opts so = { .temperature = (float)a->temperature, .top_k = (int)a->top_k,
 				       .top_p = (float)a->top_p, .seed = a->seed };
 	if (!logits || pfx_sampler_new(&so, V, &smp, &err) || pfx_session_new(m, &s, &err))
 		goto fail;
 	double t0 = cli_now();
-	if (pfx_session_append(s, a->tokens, a->ntokens, PFX_LOGITS_LAST, logits, &err))
+	if (pfx_session_prefill(s, cache, a->tokens, a->ntokens, PFX_LOGITS_LAST, logits, &info,
+				&cerr, &err))
 		goto fail;
 	double t1 = cli_now();
+	if (cache)
+		report_prefill(&info, &cerr);
 	for (long i = 0; i < a->max_new; i++) {
 		int32_t t = pfx_sample(smp, logits);
 		printf("%s%d", i ? " " : "", t);
@@ -206,6 +274,7 @@ fail:
 out:
 	pfx_sampler_free(smp);
 	pfx_session_free(s);
+	pfx_cache_close(cache);
 	free(logits);
 	pfx_model_free(m);
 	return rc;
@@ -273,6 +342,9 @@ int main(int argc, char **argv)
 		case O_PREFIX: bad = cli_long(flag, optarg, 1, 1 << 20, &v); a.prefix = (int)v; break;
 		case O_SUFFIX: bad = cli_long(flag, optarg, 1, 1 << 20, &v); a.suffix = (int)v; break;
 		case O_NSUFFIX: bad = cli_long(flag, optarg, 1, 1024, &v); a.nsuffixes = (int)v; break;
+		case O_SOCKET: a.socket = optarg; break;
+		case O_SALT: a.salt = optarg; break;
+		case O_NOCACHE: a.no_cache = 1; break;
 		}
 		if (bad)
 			return 2;
@@ -283,10 +355,22 @@ int main(int argc, char **argv)
 	}
 	int missing = commands[cmd].required & ~seen;
 	if (missing) {
-		for (int bit = 1; bit <= O_NSUFFIX; bit <<= 1)
+		for (int bit = 1; bit <= O_LAST; bit <<= 1)
 			if (missing & bit)
 				fprintf(stderr, "prefix-run %s: --%s is required\n", commands[cmd].name,
 					opt_name(bit));
+		return 2;
+	}
+	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT))) {
+		fprintf(stderr, "prefix-run: --no-cache excludes --socket and --salt\n");
+		return 2;
+	}
+	if (a.salt && strlen(a.salt) > PREFIXD_MAX_SALT) {
+		fprintf(stderr, "prefix-run: --salt is at most %d bytes\n", PREFIXD_MAX_SALT);
+		return 2;
+	}
+	if (cmd == 1 && a.has_split && (seen & O_SOCKET)) {
+		fprintf(stderr, "prefix-run: logits --split runs the in-process cached path; it excludes --socket\n");
 		return 2;
 	}
 	if ((seen & (O_TOPK | O_TOPP | O_SEED)) && !(seen & O_TEMP)) {

@@ -21,10 +21,20 @@ struct run_args {
 	uint64_t seed;
 	int threads, block_tokens;
 	int prefix, suffix, nsuffixes;
+	const char *socket, *salt;
+	int no_cache;
 };
 
 /* Prints why and returns -1 when the model cannot be loaded. */
 int load_model(const struct run_args *a, struct pfx_model **m);
+
+struct pfx_cache;
+struct pfx_prefill_info;
+/* The cache to prefill through, or NULL (computing alone, said on stderr).
+ * explicit_only: only with --socket. */
+struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int explicit_only);
+/* One line on stderr: tokens attached and computed, blocks published. */
+void report_prefill(const struct pfx_prefill_info *info, const struct pfx_error *cache_err);
 
 int cmd_info(struct run_args *a);
 int cmd_logits(struct run_args *a);

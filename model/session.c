@@ -19,6 +19,20 @@ static struct kv_block *block_new(const struct pfx_model *m)
 		return NULL;
 	}
 	atomic_init(&b->refs, 1);
+	b->lease = NULL;
+	return b;
+}
+
+struct kv_block *kv_block_attached(const float *data, struct kv_lease *lease)
+{
+	struct kv_block *b = malloc(sizeof(*b));
+	if (!b)
+		return NULL;
+	atomic_init(&b->refs, 1);
+	/* Never written: attached blocks are frozen, and the mapping is
+	 * PROT_READ, so a stray write faults instead of corrupting. */
+	b->data = (float *)data;
+	b->lease = lease;
 	return b;
 }
 
@@ -26,7 +40,10 @@ static void block_put(struct kv_block *b)
 {
 	/* acq_rel: the last owner must see every other owner's use finished. */
 	if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
-		free(b->data);
+		if (b->lease)
+			kv_lease_put(b->lease);
+		else
+			free(b->data);
 		free(b);
 	}
 }
@@ -57,6 +74,14 @@ int kv_reserve(struct pfx_session *s, size_t upto)
 			return -ENOMEM;
 		s->blocks[s->nblocks++] = b;
 	}
+	return 0;
+}
+
+int kv_push(struct pfx_session *s, struct kv_block *b)
+{
+	if (table_grow(s, s->nblocks + 1))
+		return -ENOMEM;
+	s->blocks[s->nblocks++] = b;
 	return 0;
 }
 

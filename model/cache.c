@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sessions through prefixd. Ownership: an attached block holds a reference
+ * on its kv_lease; the lease holds one on the cache; the last block to go
+ * releases the lease, and the last lease (or the caller's close) closes the
+ * connection. So forks may outlive the session that attached, and a cache
+ * closed early stays open for the blocks still in use.
+ */
+#include "cache.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "prefixd.h"
+
+struct pfx_cache {
+	atomic_int refs;
+	struct prefixd *c;
+	const struct pfx_model *m;
+};
+
+struct kv_lease {
+	atomic_int refs;
+	struct pfx_cache *cache;
+	uint64_t id;
+};
+
+static void cache_put(struct pfx_cache *c)
+{
+	if (c && atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
+		prefixd_close(c->c);
+		free(c);
+	}
+}
+
+int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, size_t salt_len,
+		   struct pfx_cache **out, struct pfx_error *err)
+{
+	struct prefixd_layout l = {
+		.block_tokens = (uint32_t)pfx_model_block_tokens(m),
+		.block_bytes = kv_block_floats(m) * sizeof(float),
+		.salt = salt,
+		.salt_len = (uint32_t)salt_len,
+	};
+	memcpy(l.fingerprint, pfx_model_fingerprint(m), sizeof(l.fingerprint));
+	struct pfx_cache *c = calloc(1, sizeof(*c));
+	if (!c)
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	int rc = prefixd_connect(socket, &l, &c->c);
+	if (rc) {
+		free(c);
+		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
+	}
+	atomic_init(&c->refs, 1);
+	c->m = m;
+	*out = c;
+	return 0;
+}
+
+void pfx_cache_close(struct pfx_cache *c) { cache_put(c); }
+
+void kv_lease_put(struct kv_lease *l)
+{
+	if (atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) {
+		/* A failed release is harmless: the daemon ends the lease when
+		 * the connection closes anyway. */
+		prefixd_release(l->cache->c, l->id);
+		cache_put(l->cache);
+		free(l);
+	}
+}
+
+/* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
+ * empty session s. Returns the number attached, or -errno. */
+static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
+		  uint32_t nblocks, uint64_t *lease_id, struct pfx_error *err)
+{
+	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
+	struct kv_lease *l = malloc(sizeof(*l));
+	uint32_t hit = 0;
+	int rc = kv && l ? prefixd_match(c->c, tokens, nblocks, lease_id, &hit, kv) : -ENOMEM;
+	if (rc || !hit) {
+		free(kv);
+		free(l);
+		return rc ? pfx_errorf(err, rc, "%s", rc == -ENOMEM ? "out of memory" : prefixd_errmsg())
+			  : 0;
+	}
+	atomic_init(&l->refs, 1); /* ours until the blocks hold it */
+	atomic_fetch_add(&c->refs, 1);
+	l->cache = c;
+	l->id = *lease_id;
+	size_t B = (size_t)pfx_model_block_tokens(s->m);
+	uint32_t i = 0;
+	for (; i < hit; i++) {
+		struct kv_block *b = kv_block_attached(kv[i], l);
+		if (!b || kv_push(s, b)) {
+			free(b);
+			break;
+		}
+		atomic_fetch_add(&l->refs, 1);
+	}
+	s->len = s->frozen = i * B;
+	kv_lease_put(l);
+	free(kv);
+	return i == hit ? (int)hit : pfx_errorf(err, -ENOMEM, "out of memory");
+}
+
+int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			size_t n, enum pfx_logits want, float *logits,
+			struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			struct pfx_error *err)
+{
+	memset(info, 0, sizeof(*info));
+	size_t B = (size_t)pfx_model_block_tokens(s->m);
+	int V = pfx_model_config(s->m)->vocab;
+	if (!c || s->len || n < 2) {
+		info->computed = n;
+		return pfx_session_append(s, tokens, n, want, logits, err);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= V)
+			return pfx_errorf(err, -EINVAL, "token %zu is %d, outside the vocabulary [0, %d)",
+					  i, tokens[i], V);
+	uint32_t *ids = malloc(n * sizeof(*ids));
+	if (!ids)
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		ids[i] = (uint32_t)tokens[i];
+	/* Leave at least one token to compute: its logits are the answer. */
+	size_t full = n / B, matchable = (n - 1) / B;
+	uint64_t lease = 0;
+	int hit = attach(s, c, ids, (uint32_t)matchable, &lease, cache_err);
+	if (hit < 0) {
+		info->cache_rc = hit;
+		hit = 0;
+		lease = 0;
+	}
+	size_t done = (size_t)hit * B;
+	info->attached = done;
+	info->computed = n - done;
+	int rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
+	if (rc) {
+		pfx_session_rewind(s, done, NULL);
+		free(ids);
+		return rc;
+	}
+	/* Publish the prompt's full blocks computed here; the daemon copies
+	 * them, so these stay private and writable. */
+	if (!info->cache_rc && full > (size_t)hit) {
+		const void **kv = malloc((full - (size_t)hit) * sizeof(*kv));
+		for (size_t i = (size_t)hit; kv && i < full; i++)
+			kv[i - (size_t)hit] = s->blocks[i]->data;
+		int prc = kv ? prefixd_publish(c->c, lease, ids, (uint32_t)hit,
+					       (uint32_t)(full - (size_t)hit), kv, &info->published,
+					       &info->deduplicated)
+			     : -ENOMEM;
+		if (prc)
+			info->cache_rc = pfx_errorf(cache_err, prc, "publishing: %s",
+						    prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
+		free(kv);
+	}
+	free(ids);
+	return 0;
+}

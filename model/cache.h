@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sessions on top of prefixd: a prompt's leading full blocks are attached
+ * read-only from the daemon's shared memory (zero-copy), the rest is
+ * computed, and the new full blocks are published for the next process.
+ */
+#ifndef PFX_CACHE_H
+#define PFX_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "session.h"
+
+struct pfx_cache;
+
+/*
+ * Connects to prefixd (socket NULL: its default socket) for model m.
+ * Blocks are shared only with processes of the same user running the same
+ * model (weights and config, see pfx_model_fingerprint) with the same
+ * block size and salt (may be NULL). Fails with a message when no daemon
+ * answers or it refuses the layout; sessions then simply run alone.
+ */
+int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, size_t salt_len,
+		   struct pfx_cache **out, struct pfx_error *err);
+/* Drops the caller's reference: the connection closes once no session
+ * holds attached blocks any more. NULL is fine. */
+void pfx_cache_close(struct pfx_cache *c);
+
+/* What a prefill did. */
+struct pfx_prefill_info {
+	size_t attached;            /* prompt tokens attached from the cache */
+	size_t computed;            /* prompt tokens computed here */
+	uint32_t published, deduplicated; /* new full blocks handed to the daemon */
+	int cache_rc;               /* 0, or why the cache could not be used (err has the text) */
+};
+
+/*
+ * Runs a prompt on an empty session through the cache c (NULL: alone):
+ * attaches the longest cached run of its full blocks, always leaving at
+ * least one token to compute, appends the rest, and publishes the prompt's
+ * new full blocks. Attached tokens are frozen. want: PFX_LOGITS_LAST, or
+ * PFX_LOGITS_ALL for rows of positions info->attached .. n - 1 only.
+ * A cache failure is not an error: the prompt is computed alone and
+ * info->cache_rc and cache_err say why. On a session that is not empty,
+ * this is pfx_session_append.
+ */
+int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			size_t n, enum pfx_logits want, float *logits,
+			struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			struct pfx_error *err);
+
+#endif
