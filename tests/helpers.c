@@ -4,9 +4,11 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "safetensors.h"
 
@@ -91,3 +93,55 @@ float *logits_uncached(struct pfx_model *m, const int32_t *t, size_t n)
 	pfx_session_free(s);
 	return out;
 }
+
+/* Runs prefix-run with args (shell words), stdout+stderr captured. */
+struct cmd_result run(const char *fmt, ...)
+{
+	char args[2048], cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s %s%s", PREFIX_RUN, args, strstr(args, "2>") ? "" : " 2>&1");
+	struct cmd_result r = { 0 };
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	size_t n = fread(r.out, 1, sizeof(r.out) - 1, p);
+	r.out[n] = 0;
+	int st = pclose(p);
+	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return r;
+}
+
+char *tokens_csv(const int32_t *t, size_t n)
+{
+	char *s = malloc(n * 12 + 1), *p = s;
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, "%s%d", i ? "," : "", t[i]);
+	return s;
+}
+
+/* Reads a (rows, cols) float32 .npy written by prefix-run. */
+float *read_npy(const char *path, size_t rows, size_t cols)
+{
+	FILE *fp = fopen(path, "rb");
+	cr_assert(fp, "no %s", path);
+	char hdr[10];
+	cr_assert_eq(fread(hdr, 1, 10, fp), 10);
+	cr_assert_eq(memcmp(hdr, "\x93NUMPY\x01\x00", 8), 0);
+	size_t hlen = (uint8_t)hdr[8] | (size_t)(uint8_t)hdr[9] << 8;
+	char *dict = calloc(1, hlen + 1);
+	cr_assert_eq(fread(dict, 1, hlen, fp), hlen);
+	char want[96];
+	snprintf(want, sizeof(want), "'shape': (%zu, %zu)", rows, cols);
+	cr_expect(strstr(dict, want), "header %s lacks %s", dict, want);
+	cr_expect(strstr(dict, "'<f4'"));
+	cr_expect_eq((10 + hlen) % 64, 0);
+	float *d = malloc(rows * cols * sizeof(float));
+	cr_assert_eq(fread(d, sizeof(float), rows * cols, fp), rows * cols);
+	cr_expect_eq(fgetc(fp), EOF, "data past the array");
+	fclose(fp);
+	free(dict);
+	return d;
+}
+

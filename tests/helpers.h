@@ -29,4 +29,17 @@ float max_abs_diff(const float *a, const float *b, size_t n);
 float *logits_uncached(struct pfx_model *m, const int32_t *t, size_t n);
 const char *fixtures_dir(void);
 
+/* prefix-run as a user calls it. */
+struct cmd_result {
+	int status;
+	char out[16384];
+};
+/* Runs PREFIX_RUN with args (shell words); stdout and stderr captured
+ * unless args redirect 2> themselves. */
+struct cmd_result run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "1,2,3" for tokens (malloc'd). */
+char *tokens_csv(const int32_t *t, size_t n);
+/* Reads a (rows, cols) float32 .npy written by prefix-run (malloc'd). */
+float *read_npy(const char *path, size_t rows, size_t cols);
+
 #endif

@@ -10,62 +10,6 @@
 
 #include "helpers.h"
 
-struct result {
-	int status;
-	char out[16384];
-};
-
-/* Runs prefix-run with args (shell words), stdout+stderr captured. */
-static struct result run(const char *fmt, ...)
-{
-	char args[2048], cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
-	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s %s%s", PREFIX_RUN, args, strstr(args, "2>") ? "" : " 2>&1");
-	struct result r = { 0 };
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t n = fread(r.out, 1, sizeof(r.out) - 1, p);
-	r.out[n] = 0;
-	int st = pclose(p);
-	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-	return r;
-}
-
-static char *tokens_csv(const int32_t *t, size_t n)
-{
-	char *s = malloc(n * 12 + 1), *p = s;
-	for (size_t i = 0; i < n; i++)
-		p += sprintf(p, "%s%d", i ? "," : "", t[i]);
-	return s;
-}
-
-/* Reads a (rows, cols) float32 .npy written by prefix-run. */
-static float *read_npy(const char *path, size_t rows, size_t cols)
-{
-	FILE *fp = fopen(path, "rb");
-	cr_assert(fp, "no %s", path);
-	char hdr[10];
-	cr_assert_eq(fread(hdr, 1, 10, fp), 10);
-	cr_assert_eq(memcmp(hdr, "\x93NUMPY\x01\x00", 8), 0);
-	size_t hlen = (uint8_t)hdr[8] | (size_t)(uint8_t)hdr[9] << 8;
-	char *dict = calloc(1, hlen + 1);
-	cr_assert_eq(fread(dict, 1, hlen, fp), hlen);
-	char want[96];
-	snprintf(want, sizeof(want), "'shape': (%zu, %zu)", rows, cols);
-	cr_expect(strstr(dict, want), "header %s lacks %s", dict, want);
-	cr_expect(strstr(dict, "'<f4'"));
-	cr_expect_eq((10 + hlen) % 64, 0);
-	float *d = malloc(rows * cols * sizeof(float));
-	cr_assert_eq(fread(d, sizeof(float), rows * cols, fp), rows * cols);
-	cr_expect_eq(fgetc(fp), EOF, "data past the array");
-	fclose(fp);
-	free(dict);
-	return d;
-}
-
 Test(cli, logits_uncached_and_split_match_transformers)
 {
 	const char *name = "llama-tiny-gqa";
@@ -80,7 +24,7 @@ Test(cli, logits_uncached_and_split_match_transformers)
 		snprintf(out, sizeof(out), "%s/l%d.npy", tmpl, split);
 		if (split)
 			snprintf(extra, sizeof(extra), "--split %d", split);
-		struct result r = run("logits --model %s/%s --tokens %s --out %s %s", fixtures_dir(),
+		struct cmd_result r = run("logits --model %s/%s --tokens %s --out %s %s", fixtures_dir(),
 				      name, csv, out, extra);
 		cr_assert_eq(r.status, 0, "%s", r.out);
 		float *got = read_npy(out, n, 512);
@@ -97,7 +41,7 @@ Test(cli, logits_uncached_and_split_match_transformers)
 	for (size_t i = 0; i < n; i++)
 		fprintf(fp, "%d%s", tok[i], i % 5 == 4 ? "\n" : " ");
 	fclose(fp);
-	struct result r = run("logits --model %s/%s --tokens @%s --out %s", fixtures_dir(), name, tf, out);
+	struct cmd_result r = run("logits --model %s/%s --tokens @%s --out %s", fixtures_dir(), name, tf, out);
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	float *got = read_npy(out, n, 512);
 	cr_expect(max_abs_diff(got, ref, nl) <= TOL_LOGITS);
@@ -134,11 +78,11 @@ Test(cli, generate_greedy_matches_transformers)
 
 Test(cli, generate_sampling_is_seeded)
 {
-	struct result a = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
+	struct cmd_result a = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
 			      "--temperature 1.5 --top-k 50 --top-p 0.95 --seed 4 2>/dev/null", fixtures_dir());
-	struct result b = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
+	struct cmd_result b = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
 			      "--temperature 1.5 --top-k 50 --top-p 0.95 --seed 4 2>/dev/null", fixtures_dir());
-	struct result c = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
+	struct cmd_result c = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
 			      "--temperature 1.5 --top-k 50 --top-p 0.95 --seed 5 2>/dev/null", fixtures_dir());
 	cr_assert_eq(a.status, 0, "%s", a.out);
 	cr_expect_str_eq(a.out, b.out);
@@ -147,7 +91,7 @@ Test(cli, generate_sampling_is_seeded)
 
 Test(cli, info_reports_shapes_fingerprint_and_kv)
 {
-	struct result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
+	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	const char *want[] = { "LlamaForCausalLM", "key/value heads 2", "fingerprint",
 			       "KV per token     512 bytes", "KV for 512        262144 bytes",
@@ -189,7 +133,7 @@ Test(cli, errors_are_clear)
 				 cases[i].args, fixtures_dir(), m + 3);
 		else
 			snprintf(args, sizeof(args), "%s", cases[i].args);
-		struct result r = run("%s", args);
+		struct cmd_result r = run("%s", args);
 		cr_expect_eq(r.status, cases[i].status, "'%s' exited %d:\n%s", args, r.status, r.out);
 		cr_expect(strstr(r.out, cases[i].msg), "'%s' lacks '%s':\n%s", args, cases[i].msg, r.out);
 	}
