@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench/share: what sharing a prefix across processes buys. With a random
+ * SmolLM-135M-shaped model, a 2048-token prefix and a 32-token suffix:
+ *  - ttft_cold_ms: a fresh process prefills all 2080 tokens alone;
+ *  - ttft_warm_ms: a fresh process attaches the prefix another process
+ *    published, and computes the suffix;
+ *  - attach_us: MATCH + mapping alone, from a fresh connection, for
+ *    prefixes of 256, 2048 and 8192 tokens.
+ * Time to first token runs from the prompt in hand (model loaded, as in a
+ * server) to the first sampled token. Each figure is the median of several
+ * runs, each in its own process. One JSON object on stdout.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "bench_daemon.h"
+#include "cache.h"
+#include "prefixd.h"
+#include "random_model.h"
+#include "session.h"
+
+#define PREFIX 2048
+#define SUFFIX 32
+#define RUNS 5
+
+static const char *model_dir;
+
+static void tokens(int32_t *t, int n, int vocab, uint32_t seed)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+	}
+}
+
+/* In a child: load the model, then time one prompt to its first token,
+ * through the daemon at sock (NULL: alone). Writes ms and attached tokens
+ * to the pipe. */
+static int ttft_child(const char *sock, int suffix_seed, int out)
+{
+	struct pfx_model *m;
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_model_opts mo = { .threads = 2 };
+	if (pfx_model_load(model_dir, &mo, &m, &err)) {
+		fprintf(stderr, "share: %s\n", err.msg);
+		return 1;
+	}
+	int V = pfx_model_config(m)->vocab;
+	int32_t t[PREFIX + SUFFIX];
+	tokens(t, PREFIX, V, 1);
+	tokens(t + PREFIX, SUFFIX, V, (uint32_t)suffix_seed);
+	float *logits = malloc((size_t)V * sizeof(float));
+	struct pfx_session *s;
+	struct pfx_prefill_info info;
+	struct pfx_cache *c = NULL;
+	double t0 = bench_now();
+	if (sock && pfx_cache_open(m, sock, NULL, 0, &c, &err)) {
+		fprintf(stderr, "share: %s\n", err.msg);
+		return 1;
+	}
+	if (!logits || pfx_session_new(m, &s, &err) ||
+	    pfx_session_prefill(s, c, t, PREFIX + SUFFIX, PFX_LOGITS_LAST, logits, &info, &cerr,
+				&err)) {
+		fprintf(stderr, "share: %s\n", err.msg);
+		return 1;
+	}
+	int32_t first = 0; /* greedy: the first token */
+	for (int i = 1; i < V; i++)
+		if (logits[i] > logits[first])
+			first = i;
+	double ms = (bench_now() - t0) * 1e3;
+	if (info.cache_rc)
+		fprintf(stderr, "share: the cache failed: %s\n", cerr.msg);
+	double res[3] = { ms, (double)info.attached, (double)first };
+	if (write(out, res, sizeof(res)) != sizeof(res))
+		return 1;
+	pfx_session_free(s);
+	pfx_cache_close(c);
+	free(logits);
+	pfx_model_free(m);
+	return 0;
+}
+
+/* Runs ttft_child in a new process; ms, or a negative value on failure. */
+static double ttft(const char *sock, int suffix_seed, double *attached)
+{
+	int p[2];
+	if (pipe(p))
+		return -1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		_exit(ttft_child(sock, suffix_seed, p[1]));
+	}
+	close(p[1]);
+	double res[3] = { -1, 0, 0 };
+	ssize_t n = read(p[0], res, sizeof(res));
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	if (n != sizeof(res) || !WIFEXITED(st) || WEXITSTATUS(st))
+		return -1;
+	*attached = res[1];
+	return res[0];
+}
+
+/* ==== Attach cost ==== */
+
+static int attach_us(const char *sock, const struct prefixd_layout *l, uint32_t nblocks,
+		     double *median)
+{
+	uint32_t *t = malloc((size_t)nblocks * l->block_tokens * sizeof(*t));
+	const void **kv = malloc(nblocks * sizeof(*kv));
+	void *blocks = mmap(NULL, l->block_bytes * nblocks, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int rc = -ENOMEM;
+	struct prefixd *c = NULL;
+	if (!t || !kv || blocks == MAP_FAILED)
+		goto out;
+	for (size_t i = 0; i < (size_t)nblocks * l->block_tokens; i++)
+		t[i] = nblocks * 100000u + (uint32_t)i;
+	for (uint32_t i = 0; i < nblocks; i++)
+		kv[i] = (const char *)blocks + (size_t)i * l->block_bytes;
+	uint32_t stored, dedup, hit;
+	if ((rc = prefixd_connect(sock, l, &c)) ||
+	    (rc = prefixd_publish(c, 0, t, 0, nblocks, kv, &stored, &dedup)))
+		goto out;
+	prefixd_close(c);
+	c = NULL;
+	double us[25];
+	for (int r = 0; r < 25; r++) {
+		/* A fresh connection each time: its arenas are not mapped yet. */
+		uint64_t lease;
+		if ((rc = prefixd_connect(sock, l, &c)))
+			goto out;
+		double t0 = bench_now();
+		rc = prefixd_match(c, t, nblocks, &lease, &hit, kv);
+		us[r] = (bench_now() - t0) * 1e6;
+		if (rc || hit != nblocks) {
+			rc = rc ? rc : -EIO;
+			goto out;
+		}
+		prefixd_close(c);
+		c = NULL;
+	}
+	*median = bench_median(us, 25);
+out:
+	if (rc)
+		fprintf(stderr, "share: attach of %u blocks: %s\n", nblocks, prefixd_errmsg());
+	prefixd_close(c);
+	if (blocks != MAP_FAILED)
+		munmap(blocks, l->block_bytes * nblocks);
+	free(kv);
+	free(t);
+	return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+	char tmp[] = "/tmp/prefixd-share-XXXXXX";
+	struct pfx_error err = { "" };
+	struct pfx_config sc = pfx_config_smollm135m();
+	if (!mkdtemp(tmp) || pfx_random_checkpoint(tmp, &sc, "F32", 1, &err)) {
+		fprintf(stderr, "share: cannot write the random model: %s\n", err.msg);
+		return 1;
+	}
+	model_dir = tmp;
+	struct bench_daemon d;
+	int rc = 1;
+	if (bench_daemon_start(&d, "--memory", "1G"))
+		goto out;
+	double cold[RUNS], warm[RUNS], attached = 0, a;
+	/* The first cold run also publishes the prefix (it goes through the
+	 * daemon with an empty cache); the others run alone. */
+	for (int r = 0; r < RUNS; r++) {
+		cold[r] = ttft(r ? NULL : d.sock, 100 + r, &a);
+		warm[r] = r ? ttft(d.sock, 200 + r, &attached) : 0;
+		if (cold[r] < 0 || warm[r] < 0) {
+			fprintf(stderr, "share: a run failed\n");
+			goto stop;
+		}
+	}
+	if (attached != PREFIX) {
+		fprintf(stderr, "share: warm runs attached %.0f tokens, not %d\n", attached, PREFIX);
+		goto stop;
+	}
+	double cold_ms = bench_median(cold, RUNS), warm_ms = bench_median(warm + 1, RUNS - 1);
+	struct prefixd_layout l = { .block_tokens = 64, .block_bytes = 2ull * 30 * 3 * 64 * 64 * 4 };
+	memset(l.fingerprint, 0xbe, sizeof(l.fingerprint));
+	double att[3];
+	const uint32_t sizes[3] = { 256, 2048, 8192 };
+	for (int i = 0; i < 3; i++)
+		if (attach_us(d.sock, &l, sizes[i] / 64, &att[i]))
+			goto stop;
+	qsort(cold, RUNS, sizeof(double), cmp_double);
+	qsort(warm + 1, RUNS - 1, sizeof(double), cmp_double);
+	printf("{\n");
+	printf("  \"model\": \"random SmolLM-135M shape (f32), 2 threads, 64-token blocks\",\n");
+	printf("  \"prefix_tokens\": %d, \"suffix_tokens\": %d, \"runs\": %d,\n", PREFIX, SUFFIX, RUNS);
+	printf("  \"ttft_cold_ms\": %.1f,\n", cold_ms);
+	printf("  \"ttft_warm_ms\": %.1f,\n", warm_ms);
+	printf("  \"warm_speedup\": %.1f,\n", cold_ms / warm_ms);
+	printf("  \"ttft_cold_range_ms\": [%.1f, %.1f],\n", cold[0], cold[RUNS - 1]);
+	printf("  \"ttft_warm_range_ms\": [%.1f, %.1f],\n", warm[1], warm[RUNS - 1]);
+	printf("  \"attach_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", att[0],
+	       att[1], att[2]);
+	printf("  \"attach_growth_256_to_8192\": %.2f\n", att[2] / att[0]);
+	printf("}\n");
+	rc = 0;
+stop:
+	if (bench_daemon_stop(&d))
+		rc = 1;
+out:;
+	char p[sizeof(tmp) + 32];
+	snprintf(p, sizeof(p), "%s/model.safetensors", tmp);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/config.json", tmp);
+	unlink(p);
+	rmdir(tmp);
+	(void)argc;
+	(void)argv;
+	return rc;
+}
