@@ -41,7 +41,15 @@ struct worker {
 	struct node *conns;       /* owned by the worker thread */
 };
 
-#define ARENA_BYTES (64ull << 20)
+/* Arenas of a quarter of the budget, within [64 MiB, 1 GiB]: few arenas
+ * means few descriptors and mappings per client (bench/share: attaching
+ * costs ~30 us per new arena and little per block), while a budget still
+ * spans several arenas, so block sizes that come later find room. */
+static uint64_t arena_bytes(uint64_t budget)
+{
+	uint64_t a = budget / 4;
+	return a < (64ull << 20) ? 64ull << 20 : a > (1ull << 30) ? 1ull << 30 : a;
+}
 
 /* ==== Workers ==== */
 
@@ -266,7 +274,8 @@ static void accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, uns
 int server_run(const struct server_cfg *cfg)
 {
 	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid() };
-	partitions_init(&d.parts, cfg->memory, cfg->block_tokens, cfg->key_bytes, ARENA_BYTES);
+	partitions_init(&d.parts, cfg->memory, cfg->block_tokens, cfg->key_bytes,
+			 arena_bytes(cfg->memory));
 	int rc = 1, nw = 0, lfd = -1, sfd = -1, epfd = -1;
 	struct worker *ws = calloc((size_t)cfg->threads, sizeof(*ws));
 	sigset_t sigs;

@@ -28,6 +28,7 @@
 struct shm_arena {
 	uint32_t id;
 	int fd;
+	int ro_fd;                /* read-only, duplicated for each client */
 	uint8_t *base;            /* (size) read-write, the daemon's view */
 	size_t size, slot_bytes;
 	uint32_t nslots, nfree;
@@ -47,7 +48,7 @@ int shm_arena_create(uint32_t id, size_t slot_bytes, uint32_t nslots, struct shm
 	if (!a)
 		return -ENOMEM;
 	a->id = id;
-	a->fd = -1;
+	a->fd = a->ro_fd = -1;
 	a->slot_bytes = slot_bytes;
 	a->nslots = a->nfree = nslots;
 	a->size = slot_bytes * nslots;
@@ -74,6 +75,15 @@ int shm_arena_create(uint32_t id, size_t slot_bytes, uint32_t nslots, struct shm
 		rc = -errno;
 		goto fail;
 	}
+	/* Reopening through /proc is the only way to a read-only description
+	 * of a memfd; do it once, and hand out duplicates (much cheaper). */
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", a->fd);
+	a->ro_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (a->ro_fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
 	*out = a;
 	return 0;
 fail:
@@ -89,6 +99,8 @@ void shm_arena_free(struct shm_arena *a)
 		munmap(a->base, a->size);
 	if (a->fd >= 0)
 		close(a->fd);
+	if (a->ro_fd >= 0)
+		close(a->ro_fd);
 	free(a->free_list);
 	free(a->used);
 	free(a);
@@ -102,9 +114,7 @@ uint8_t *shm_arena_base(const struct shm_arena *a) { return a->base; }
 
 int shm_arena_ro_fd(const struct shm_arena *a)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", a->fd);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = fcntl(a->ro_fd, F_DUPFD_CLOEXEC, 0);
 	return fd < 0 ? -errno : fd;
 }
 
