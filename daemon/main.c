@@ -113,8 +113,8 @@ int main(int argc, char **argv)
 			cfg.socket_path = optarg;
 			break;
 		case 'm':
-			if (parse_size(optarg, &cfg.memory) || cfg.memory < (1u << 20))
-				return bad("--memory: '%s' is not a size of at least 1M (e.g. 512M, 4G)", optarg);
+			if (parse_size(optarg, &cfg.memory) || cfg.memory < (64u << 10))
+				return bad("--memory: '%s' is not a size of at least 64K (e.g. 512M, 4G)", optarg);
 			break;
 		case 't':
 			if (parse_int(optarg, 1, 256, &v))

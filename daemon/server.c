@@ -296,8 +296,8 @@ int server_run(const struct server_cfg *cfg)
 	for (; nw < cfg->threads; nw++)
 		if (worker_start(&ws[nw], &d))
 			goto out;
-	pd_log("listening on %s: %llu MiB for KV blocks of %u tokens, %d workers", cfg->socket_path,
-	       (unsigned long long)(cfg->memory >> 20), cfg->block_tokens, cfg->threads);
+	pd_log("listening on %s: %.1f MiB for KV blocks of %u tokens, %d workers", cfg->socket_path,
+	       (double)cfg->memory / (1 << 20), cfg->block_tokens, cfg->threads);
 	unsigned next = 0;
 	for (;;) {
 		struct epoll_event e;

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon_cases.h"
 #include "daemon_util.h"
 
 static struct test_daemon td;
@@ -388,4 +389,10 @@ Test(daemon, no_descriptor_or_lease_outlives_its_client)
 	cr_expect_eq(s.hits, 20);
 	prefixd_close(adm);
 	stop();
+}
+
+Test(daemon, many_clients_at_once_keep_every_invariant)
+{
+	char why[256];
+	cr_expect_eq(case_daemon_many_clients(why, sizeof(why)), 0, "%s", why);
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "concurrency_cases.h"
+#include "daemon_cases.h"
 
 int main(void)
 {
@@ -20,6 +21,12 @@ int main(void)
 	} else {
 		printf("ok 2 - one_model_many_threads\n");
 	}
-	printf("1..2\n");
+	if (case_daemon_many_clients(why, sizeof(why))) {
+		printf("not ok 3 - daemon_many_clients: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 3 - daemon_many_clients\n");
+	}
+	printf("1..3\n");
 	return failed ? 1 : 0;
 }

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Many clients at once on one prefixd: every thread shares one prompt
+ * prefix and adds its own blocks, matching, publishing and releasing in a
+ * loop and checking every attached byte. Plain C for the TSan driver.
+ */
+#include "daemon_cases.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon_util.h"
+
+#define THREADS 8
+#define ROUNDS 150
+#define SHARED 3 /* blocks every thread's prompt starts with */
+#define OWN 2
+
+struct worker {
+	const char *sock;
+	int id;
+	char why[200];
+};
+
+static void *client_loop(void *arg)
+{
+	struct worker *w = arg;
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	if (prefixd_connect(w->sock, &l, &c)) {
+		snprintf(w->why, sizeof(w->why), "connect: %s", prefixd_errmsg());
+		return NULL;
+	}
+	uint32_t t[(SHARED + OWN) * TD_BLOCK_TOKENS];
+	for (uint32_t i = 0; i < SHARED * TD_BLOCK_TOKENS; i++)
+		t[i] = i;
+	for (int r = 0; r < ROUNDS && !w->why[0]; r++) {
+		/* Own blocks vary by thread and round: publishes and evictions race. */
+		for (uint32_t i = SHARED * TD_BLOCK_TOKENS; i < (SHARED + OWN) * TD_BLOCK_TOKENS; i++)
+			t[i] = 1000000u * (uint32_t)(w->id + 1) + 1000u * (uint32_t)(r % 7) + i;
+		uint64_t lease;
+		uint32_t hit, stored, dedup;
+		const void *kv[SHARED + OWN];
+		if (prefixd_match(c, t, SHARED + OWN, &lease, &hit, kv)) {
+			snprintf(w->why, sizeof(w->why), "match: %s", prefixd_errmsg());
+			break;
+		}
+		for (uint32_t b = 0; b < hit; b++)
+			if (!td_block_ok(t, b, kv[b]))
+				snprintf(w->why, sizeof(w->why), "round %d: block %u has wrong bytes", r, b);
+		if (hit < SHARED + OWN &&
+		    td_publish(c, lease, t, hit, SHARED + OWN - hit, &stored, &dedup))
+			snprintf(w->why, sizeof(w->why), "publish: %s", prefixd_errmsg());
+		if (lease && prefixd_release(c, lease))
+			snprintf(w->why, sizeof(w->why), "release: %s", prefixd_errmsg());
+	}
+	prefixd_close(c);
+	return NULL;
+}
+
+int case_daemon_many_clients(char *why, size_t len)
+{
+	struct test_daemon td;
+	/* Room for 48 blocks: the threads' 8 x 7 x 2 own blocks must evict,
+	 * and at most 8 x 5 are leased at once, so a publish always finds a
+	 * leaf to evict and is never refused. */
+	const char *args[] = { "--block-tokens", "4", "--memory", "384K", NULL };
+	if (td_start(&td, args)) {
+		snprintf(why, len, "prefixd did not start");
+		return -1;
+	}
+	struct worker w[THREADS];
+	pthread_t th[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ td.sock, i, "" };
+		pthread_create(&th[i], NULL, client_loop, &w[i]);
+	}
+	int rc = 0;
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		if (w[i].why[0] && !rc) {
+			snprintf(why, len, "client %d: %s", i, w[i].why);
+			rc = -1;
+		}
+	}
+	struct prefixd *c;
+	struct prefixd_stats s = { 0 };
+	if (!prefixd_connect(td.sock, NULL, &c)) {
+		prefixd_stats(c, &s);
+		prefixd_close(c);
+	}
+	if (!rc && (s.leases || s.bytes_used > s.budget || !s.evictions || s.errors)) {
+		snprintf(why, len, "after the run: %llu leases, %llu of %llu bytes, %llu evictions, %llu errors",
+			 (unsigned long long)s.leases, (unsigned long long)s.bytes_used,
+			 (unsigned long long)s.budget, (unsigned long long)s.evictions,
+			 (unsigned long long)s.errors);
+		rc = -1;
+	}
+	int st = td_stop(&td);
+	if (!rc && st) {
+		snprintf(why, len, "prefixd exited with %d (a sanitizer report is in its log above)", st);
+		rc = -1;
+	}
+	return rc;
+}
