@@ -34,6 +34,10 @@ static const char usage[] =
 	"  demo      [--model DIR] [--prefix N] [--suffix N] [--suffixes N]\n"
 	"                                         a shared frozen prefix and several suffixes,\n"
 	"                                         timed against recomputing from scratch\n"
+	"  random-model --out DIR [--shape demo|smollm]\n"
+	"                                         writes a random-weight Llama checkpoint\n"
+	"                                         (config.json, model.safetensors): the demo's\n"
+	"                                         small shape, or SmolLM-135M's\n"
 	"\n"
 	"options for every command:\n"
 	"  --threads N       worker threads (default: all CPUs)\n"
@@ -53,7 +57,7 @@ enum opt {
 	O_MAXNEW = 1 << 4, O_TEMP = 1 << 5, O_TOPK = 1 << 6, O_TOPP = 1 << 7,
 	O_SEED = 1 << 8, O_THREADS = 1 << 9, O_BLOCK = 1 << 10, O_PREFIX = 1 << 11,
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
-	O_NOCACHE = 1 << 16, O_LAST = O_NOCACHE,
+	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_LAST = O_SHAPE,
 };
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
 
@@ -75,6 +79,7 @@ static const struct option longopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "salt", required_argument, NULL, O_SALT },
 	{ "no-cache", no_argument, NULL, O_NOCACHE },
+	{ "shape", required_argument, NULL, O_SHAPE },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -90,6 +95,7 @@ static const struct {
 	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_THREADS |
 	  O_BLOCK | O_CACHE, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate },
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_THREADS | O_BLOCK, 0, cmd_demo },
+	{ "random-model", O_OUT | O_SHAPE, O_OUT, cmd_random_model },
 };
 
 static const char *opt_name(int bit)
@@ -264,8 +270,8 @@ int cmd_generate(struct run_args *a)
 	}
 	printf("\n");
 	double t2 = cli_now();
-	fprintf(stderr, "prefill %zu tokens in %.1f ms, %ld new tokens in %.1f ms (%.1f tok/s)\n",
-		a->ntokens, (t1 - t0) * 1e3, a->max_new, (t2 - t1) * 1e3,
+	fprintf(stderr, "prefix-run: time to first token %.1f ms (prompt of %zu tokens); %ld more tokens in %.1f ms (%.1f tok/s)\n",
+		(t1 - t0) * 1e3, a->ntokens, a->max_new - 1, (t2 - t1) * 1e3,
 		a->max_new > 1 ? (a->max_new - 1) / (t2 - t1) : 0.0);
 	rc = 0;
 	goto out;
@@ -292,7 +298,7 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[1], commands[i].name))
 			cmd = (int)i;
 	if (cmd < 0) {
-		fprintf(stderr, "prefix-run: unknown command '%s' (info, logits, generate, demo)\n",
+		fprintf(stderr, "prefix-run: unknown command '%s' (info, logits, generate, demo, random-model)\n",
 			argv[1]);
 		return 2;
 	}
@@ -345,6 +351,7 @@ int main(int argc, char **argv)
 		case O_SOCKET: a.socket = optarg; break;
 		case O_SALT: a.salt = optarg; break;
 		case O_NOCACHE: a.no_cache = 1; break;
+		case O_SHAPE: a.shape = optarg; break;
 		}
 		if (bad)
 			return 2;

@@ -22,6 +22,7 @@ struct run_args {
 	int threads, block_tokens;
 	int prefix, suffix, nsuffixes;
 	const char *socket, *salt;
+	const char *shape;
 	int no_cache;
 };
 
@@ -40,5 +41,6 @@ int cmd_info(struct run_args *a);
 int cmd_logits(struct run_args *a);
 int cmd_generate(struct run_args *a);
 int cmd_demo(struct run_args *a);
+int cmd_random_model(struct run_args *a);
 
 #endif

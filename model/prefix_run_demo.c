@@ -134,3 +134,22 @@ out:
 	pfx_model_free(m);
 	return rc;
 }
+
+int cmd_random_model(struct run_args *a)
+{
+	struct pfx_config c;
+	if (!a->shape || !strcmp(a->shape, "demo")) {
+		c = demo_config();
+	} else if (!strcmp(a->shape, "smollm")) {
+		c = pfx_config_smollm135m();
+	} else {
+		fprintf(stderr, "prefix-run random-model: --shape is demo or smollm, not '%s'\n", a->shape);
+		return 2;
+	}
+	struct pfx_error err = { "" };
+	if (pfx_random_checkpoint(a->out, &c, "F32", 42, &err)) {
+		fprintf(stderr, "prefix-run random-model: %s\n", err.msg);
+		return 1;
+	}
+	return 0;
+}
