@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "daemon_util.h"
+#include "cache.h"
 #include "helpers.h"
 
 static struct test_daemon td;
@@ -134,4 +135,45 @@ Test(share, without_a_daemon_a_process_computes_alone)
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "computing alone"), "%s", r.out);
 	cr_expect_eq(counter("connections"), 1, "only prefixctl's");
+}
+
+/* Attached blocks outlive the session that attached them and the caller's
+ * close of the cache: a fork keeps the lease until it is freed. */
+Test(share, forks_keep_attached_blocks_until_they_are_freed)
+{
+	struct pfx_model *m = load_fixture_model_bt(MODEL, 4);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c;
+	cr_assert_eq(pfx_cache_open(m, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	size_t V = (size_t)pfx_model_config(m)->vocab;
+	float *logits = malloc(ntok * V * sizeof(float));
+	struct pfx_session *a, *b, *f;
+	struct pfx_prefill_info info;
+	cr_assert_eq(pfx_session_new(m, &a, &err), 0);
+	cr_assert_eq(pfx_session_prefill(a, c, tok, HEAD, PFX_LOGITS_LAST, logits, &info, &cerr, &err), 0);
+	cr_expect_eq(info.published, HEAD / 4);
+	pfx_session_free(a);
+	cr_assert_eq(pfx_session_new(m, &b, &err), 0);
+	cr_assert_eq(pfx_session_prefill(b, c, tok, HEAD + 1, PFX_LOGITS_LAST, logits, &info, &cerr, &err), 0);
+	cr_assert_eq(info.attached, HEAD);
+	cr_expect_eq(pfx_session_frozen(b), HEAD, "attached tokens are frozen");
+	cr_expect_neq(pfx_session_rewind(b, HEAD - 1, &err), 0, "no rewind into attached blocks");
+	cr_assert_eq(pfx_session_fork(b, &f, &err), 0);
+	pfx_session_free(b);
+	pfx_cache_close(c);
+	cr_expect_eq(counter("leases"), 1, "the fork holds the lease");
+	/* The fork continues on the attached blocks and matches transformers. */
+	cr_assert_eq(pfx_session_append(f, tok + HEAD + 1, ntok - HEAD - 1, PFX_LOGITS_ALL, logits, &err), 0);
+	size_t nl;
+	float *ref = expected_f32(MODEL, "logits_full", &nl);
+	float d = max_abs_diff(logits, ref + (HEAD + 1) * V, (ntok - HEAD - 1) * V);
+	cr_expect_leq(d, TOL_LOGITS, "%g", d);
+	pfx_session_free(f);
+	unsigned long long leases = 1;
+	for (int i = 0; i < 200 && (leases = counter("leases")); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "freeing the last fork released the lease and closed the connection");
+	free(ref);
+	free(logits);
+	pfx_model_free(m);
 }
