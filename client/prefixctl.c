@@ -92,7 +92,8 @@ int main(int argc, char **argv)
 	const char *path = NULL;
 	int json = 0, o;
 	opterr = 0;
-	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	/* GNU getopt moves options after the command in front of it. */
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 's': path = optarg; break;
 		case 'j': json = 1; break;
@@ -107,15 +108,6 @@ int main(int argc, char **argv)
 	const char *cmd = argv[optind++];
 	if (strcmp(cmd, "stats"))
 		return usage_error("unknown command", cmd);
-	/* Options may follow the command too. */
-	while ((o = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-		switch (o) {
-		case 's': path = optarg; break;
-		case 'j': json = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: return usage_error("unknown or incomplete option", argv[optind - 1]);
-		}
-	}
 	if (optind < argc)
 		return usage_error("unexpected argument", argv[optind]);
 	struct prefixd *c;

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -395,4 +397,70 @@ Test(daemon, many_clients_at_once_keep_every_invariant)
 {
 	char why[256];
 	cr_expect_eq(case_daemon_many_clients(why, sizeof(why)), 0, "%s", why);
+}
+
+/* Runs a shell command; its exit status and output (stdout + stderr). */
+static int sh(char *out, size_t cap, const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	size_t n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+Test(daemon, bad_command_lines_say_what_is_wrong)
+{
+	char out[4096];
+	static const struct {
+		const char *args;
+		const char *says;
+	} cases[] = {
+		{ "--memory 12Q", "--memory" },
+		{ "--memory 1K", "at least 64K" },
+		{ "--block-tokens 48", "power of two" },
+		{ "--threads 0", "--threads" },
+		{ "--group no-such-group-here", "no group" },
+		{ "--bogus", "unknown" },
+		{ "extra", "unexpected argument" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cr_expect_eq(sh(out, sizeof(out), "%s --socket /nonexistent/x %s", PREFIXD_EXE, cases[i].args), 2,
+			     "%s", cases[i].args);
+		cr_expect(strstr(out, cases[i].says), "%s: %s", cases[i].args, out);
+	}
+	cr_expect_eq(sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
+	cr_expect(strstr(out, "--memory SIZE"), "%s", out);
+	cr_expect_eq(sh(out, sizeof(out), "%s --socket /nonexistent/dir/x stats", PREFIXCTL), 1);
+	cr_expect(strstr(out, "cannot connect"), "%s", out);
+	cr_expect_eq(sh(out, sizeof(out), "%s frobnicate", PREFIXCTL), 2);
+	cr_expect(strstr(out, "unknown command"), "%s", out);
+}
+
+Test(daemon, a_live_socket_or_a_file_is_never_taken_over)
+{
+	start(NULL);
+	char out[4096];
+	cr_expect_eq(sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, td.sock), 1);
+	cr_expect(strstr(out, "another prefixd is serving"), "%s", out);
+	char file[PATH_MAX + 16];
+	snprintf(file, sizeof(file), "%s/file", td.dir);
+	FILE *f = fopen(file, "w");
+	cr_assert(f);
+	fputs("precious", f);
+	fclose(f);
+	cr_expect_eq(sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, file), 1);
+	cr_expect(strstr(out, "not a socket"), "%s", out);
+	struct stat st;
+	cr_expect_eq(stat(file, &st), 0, "the file is still there");
+	unlink(file);
+	cr_expect_eq(stats().connections, 1, "the running daemon still serves");
+	stop();
 }
