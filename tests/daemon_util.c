@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -29,13 +30,18 @@ static int can_connect(const char *path)
 
 int td_start(struct test_daemon *d, const char *const *args)
 {
+	return td_start_named(d, "sock", args);
+}
+
+int td_start_named(struct test_daemon *d, const char *name, const char *const *args)
+{
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/prefixd-test-XXXXXX");
 	if (!mkdtemp(d->dir)) {
 		perror("mkdtemp");
 		return -1;
 	}
-	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	snprintf(d->sock, sizeof(d->sock), "%s/%s", d->dir, name);
 	snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
 	const char *argv[32] = { PREFIXD_EXE, "--socket", d->sock, "--threads", "2" };
 	int n = 5;
@@ -45,9 +51,15 @@ int td_start(struct test_daemon *d, const char *const *args)
 	if (d->pid < 0)
 		return -1;
 	if (d->pid == 0) {
+		/* A test that fails half-way must not leave its daemon behind
+		 * (nor a pipe of the test runner open). */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		int log = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
 		if (log >= 0)
 			dup2(log, 2);
+		if (null >= 0)
+			dup2(null, 1);
 		execv(PREFIXD_EXE, (char *const *)argv);
 		_exit(127);
 	}
@@ -63,6 +75,7 @@ int td_start(struct test_daemon *d, const char *const *args)
 		usleep(10000);
 	}
 	fprintf(stderr, "prefixd did not start listening on %s\n", d->sock);
+	td_stop(d);
 	return -1;
 }
 

@@ -24,6 +24,8 @@ struct test_daemon {
 /* Starts PREFIXD_EXE --socket DIR/sock plus args (NULL-terminated) and
  * waits until it accepts connections. 0, or -1 with the reason on stderr. */
 int td_start(struct test_daemon *d, const char *const *args);
+/* The same with the socket named DIR/name. */
+int td_start_named(struct test_daemon *d, const char *name, const char *const *args);
 /* SIGTERM, then the exit status (128 + signal when killed). Prints the
  * daemon's log when the status is not 0, and removes the directory. */
 int td_stop(struct test_daemon *d);

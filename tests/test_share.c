@@ -177,3 +177,22 @@ Test(share, forks_keep_attached_blocks_until_they_are_freed)
 	free(logits);
 	pfx_model_free(m);
 }
+
+Test(share, generate_finds_a_daemon_at_the_default_socket)
+{
+	struct test_daemon d2;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start_named(&d2, "prefixd.sock", args), 0);
+	setenv("XDG_RUNTIME_DIR", d2.dir, 1);
+	for (int round = 0; round < 2; round++) {
+		struct cmd_result r = run("generate --model %s/" MODEL " --block-tokens 4 --tokens %s --max-new 1",
+					  fixtures_dir(), csv_head);
+		cr_assert_eq(r.status, 0, "%s", r.out);
+		cr_expect(strstr(r.out, round ? "20 attached" : "0 attached"), "round %d: %s", round, r.out);
+	}
+	cr_expect_eq(td_stop(&d2), 0);
+	struct cmd_result r = run("generate --model %s/" MODEL " --block-tokens 4 --tokens 1,2,3 --max-new 1",
+				  fixtures_dir());
+	cr_expect(strstr(r.out, "no prefixd running at"), "said once when none runs: %s", r.out);
+	unsetenv("XDG_RUNTIME_DIR");
+}
