@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -40,6 +41,7 @@ int bench_daemon_start_argv(struct bench_daemon *d, const char *const *args)
 	if (d->pid < 0)
 		return -1;
 	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the benchmark */
 		execv(PREFIXD_EXE, (char *const *)argv);
 		_exit(127);
 	}
