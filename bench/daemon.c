@@ -1,0 +1,728 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench/daemon: how fast prefixd answers the hot path of a shared prefix
+ * cache. A private daemon holds a few cached 2048-token prefixes of
+ * SmolLM-135M-shaped blocks; concurrent clients (threads of this process,
+ * each with its own connection) MATCH one of them and RELEASE the lease, in
+ * a loop, for a few rounds of a few seconds. One op is one MATCH plus its
+ * RELEASE, timed as a client sees them (chain hashing included).
+ *
+ * Each round also measures a reference right after prefixd: the same
+ * clients doing the same two exchanges (same frame sizes, same reads and
+ * writes) with an echo process that has as many epoll threads as the daemon
+ * has workers and does nothing else. It is what the transport alone allows
+ * on this machine at that moment, so the ratio stays meaningful while the
+ * machine's load drifts. Prints one JSON object: medians over the rounds,
+ * and their spread.
+ *
+ *   daemon [--clients N] [--seconds S] [--rounds R] [--prefixes P] [--threads T]
+ *
+ * Targets: >= 50,000 ops/s and p99 <= 500 us. Exits 1 when something fails
+ * or a target is missed (the figures are printed either way).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_daemon.h"
+#include "bench_util.h"
+#include "prefixd.h"
+
+/* SmolLM-135M: 30 layers, 3 KV heads of 64 dims, f32, K and V. */
+#define BLOCK_TOKENS 64
+#define BLOCK_BYTES ((uint64_t)2 * 30 * 3 * BLOCK_TOKENS * 64 * 4)
+#define PREFIX_BLOCKS 32 /* 2048 tokens */
+#define MAX_CLIENTS 64
+#define MAX_ROUNDS 15
+#define TARGET_OPS_PER_S 50000.0
+#define TARGET_P99_US 500.0
+
+/* ==== CPU time ==== */
+
+/* utime + stime of a process, in seconds. */
+static double proc_cpu_s(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	/* Fields after the command name, which may hold spaces: ") S ppid ...". */
+	char *p = strrchr(buf, ')');
+	unsigned long long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			 &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+	       1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* ==== Prefixes ==== */
+
+static struct prefixd_layout layout(void)
+{
+	struct prefixd_layout l = { .block_tokens = BLOCK_TOKENS, .block_bytes = BLOCK_BYTES };
+	memset(l.fingerprint, 0x5a, sizeof(l.fingerprint));
+	return l;
+}
+
+static void prefix_tokens(uint32_t *t, int p)
+{
+	uint64_t s = 0x9e3779b97f4a7c15ull * (unsigned)(p + 1);
+	for (int i = 0; i < PREFIX_BLOCKS * BLOCK_TOKENS; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		t[i] = (uint32_t)(s >> 33) % 49152u; /* SmolLM's vocabulary */
+	}
+}
+
+/* First word of each block: which prefix and block it is, so a client can
+ * check that it was handed the right bytes. */
+static uint32_t block_tag(int p, int b) { return 0xb10c0000u | (uint32_t)p << 8 | (uint32_t)b; }
+
+static int publish_prefixes(const char *sock, uint32_t (*tokens)[PREFIX_BLOCKS * BLOCK_TOKENS],
+			    int nprefixes)
+{
+	struct prefixd_layout l = layout();
+	struct prefixd *c;
+	int rc = prefixd_connect(sock, &l, &c);
+	if (rc) {
+		fprintf(stderr, "bench/daemon: connect: %s\n", prefixd_errmsg());
+		return -1;
+	}
+	uint8_t *kv = malloc(PREFIX_BLOCKS * BLOCK_BYTES);
+	const void *ptrs[PREFIX_BLOCKS];
+	for (int p = 0; kv && p < nprefixes && !rc; p++) {
+		for (int b = 0; b < PREFIX_BLOCKS; b++) {
+			uint32_t *w = (uint32_t *)(kv + (size_t)b * BLOCK_BYTES);
+			for (size_t i = 0; i < BLOCK_BYTES / 4; i++)
+				w[i] = block_tag(p, b) + (uint32_t)i;
+			ptrs[b] = w;
+		}
+		uint32_t stored, dedup;
+		rc = prefixd_publish(c, 0, tokens[p], 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
+		if (rc)
+			fprintf(stderr, "bench/daemon: publish: %s\n", prefixd_errmsg());
+		else if (stored != PREFIX_BLOCKS) {
+			fprintf(stderr, "bench/daemon: prefix %d: %u of %d blocks stored\n", p, stored,
+				PREFIX_BLOCKS);
+			rc = -1;
+		}
+	}
+	if (!kv)
+		fprintf(stderr, "bench/daemon: out of memory\n");
+	free(kv);
+	prefixd_close(c);
+	return kv && !rc ? 0 : -1;
+}
+
+/* ==== The transport reference ==== */
+
+/* Frames of docs/PROTOCOL.md: a 32-byte header, then a MATCH of 32 blocks
+ * (count, hashes, token ids) answered by lease, hit, new_arenas and 32
+ * places; a RELEASE (a lease) answered by an empty body. */
+#define HDR 32
+#define MATCH_BODY (4 + PREFIX_BLOCKS * (32 + 4 * BLOCK_TOKENS))
+#define MATCH_REPLY (16 + 16 * PREFIX_BLOCKS)
+#define RELEASE_BODY 8
+
+struct echo {
+	pid_t pid;
+	int fd[MAX_CLIENTS]; /* the clients' ends */
+	int n;
+};
+
+static uint32_t le32(const uint8_t *p)
+{
+	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Reads one frame as the daemon does (header, then body), then answers a
+ * header and as many bytes as the request's bytes 12..15 ask. 0 at the
+ * peer's end of file, -1 on error, 1 otherwise. */
+static int echo_one(int fd, uint8_t *buf)
+{
+	uint8_t hdr[HDR];
+	ssize_t r = recv(fd, hdr, HDR, MSG_WAITALL);
+	if (r <= 0)
+		return r ? -1 : 0;
+	uint32_t body = le32(hdr + 16), reply = le32(hdr + 12);
+	if (r != HDR || body > MATCH_BODY || reply > MATCH_BODY ||
+	    (body && recv(fd, buf, body, MSG_WAITALL) != (ssize_t)body))
+		return -1;
+	struct iovec iov[2] = { { hdr, HDR }, { buf, reply } };
+	return writev(fd, iov, 2) == (ssize_t)(HDR + reply) ? 1 : -1;
+}
+
+struct echo_thread {
+	pthread_t thread;
+	int epfd, nfds;
+};
+
+/* A daemon worker's loop, without the daemon's work. */
+static void *echo_thread_main(void *arg)
+{
+	struct echo_thread *t = arg;
+	static _Thread_local uint8_t buf[MATCH_BODY];
+	struct epoll_event ev[64];
+	while (t->nfds > 0) {
+		int n = epoll_wait(t->epfd, ev, 64, -1);
+		for (int i = 0; i < n; i++)
+			if (echo_one(ev[i].data.fd, buf) <= 0) {
+				epoll_ctl(t->epfd, EPOLL_CTL_DEL, ev[i].data.fd, NULL);
+				close(ev[i].data.fd);
+				t->nfds--;
+			}
+	}
+	return NULL;
+}
+
+/* The echo process: `threads` threads share the connections round-robin,
+ * as the daemon's listener hands them to its workers. */
+static void echo_serve(const int *fds, int n, int threads)
+{
+	struct echo_thread t[64] = { { 0 } };
+	threads = threads < 64 ? threads : 64;
+	for (int i = 0; i < threads; i++)
+		t[i].epfd = epoll_create1(EPOLL_CLOEXEC);
+	for (int i = 0; i < n; i++) {
+		struct echo_thread *w = &t[i % threads];
+		struct epoll_event ev = { .events = EPOLLIN, .data.fd = fds[i] };
+		if (w->epfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, fds[i], &ev))
+			_exit(1);
+		w->nfds++;
+	}
+	for (int i = 0; i < threads; i++)
+		if (pthread_create(&t[i].thread, NULL, echo_thread_main, &t[i]))
+			_exit(1);
+	for (int i = 0; i < threads; i++)
+		pthread_join(t[i].thread, NULL);
+	_exit(0);
+}
+
+/* Forks the echo process, connected to each client by a socket pair. It
+ * leaves when its sockets close, or when this process dies. */
+static int echo_start(struct echo *e, int n, int threads)
+{
+	int srv[MAX_CLIENTS];
+	e->n = 0;
+	e->pid = 0;
+	for (; e->n < n; e->n++) {
+		int sv[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+			perror("bench/daemon: socketpair");
+			return -1;
+		}
+		e->fd[e->n] = sv[0];
+		srv[e->n] = sv[1];
+	}
+	fflush(NULL);
+	pid_t parent = getpid();
+	if ((e->pid = fork()) < 0) {
+		perror("bench/daemon: fork");
+		return -1;
+	}
+	if (e->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		for (int i = 0; i < n; i++)
+			close(e->fd[i]);
+		echo_serve(srv, n, threads);
+	}
+	for (int i = 0; i < n; i++)
+		close(srv[i]);
+	return 0;
+}
+
+static int echo_stop(struct echo *e)
+{
+	int st = 0;
+	for (int i = 0; i < e->n; i++)
+		close(e->fd[i]);
+	e->n = 0;
+	if (e->pid <= 0)
+		return 0;
+	while (waitpid(e->pid, &st, 0) < 0 && errno == EINTR)
+		;
+	e->pid = 0;
+	return WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : -1;
+}
+
+/* One request as libprefixd sends it (one sendmsg) and its reply as it
+ * reads it (header, then body). */
+static int echo_call(int fd, const uint8_t *req, uint32_t body, uint32_t reply, uint8_t *buf)
+{
+	uint8_t hdr[HDR] = { 0 };
+	for (int i = 0; i < 4; i++) {
+		hdr[12 + i] = (uint8_t)(reply >> 8 * i);
+		hdr[16 + i] = (uint8_t)(body >> 8 * i);
+	}
+	struct iovec iov[2] = { { hdr, HDR }, { (void *)req, body } };
+	if (writev(fd, iov, 2) != (ssize_t)(HDR + body) ||
+	    recv(fd, hdr, HDR, MSG_WAITALL) != HDR ||
+	    (reply && recv(fd, buf, reply, MSG_WAITALL) != (ssize_t)reply))
+		return -1;
+	return 0;
+}
+
+/* ==== Clients ==== */
+
+struct lat {
+	uint32_t *ns;
+	size_t n, cap;
+};
+
+static int lat_add(struct lat *l, double s)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1 << 16;
+		uint32_t *v = realloc(l->ns, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		l->ns = v;
+		l->cap = cap;
+	}
+	l->ns[l->n++] = (uint32_t)(s * 1e9 < 4e9 ? s * 1e9 : 4e9);
+	return 0;
+}
+
+enum mode { M_PREFIXD, M_ECHO };
+
+struct bench;
+
+struct client {
+	pthread_t thread;
+	struct bench *b;
+	int id;
+	struct prefixd *c;
+	int echo_fd;
+	struct lat op, match, release; /* of the current phase */
+	double end;                    /* when its last op of the phase ended */
+	char err[300];
+};
+
+/* The run goes in phases: per round, prefixd then the reference; round 0
+ * warms both up (arenas mapped, caches hot). */
+struct bench {
+	int nclients, nprefixes, rounds;
+	uint32_t (*tokens)[PREFIX_BLOCKS * BLOCK_TOKENS];
+	pthread_barrier_t start, end;
+	atomic_int mode, check;  /* of the next phase */
+	atomic_int quit;         /* no next phase */
+	atomic_int stop;         /* end of the phase */
+	atomic_int failed;
+	struct client cl[MAX_CLIENTS];
+};
+
+static int record(struct client *k, double t0, double t1, double t2)
+{
+	if (lat_add(&k->op, t2 - t0) || lat_add(&k->match, t1 - t0) ||
+	    lat_add(&k->release, t2 - t1)) {
+		snprintf(k->err, sizeof(k->err), "client %d: out of memory", k->id);
+		return -1;
+	}
+	return 0;
+}
+
+/* One MATCH + RELEASE of prefix p; checks the hit and the bytes' tags. */
+static int prefixd_op(struct client *k, int p, int check)
+{
+	const void *kv[PREFIX_BLOCKS];
+	uint64_t lease;
+	uint32_t hit;
+	double t0 = bench_now();
+	int rc = prefixd_match(k->c, k->b->tokens[p], PREFIX_BLOCKS, &lease, &hit, kv);
+	double t1 = bench_now();
+	if (rc) {
+		snprintf(k->err, sizeof(k->err), "client %d: match: %s", k->id, prefixd_errmsg());
+		return -1;
+	}
+	if (hit != PREFIX_BLOCKS) {
+		snprintf(k->err, sizeof(k->err), "client %d: prefix %d: %u of %d blocks hit", k->id, p,
+			 hit, PREFIX_BLOCKS);
+		prefixd_release(k->c, lease);
+		return -1;
+	}
+	for (int b = 0; check && b < PREFIX_BLOCKS; b++)
+		if (*(const uint32_t *)kv[b] != block_tag(p, b)) {
+			snprintf(k->err, sizeof(k->err), "client %d: prefix %d block %d: wrong bytes",
+				 k->id, p, b);
+			prefixd_release(k->c, lease);
+			return -1;
+		}
+	if ((rc = prefixd_release(k->c, lease))) {
+		snprintf(k->err, sizeof(k->err), "client %d: release: %s", k->id, prefixd_errmsg());
+		return -1;
+	}
+	return record(k, t0, t1, bench_now());
+}
+
+/* The same two exchanges with the echo process. */
+static int echo_op(struct client *k)
+{
+	static _Thread_local uint8_t req[MATCH_BODY], buf[MATCH_REPLY];
+	double t0 = bench_now();
+	int rc = echo_call(k->echo_fd, req, MATCH_BODY, MATCH_REPLY, buf);
+	double t1 = bench_now();
+	if (rc || echo_call(k->echo_fd, req, RELEASE_BODY, 0, buf)) {
+		snprintf(k->err, sizeof(k->err), "client %d: the echo process does not answer", k->id);
+		return -1;
+	}
+	return record(k, t0, t1, bench_now());
+}
+
+/* Phases until told to quit; main sets the phase's mode before releasing
+ * the start barrier. A failing client stops the phase. */
+static void *client_main(void *arg)
+{
+	struct client *k = arg;
+	struct bench *b = k->b;
+	for (;;) {
+		pthread_barrier_wait(&b->start);
+		if (atomic_load(&b->quit))
+			break;
+		int mode = atomic_load(&b->mode), check = atomic_load(&b->check);
+		k->op.n = k->match.n = k->release.n = 0;
+		for (uint64_t i = (uint64_t)k->id; !atomic_load(&b->stop); i++) {
+			int p = (int)(i % (uint64_t)b->nprefixes);
+			if (mode == M_ECHO ? echo_op(k) : prefixd_op(k, p, check)) {
+				atomic_store(&b->failed, 1);
+				atomic_store(&b->stop, 1);
+			}
+		}
+		k->end = bench_now();
+		pthread_barrier_wait(&b->end);
+	}
+	return NULL;
+}
+
+/* ==== Figures ==== */
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Every client's samples of one kind (offset of the struct lat in struct
+ * client), sorted into all; their number. */
+static size_t collect(const struct bench *b, size_t offset, uint32_t *all)
+{
+	size_t n = 0;
+	for (int i = 0; i < b->nclients; i++) {
+		const struct lat *l = (const struct lat *)((const char *)&b->cl[i] + offset);
+		memcpy(all + n, l->ns, l->n * sizeof(*all));
+		n += l->n;
+	}
+	qsort(all, n, sizeof(*all), cmp_u32);
+	return n;
+}
+
+/* Percentile q (0..1, nearest rank) of sorted samples, in microseconds. */
+static double pct_us(const uint32_t *v, size_t n, double q)
+{
+	return n ? v[(size_t)(q * (double)(n - 1) + 0.5)] / 1e3 : 0;
+}
+
+static double spread(const double *v, int n, double med)
+{
+	double lo = v[0], hi = v[0];
+	for (int i = 1; i < n; i++) {
+		lo = v[i] < lo ? v[i] : lo;
+		hi = v[i] > hi ? v[i] : hi;
+	}
+	return med > 0 ? (hi - lo) / med : 0;
+}
+
+static double median_of(const double *v, int n)
+{
+	double tmp[MAX_ROUNDS];
+	memcpy(tmp, v, (size_t)n * sizeof(*v));
+	return bench_median(tmp, n);
+}
+
+/* Figures of one phase, fig[figure][round]. */
+enum {
+	F_OPS_S, F_P50, F_P99, F_P999, F_M50, F_M99, F_R50, F_R99, F_SCPU, F_CCPU, F_OPS, F_N
+};
+
+static const char *const fig_names[F_N] = {
+	"ops_per_s", "p50_us", "p99_us", "p999_us", "match_p50_us", "match_p99_us",
+	"release_p50_us", "release_p99_us", "daemon_cpu_us_per_op", "client_cpu_us_per_op", "ops",
+};
+
+typedef double figures[F_N][MAX_ROUNDS];
+
+/* One phase of `seconds` in `mode`; the server's (daemon's or echo
+ * process's) CPU is read from /proc. Fills fig[.][k] unless k < 0. 0, or
+ * -1 when it failed. */
+static int run_phase(struct bench *b, int mode, pid_t server, double seconds, figures fig,
+		     int k, uint32_t **all)
+{
+	double s0 = proc_cpu_s(server), c0 = self_cpu_s();
+	atomic_store(&b->mode, mode);
+	atomic_store(&b->check, k < 0);
+	atomic_store(&b->stop, 0);
+	pthread_barrier_wait(&b->start);
+	double t0 = bench_now();
+	usleep((useconds_t)(seconds * 1e6));
+	atomic_store(&b->stop, 1);
+	pthread_barrier_wait(&b->end);
+	if (atomic_load(&b->failed))
+		return -1;
+	double t1 = t0, scpu = proc_cpu_s(server) - s0, ccpu = self_cpu_s() - c0;
+	size_t ops = 0;
+	for (int i = 0; i < b->nclients; i++) {
+		t1 = b->cl[i].end > t1 ? b->cl[i].end : t1;
+		ops += b->cl[i].op.n;
+	}
+	uint32_t *a = ops ? realloc(*all, ops * sizeof(**all)) : NULL;
+	if (!a) {
+		fprintf(stderr, "bench/daemon: %s\n", ops ? "out of memory" : "no op completed in a round");
+		return -1;
+	}
+	*all = a;
+	if (k < 0)
+		return 0;
+	fig[F_OPS][k] = (double)ops;
+	fig[F_OPS_S][k] = (double)ops / (t1 - t0);
+	size_t n = collect(b, offsetof(struct client, op), a);
+	fig[F_P50][k] = pct_us(a, n, 0.50);
+	fig[F_P99][k] = pct_us(a, n, 0.99);
+	fig[F_P999][k] = pct_us(a, n, 0.999);
+	n = collect(b, offsetof(struct client, match), a);
+	fig[F_M50][k] = pct_us(a, n, 0.50);
+	fig[F_M99][k] = pct_us(a, n, 0.99);
+	n = collect(b, offsetof(struct client, release), a);
+	fig[F_R50][k] = pct_us(a, n, 0.50);
+	fig[F_R99][k] = pct_us(a, n, 0.99);
+	fig[F_SCPU][k] = scpu * 1e6 / (double)ops;
+	fig[F_CCPU][k] = ccpu * 1e6 / (double)ops;
+	return 0;
+}
+
+/* Warm-up and measured rounds, each prefixd then the reference; then the
+ * clients are let go, failed or not. */
+static int run_rounds(struct bench *b, pid_t daemon, pid_t echo, double seconds, figures pd,
+		      figures ref)
+{
+	uint32_t *all = NULL;
+	int rc = 0;
+	for (int r = 0; !rc && r <= b->rounds; r++) {
+		double s = r ? seconds : 0.5;
+		rc = run_phase(b, M_PREFIXD, daemon, s, pd, r - 1, &all);
+		if (!rc)
+			rc = run_phase(b, M_ECHO, echo, s, ref, r - 1, &all);
+	}
+	atomic_store(&b->quit, 1);
+	pthread_barrier_wait(&b->start);
+	free(all);
+	return rc;
+}
+
+static void print_array(const char *name, const double *v, int n, int decimals)
+{
+	printf("  \"%s\": [", name);
+	for (int i = 0; i < n; i++)
+		printf("%s%.*f", i ? ", " : "", decimals, v[i]);
+	printf("],\n");
+}
+
+static void print_json(const struct bench *b, double seconds, const char *threads, figures pd,
+		       figures ref, double load)
+{
+	int n = b->rounds;
+	double med[F_N], rmed[F_N], ratio[MAX_ROUNDS], total = 0;
+	for (int f = 0; f < F_N; f++) {
+		med[f] = median_of(pd[f], n);
+		rmed[f] = median_of(ref[f], n);
+	}
+	for (int r = 0; r < n; r++) {
+		total += pd[F_OPS][r];
+		ratio[r] = pd[F_OPS_S][r] / ref[F_OPS_S][r];
+	}
+	printf("{\n");
+	printf("  \"clients\": %d,\n  \"client_kind\": \"threads of one process, one connection each\",\n",
+	       b->nclients);
+	printf("  \"daemon_threads\": %s,\n", threads);
+	printf("  \"op\": \"prefixd_match of a cached 2048-token prefix (32 hit blocks) + prefixd_release, as the client sees it\",\n");
+	printf("  \"prefixes\": %d,\n  \"prefix_tokens\": %d,\n  \"block_tokens\": %d,\n", b->nprefixes,
+	       PREFIX_BLOCKS * BLOCK_TOKENS, BLOCK_TOKENS);
+	printf("  \"block_bytes\": %llu,\n", (unsigned long long)BLOCK_BYTES);
+	printf("  \"rounds\": %d,\n  \"round_s\": %.1f,\n", n, seconds);
+	printf("  \"duration_s\": %.1f,\n  \"ops\": %.0f,\n", n * seconds, total);
+	for (int f = 0; f < F_OPS; f++)
+		printf("  \"%s\": %.*f,\n", fig_names[f], f == F_OPS_S ? 0 : 1, med[f]);
+	printf("  \"ops_per_s_spread\": %.3f,\n", spread(pd[F_OPS_S], n, med[F_OPS_S]));
+	printf("  \"p99_us_spread\": %.3f,\n", spread(pd[F_P99], n, med[F_P99]));
+	print_array("rounds_ops_per_s", pd[F_OPS_S], n, 0);
+	print_array("rounds_p50_us", pd[F_P50], n, 1);
+	print_array("rounds_p99_us", pd[F_P99], n, 1);
+	printf("  \"transport_reference\": {\"ops_per_s\": %.0f, \"ops_per_s_spread\": %.3f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.1f, \"client_cpu_us_per_op\": %.1f},\n",
+	       rmed[F_OPS_S], spread(ref[F_OPS_S], n, rmed[F_OPS_S]), rmed[F_P50], rmed[F_P99],
+	       rmed[F_SCPU], rmed[F_CCPU]);
+	printf("  \"ops_per_s_vs_reference\": %.3f,\n", median_of(ratio, n));
+	printf("  \"loadavg_1m_at_start\": %.2f,\n", load);
+	printf("  \"target\": {\"ops_per_s\": %.0f, \"p99_us\": %.0f},\n", TARGET_OPS_PER_S,
+	       TARGET_P99_US);
+	printf("  \"target_met\": %s,\n",
+	       med[F_OPS_S] >= TARGET_OPS_PER_S && med[F_P99] <= TARGET_P99_US ? "true" : "false");
+	printf("  \"note\": \"medians over rounds of per-round figures; spread = (max - min) / median; percentiles over every op of every client in a round. transport_reference: the same clients and exchanges (frame sizes, reads and writes) against an echo process with as many epoll threads, measured right after prefixd in each round; ops_per_s_vs_reference is the median of the per-round ratios\"\n");
+	printf("}\n");
+}
+
+/* Connects the clients and the echo process, runs the rounds, disconnects.
+ * 0 or -1. */
+static int measure(struct bench *b, struct bench_daemon *d, int threads, double seconds,
+		   figures pd, figures ref)
+{
+	struct prefixd_layout l = layout();
+	struct echo e;
+	int started = 0, rc = echo_start(&e, b->nclients, threads);
+	pthread_barrier_init(&b->start, NULL, (unsigned)b->nclients + 1);
+	pthread_barrier_init(&b->end, NULL, (unsigned)b->nclients + 1);
+	for (int i = 0; !rc && i < b->nclients; i++) {
+		struct client *k = &b->cl[i];
+		k->b = b;
+		k->id = i;
+		k->echo_fd = e.fd[i];
+		if (prefixd_connect(d->sock, &l, &k->c)) {
+			fprintf(stderr, "bench/daemon: client %d: connect: %s\n", i, prefixd_errmsg());
+			rc = -1;
+		}
+	}
+	for (; !rc && started < b->nclients; started++)
+		if (pthread_create(&b->cl[started].thread, NULL, client_main, &b->cl[started])) {
+			/* The threads that did start wait at a barrier that can
+			 * never fill: stop the daemon and leave without them. */
+			fprintf(stderr, "bench/daemon: cannot start client threads\n");
+			bench_daemon_stop(d);
+			_exit(1);
+		}
+	if (!rc) {
+		rc = run_rounds(b, d->pid, e.pid, seconds, pd, ref);
+		for (int i = 0; i < started; i++)
+			pthread_join(b->cl[i].thread, NULL);
+		for (int i = 0; i < b->nclients; i++)
+			if (b->cl[i].err[0])
+				fprintf(stderr, "bench/daemon: %s\n", b->cl[i].err);
+	}
+	if (echo_stop(&e) && !rc) {
+		fprintf(stderr, "bench/daemon: the echo process failed\n");
+		rc = -1;
+	}
+	for (int i = 0; i < b->nclients; i++) {
+		prefixd_close(b->cl[i].c);
+		free(b->cl[i].op.ns);
+		free(b->cl[i].match.ns);
+		free(b->cl[i].release.ns);
+	}
+	pthread_barrier_destroy(&b->start);
+	pthread_barrier_destroy(&b->end);
+	return rc;
+}
+
+static int usage(int rc)
+{
+	fprintf(rc ? stderr : stdout,
+		"usage: daemon [--clients N] [--seconds S] [--rounds R] [--prefixes P] [--threads T]\n"
+		"  N concurrent clients (default 8) MATCH + RELEASE cached 2048-token prefixes\n"
+		"  (P of them, default 4) for R rounds (default 5) of S seconds (default 2) on a\n"
+		"  private prefixd with T worker threads (default 2).\n");
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static struct bench b = { .nclients = 8, .nprefixes = 4, .rounds = 5 };
+	double seconds = 2;
+	const char *threads = "2";
+	static const struct option opts[] = {
+		{ "clients", required_argument, NULL, 'c' },
+		{ "seconds", required_argument, NULL, 's' },
+		{ "rounds", required_argument, NULL, 'r' },
+		{ "prefixes", required_argument, NULL, 'p' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int o;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (o == 'c')
+			b.nclients = atoi(optarg);
+		else if (o == 's')
+			seconds = atof(optarg);
+		else if (o == 'r')
+			b.rounds = atoi(optarg);
+		else if (o == 'p')
+			b.nprefixes = atoi(optarg);
+		else if (o == 't')
+			threads = optarg;
+		else
+			return usage(o == 'h' ? 0 : 2);
+	}
+	if (b.nclients < 1 || b.nclients > MAX_CLIENTS || b.rounds < 1 || b.rounds > MAX_ROUNDS ||
+	    b.nprefixes < 1 || b.nprefixes > 8 || !(seconds >= 0.1 && seconds <= 60) ||
+	    atoi(threads) < 1)
+		return usage(2);
+
+	double load = 0;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f && fscanf(f, "%lf", &load) != 1)
+		load = 0;
+	if (f)
+		fclose(f);
+
+	/* 8 prefixes of 32 blocks need 755 MB: 1G always holds them. */
+	struct bench_daemon d;
+	static uint32_t tokens[8][PREFIX_BLOCKS * BLOCK_TOKENS];
+	static figures pd, ref;
+	for (int p = 0; p < b.nprefixes; p++)
+		prefix_tokens(tokens[p], p);
+	b.tokens = tokens;
+	int rc = bench_daemon_start(&d, "--memory", "1G", "--threads", threads);
+	if (rc)
+		return 1;
+	rc = publish_prefixes(d.sock, tokens, b.nprefixes);
+	if (!rc)
+		rc = measure(&b, &d, atoi(threads), seconds, pd, ref);
+	if (bench_daemon_stop(&d) && !rc) {
+		fprintf(stderr, "bench/daemon: prefixd did not stop cleanly\n");
+		rc = -1;
+	}
+	if (rc) {
+		fprintf(stderr, "bench/daemon: failed\n");
+		return 1;
+	}
+	print_json(&b, seconds, threads, pd, ref, load);
+	double ops_s = median_of(pd[F_OPS_S], b.rounds), p99 = median_of(pd[F_P99], b.rounds);
+	if (ops_s < TARGET_OPS_PER_S || p99 > TARGET_P99_US) {
+		fprintf(stderr, "bench/daemon: target missed: %.0f ops/s (target >= %.0f), p99 %.1f us (target <= %.0f)\n",
+			ops_s, TARGET_OPS_PER_S, p99, TARGET_P99_US);
+		return 1;
+	}
+	return 0;
+}
