@@ -186,9 +186,15 @@ static uint32_t *tokens_of(const uint8_t *le, uint32_t count, uint32_t block_tok
 {
 	size_t n = (size_t)count * block_tokens;
 	uint32_t *t = malloc(n * sizeof(*t) + 1);
-	for (size_t i = 0; t && i < n; i++)
+	if (!t)
+		return NULL;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(t, le, n * sizeof(*t)); /* the wire order already */
+#else
+	for (size_t i = 0; i < n; i++)
 		t[i] = pd_token_at(le, block_tokens, (uint32_t)(i / block_tokens),
 				   (uint32_t)(i % block_tokens));
+#endif
 	return t;
 }
 
