@@ -46,6 +46,10 @@ struct prefixd {
 	uint32_t *memo_tokens;
 	uint8_t *memo_hashes;
 	uint32_t memo_blocks, memo_cap;
+	/* Leases this connection holds: RELEASE is one-way (no round trip;
+	 * bench/daemon), so an unknown lease is caught here instead. */
+	uint64_t *leases;
+	size_t nleases, cap_leases;
 };
 
 static _Thread_local char errmsg[512];
@@ -192,6 +196,7 @@ void prefixd_close(struct prefixd *c)
 		if (c->arenas[i].base)
 			shm_unmap(c->arenas[i].base, c->arenas[i].size);
 	free(c->arenas);
+	free(c->leases);
 	free(c->memo_tokens);
 	free(c->memo_hashes);
 	pthread_mutex_destroy(&c->lock);
@@ -285,6 +290,17 @@ static int map_arenas(struct prefixd *c, const struct pd_match_reply *r, int *fd
 	return rc;
 }
 
+/* Sends a one-way RELEASE (no reply comes). Caller holds the lock. */
+static int release_oneway(struct prefixd *c, uint64_t lease)
+{
+	uint8_t body[8];
+	struct pd_release m = { lease };
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_RELEASE, PD_FLAG_NOREPLY, 0, ++c->opaque, 8 };
+	int rc = pd_release_encode(&m, body, sizeof(body)) == 8 ? pd_send(c->fd, &h, body, NULL, 0)
+								: -EINVAL;
+	return rc ? fail(rc, "cannot send to prefixd: %s", strerror(-rc)) : 0;
+}
+
 static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
 		    uint32_t *hit, const void **kv)
 {
@@ -325,17 +341,22 @@ static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
 		else
 			kv[i] = a->base + p.offset;
 	}
+	if (!rc && r.lease && c->nleases == c->cap_leases) {
+		size_t lcap = c->cap_leases ? 2 * c->cap_leases : 16;
+		uint64_t *l = realloc(c->leases, lcap * sizeof(*l));
+		if (l) {
+			c->leases = l;
+			c->cap_leases = lcap;
+		} else {
+			rc = fail(-ENOMEM, "out of memory");
+		}
+	}
+	if (!rc && r.lease)
+		c->leases[c->nleases++] = r.lease;
 	*lease = rc ? 0 : r.lease;
 	*hit = rc ? 0 : r.hit;
-	if (rc && r.lease) {
-		uint8_t rel[8];
-		struct pd_release m2 = { r.lease };
-		uint8_t *rb2;
-		uint32_t rlen2 = 0;
-		if (pd_release_encode(&m2, rel, sizeof(rel)) == 8 &&
-		    !call(c, PD_OP_RELEASE, rel, 8, -1, &rb2, &rlen2, NULL, NULL))
-			free(rb2);
-	}
+	if (rc && r.lease)
+		release_oneway(c, r.lease);
 	free(rb);
 	return rc;
 }
@@ -356,15 +377,17 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
 
 int prefixd_release(struct prefixd *c, uint64_t lease)
 {
-	uint8_t body[8], *rb;
-	uint32_t rlen = 0;
-	struct pd_release m = { lease };
-	if (pd_release_encode(&m, body, sizeof(body)) != 8)
-		return fail(-EINVAL, "bad lease");
+	int rc = -ENOENT;
 	pthread_mutex_lock(&c->lock);
-	int rc = call(c, PD_OP_RELEASE, body, 8, -1, &rb, &rlen, NULL, NULL);
+	for (size_t i = 0; i < c->nleases; i++)
+		if (c->leases[i] == lease) {
+			c->leases[i] = c->leases[--c->nleases];
+			rc = release_oneway(c, lease);
+			break;
+		}
 	pthread_mutex_unlock(&c->lock);
-	free(rb);
+	if (rc == -ENOENT)
+		fail(rc, "lease %llu is not held by this connection", (unsigned long long)lease);
 	return rc;
 }
 

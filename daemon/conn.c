@@ -534,7 +534,9 @@ int conn_on_input(struct conn *c)
 				return -1;
 			return conn_on_output(c);
 		}
-		if (rc || (c->h.flags & PD_FLAG_REPLY) || c->h.status) {
+		bool oneway = c->h.flags & PD_FLAG_NOREPLY;
+		if (rc || (c->h.flags & PD_FLAG_REPLY) || c->h.status ||
+		    (oneway && c->h.op != PD_OP_RELEASE)) {
 			atomic_fetch_add(&c->d->errors, 1);
 			pd_log("pid %d uid %u: malformed frame header; closing the connection",
 			       (int)c->cred.pid, (unsigned)c->cred.uid);
@@ -552,5 +554,12 @@ int conn_on_input(struct conn *c)
 	c->body = NULL;
 	c->hdr_got = 0;
 	close_fds(c->fds, &c->nfds);
+	if (c->h.flags & PD_FLAG_NOREPLY) {
+		/* One-way: an error was logged and counted by fail(). */
+		free(c->out);
+		c->out = NULL;
+		c->out_len = c->out_pos = 0;
+		close_fds(c->out_fds, &c->out_nfds);
+	}
 	return rc ? rc : conn_on_output(c);
 }

@@ -36,7 +36,8 @@ enum pd_op {
 
 enum pd_flag {
 	PD_FLAG_REPLY = 1u << 0,
-	PD_FLAGS_KNOWN = PD_FLAG_REPLY,
+	PD_FLAG_NOREPLY = 1u << 1,  /* RELEASE only: the client does not wait */
+	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY,
 };
 
 /* Reply status; non-zero replies carry an error body (a message). */

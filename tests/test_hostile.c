@@ -278,3 +278,21 @@ Test(hostile, statistics_count_the_refusals)
 	free(rb);
 	close(fd);
 }
+
+Test(hostile, one_way_releases_get_no_reply_and_one_way_is_only_for_release)
+{
+	int fd = raw_connect();
+	hello(fd);
+	uint8_t body[8] = { 9 };
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_RELEASE, PD_FLAG_NOREPLY, 0, 1, 8 };
+	cr_assert_eq(pd_send(fd, &h, body, NULL, 0), 0);
+	/* The next reply is the next request's: the unknown lease was only
+	 * counted as a refusal. */
+	char msg[300];
+	cr_expect_eq(raw_call(fd, PD_OP_RELEASE, PD_VERSION, body, 8, NULL, 0, msg), PD_E_NOTFOUND);
+	struct pd_hdr m = { PD_MAGIC, PD_VERSION, PD_OP_MATCH, PD_FLAG_NOREPLY, 0, 2, 4 };
+	uint8_t zero[4] = { 0 };
+	cr_assert_eq(pd_send(fd, &m, zero, NULL, 0), 0);
+	expect_closed(fd);
+	close(fd);
+}
