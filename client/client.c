@@ -244,9 +244,14 @@ static int chain_of(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
 static uint8_t *le_tokens(const uint32_t *tokens, size_t n)
 {
 	uint8_t *b = malloc(4 * n + 1);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	if (b)
+		memcpy(b, tokens, 4 * n);
+#else
 	for (size_t i = 0; b && i < n; i++)
 		for (int k = 0; k < 4; k++)
 			b[4 * i + k] = (uint8_t)(tokens[i] >> 8 * k);
+#endif
 	return b;
 }
 

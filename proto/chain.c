@@ -34,6 +34,9 @@ void pd_chain_next(const uint8_t prev[PD_HASH_SIZE], const uint32_t *tokens,
 	crypto_generichash_state st;
 	crypto_generichash_init(&st, NULL, 0, PD_HASH_SIZE);
 	crypto_generichash_update(&st, prev, PD_HASH_SIZE);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	crypto_generichash_update(&st, (const uint8_t *)tokens, (size_t)block_tokens * 4);
+#else
 	/* Little-endian whatever the host, in chunks that stay on the stack. */
 	uint8_t buf[1024];
 	size_t n = 0;
@@ -46,6 +49,7 @@ void pd_chain_next(const uint8_t prev[PD_HASH_SIZE], const uint32_t *tokens,
 		}
 	}
 	crypto_generichash_update(&st, buf, n);
+#endif
 	crypto_generichash_final(&st, out, PD_HASH_SIZE);
 }
 

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The wire protocol: round trips, and every malformed or oversized input. */
 #include <criterion/criterion.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chain.h"
 #include "wire.h"
 
 static uint8_t buf[1 << 20];
@@ -213,5 +215,26 @@ Test(proto, garbage_bytes)
 		pd_publish_reply_decode(buf, len, &pr);
 		pd_error_decode(buf, len, &er);
 		pd_stats_reply_decode(buf, len, st);
+	}
+}
+
+/* The chain is BLAKE2b-256 of the previous hash and the block's token ids
+ * as little-endian u32, as docs/PROTOCOL.md says, on any host. */
+Test(proto, chain_hashes_are_the_documented_blake2b)
+{
+	uint32_t tokens[2 * 3] = { 1, 0x01020304, 70000, 5, 6, 0xffffffffu };
+	uint8_t h0[32], h[2 * 32], want[32], msg[32 + 12];
+	for (int i = 0; i < 32; i++)
+		h0[i] = (uint8_t)i;
+	pd_chain(h0, tokens, 3, 2, h);
+	const uint8_t *prev = h0;
+	for (int b = 0; b < 2; b++) {
+		memcpy(msg, prev, 32);
+		for (int t = 0; t < 3; t++)
+			for (int k = 0; k < 4; k++)
+				msg[32 + 4 * t + k] = (uint8_t)(tokens[3 * b + t] >> 8 * k);
+		crypto_generichash(want, 32, msg, sizeof(msg), NULL, 0);
+		cr_expect_arr_eq(h + 32 * b, want, 32, "block %d", b);
+		prev = h + 32 * b;
 	}
 }
