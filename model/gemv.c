@@ -10,6 +10,7 @@
 #include "gemv.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 
 #define PREFETCH_FLOATS 2048
@@ -108,4 +109,235 @@ void pfx_gemv(int T, int n, int k, const float *W, const float *x, int ldx, floa
 		gemv_avx2(T, n, k, W, x, ldx, beta, y, ldy);
 	else
 		gemv_scalar(T, n, k, W, x, ldx, beta, y, ldy);
+}
+
+/* ==== Decode attention and activations ==== */
+
+/* Lanes [0, left) of a 16-float vector, for tails of rows not a multiple of 16. */
+__attribute__((target("avx512f")))
+static __mmask16 tail_mask(int left)
+{
+	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+}
+
+/*
+ * e^x for 16 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by the Cephes
+ * single-precision polynomial (about 1 ulp), scaled by 2^n with scalef,
+ * which also gives 0 for underflow. Inputs are clamped so n stays finite.
+ */
+__attribute__((target("avx512f,fma")))
+static __m512 exp512(__m512 x)
+{
+	x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+				       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	return _mm512_scalef_ps(p, n);
+}
+
+/*
+ * The horizontal sums of 16 vectors as one vector (lane i: the sum of v[i]),
+ * in 45 shuffles and adds where 16 separate reductions take ~150: first
+ * pairs of 128-bit lanes, then the 4 floats left inside each lane.
+ */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512 hsum16(const __m512 v[16])
+{
+	__m512 u[4];
+	for (int i = 0; i < 4; i++) {
+		/* keys i, i + 4, i + 8, i + 12 end up in 128-bit lanes 0..3 */
+		const __m512 a = v[i], b = v[i + 4], c = v[i + 8], d = v[i + 12];
+		__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+		__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+		u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+	}
+	__m512 p = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+	__m512 q = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+	return _mm512_add_ps(_mm512_shuffle_ps(p, q, 0x44), _mm512_shuffle_ps(p, q, 0xee));
+}
+
+/* Scores of one head for keys in runs of 16, whose reductions hsum16 shares. */
+__attribute__((target("avx512f,fma")))
+static void dots_avx512(int G, int n, int d, const float *q, int ldq, const float *K, float scale,
+			float *s, int lds)
+{
+	int t0 = 0;
+	for (; t0 + 16 <= n; t0 += 16) {
+		const float *k = K + (size_t)t0 * d;
+		for (int g = 0; g < G; g++) {
+			const float *qg = q + (size_t)g * ldq;
+			__m512 acc[16];
+			for (int t = 0; t < 16; t++)
+				acc[t] = _mm512_setzero_ps();
+			for (int j = 0; j < d; j += 16) {
+				__mmask16 m = tail_mask(d - j);
+				__m512 qv = _mm512_maskz_loadu_ps(m, qg + j);
+				for (int t = 0; t < 16; t++)
+					acc[t] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + (size_t)t * d + j), acc[t]);
+			}
+			_mm512_storeu_ps(s + (size_t)g * lds + t0,
+					 _mm512_mul_ps(_mm512_set1_ps(scale), hsum16(acc)));
+		}
+	}
+	for (int t = t0; t < n; t++) {
+		const float *k = K + (size_t)t * d;
+		for (int g = 0; g < G; g++) {
+			const float *qg = q + (size_t)g * ldq;
+			__m512 acc = _mm512_setzero_ps();
+			for (int j = 0; j < d; j += 16) {
+				__mmask16 m = tail_mask(d - j);
+				acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qg + j),
+						      _mm512_maskz_loadu_ps(m, k + j), acc);
+			}
+			s[(size_t)g * lds + t] = scale * _mm512_reduce_add_ps(acc);
+		}
+	}
+}
+
+/*
+ * GN (a constant once inlined) heads x 64 dims of output in registers while
+ * V streams by once; the weights are broadcast straight from memory.
+ */
+__attribute__((target("avx512f,fma"), always_inline))
+static inline void axpys_block(int GN, int n, int d, int j0, const float *p, int ldp,
+			       const float *V, float *o, int ldo)
+{
+	__m512 acc[4][4];
+	__mmask16 m[4];
+	for (int c = 0; c < 4; c++)
+		m[c] = j0 + 16 * c < d ? tail_mask(d - j0 - 16 * c) : 0;
+	for (int g = 0; g < GN; g++)
+		for (int c = 0; c < 4; c++)
+			acc[g][c] = _mm512_maskz_loadu_ps(m[c], o + (size_t)g * ldo + j0 + 16 * c);
+	for (int t = 0; t < n; t++) {
+		const float *v = V + (size_t)t * d + j0;
+		__m512 vv[4];
+		for (int c = 0; c < 4; c++)
+			vv[c] = _mm512_maskz_loadu_ps(m[c], v + 16 * c);
+		for (int g = 0; g < GN; g++) {
+			__m512 w = _mm512_set1_ps(p[(size_t)g * ldp + t]);
+			for (int c = 0; c < 4; c++)
+				acc[g][c] = _mm512_fmadd_ps(w, vv[c], acc[g][c]);
+		}
+	}
+	for (int g = 0; g < GN; g++)
+		for (int c = 0; c < 4; c++)
+			_mm512_mask_storeu_ps(o + (size_t)g * ldo + j0 + 16 * c, m[c], acc[g][c]);
+}
+
+/* Wider heads, or more than 4 per KV head, take further passes over V
+ * (by then in cache). */
+__attribute__((target("avx512f,fma")))
+static void axpys_avx512(int G, int n, int d, const float *p, int ldp, const float *V, float *o,
+			 int ldo)
+{
+	for (int g0 = 0; g0 < G; g0 += 4) {
+		const float *pg = p + (size_t)g0 * ldp;
+		float *og = o + (size_t)g0 * ldo;
+		for (int j0 = 0; j0 < d; j0 += 64)
+			switch (G - g0 < 4 ? G - g0 : 4) {
+			case 1: axpys_block(1, n, d, j0, pg, ldp, V, og, ldo); break;
+			case 2: axpys_block(2, n, d, j0, pg, ldp, V, og, ldo); break;
+			case 3: axpys_block(3, n, d, j0, pg, ldp, V, og, ldo); break;
+			default: axpys_block(4, n, d, j0, pg, ldp, V, og, ldo); break;
+			}
+	}
+}
+
+__attribute__((target("avx512f,fma")))
+static float exp_sum_avx512(float *x, int n, float *max_out)
+{
+	__m512 mv = _mm512_set1_ps(-INFINITY);
+	for (int i = 0; i < n; i += 16)
+		mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(mv, tail_mask(n - i), x + i));
+	float mx = _mm512_reduce_max_ps(mv);
+	__m512 sum = _mm512_setzero_ps(), shift = _mm512_set1_ps(mx);
+	for (int i = 0; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		__m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift));
+		_mm512_mask_storeu_ps(x + i, m, e);
+		sum = _mm512_mask_add_ps(sum, m, sum, e);
+	}
+	*max_out = mx;
+	return _mm512_reduce_add_ps(sum);
+}
+
+__attribute__((target("avx512f,fma")))
+static void silu_mul_avx512(float *y, const float *up, int n)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+	for (int i = 0; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		__m512 v = _mm512_maskz_loadu_ps(m, y + i);
+		__m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+		__m512 r = _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(one, e)),
+					 _mm512_maskz_loadu_ps(m, up + i));
+		_mm512_mask_storeu_ps(y + i, m, r);
+	}
+}
+
+static int have_avx512(void)
+{
+	return __builtin_cpu_supports("avx512f");
+}
+
+void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
+	      int lds)
+{
+	if (have_avx512()) {
+		dots_avx512(G, n, d, q, ldq, K, scale, s, lds);
+		return;
+	}
+	for (int t = 0; t < n; t++)
+		for (int g = 0; g < G; g++) {
+			float acc = 0;
+			for (int j = 0; j < d; j++)
+				acc += q[(size_t)g * ldq + j] * K[(size_t)t * d + j];
+			s[(size_t)g * lds + t] = scale * acc;
+		}
+}
+
+void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
+{
+	if (have_avx512()) {
+		axpys_avx512(G, n, d, p, ldp, V, o, ldo);
+		return;
+	}
+	for (int g = 0; g < G; g++)
+		for (int t = 0; t < n; t++)
+			for (int j = 0; j < d; j++)
+				o[(size_t)g * ldo + j] += p[(size_t)g * ldp + t] * V[(size_t)t * d + j];
+}
+
+float pfx_exp_sum(float *x, int n, float *max_out)
+{
+	if (have_avx512())
+		return exp_sum_avx512(x, n, max_out);
+	float mx = -INFINITY, sum = 0;
+	for (int i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (int i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	*max_out = mx;
+	return sum;
+}
+
+void pfx_silu_mul(float *y, const float *up, int n)
+{
+	if (have_avx512()) {
+		silu_mul_avx512(y, up, n);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		y[i] = y[i] / (1.0f + expf(-y[i])) * up[i];
 }

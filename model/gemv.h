@@ -13,4 +13,21 @@
 void pfx_gemv(int T, int n, int k, const float *W, const float *x, int ldx, float beta, float *y,
 	      int ldy);
 
+/*
+ * Decode attention reads every key and value once per step; these keep that
+ * a single pass with vector loads instead of sgemm calls on 1..8-row shapes,
+ * whose set-up costs more than the arithmetic.
+ *
+ * pfx_dots: s[g * lds + t] = scale * (q_g . K_t) for g < G, t < n, where
+ * q_g = q + g * ldq and K_t = K + t * d.
+ * pfx_axpys: o_g += sum_t p[g * ldp + t] * V_t (V_t = V + t * d, o_g = o + g * ldo).
+ */
+void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
+	      int lds);
+void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo);
+/* x[i] = exp(x[i] - max x) for i < n (n >= 1); returns their sum, *max_out the max. */
+float pfx_exp_sum(float *x, int n, float *max_out);
+/* y[i] = silu(y[i]) * up[i]: SwiGLU's activation. */
+void pfx_silu_mul(float *y, const float *up, int n);
+
 #endif
