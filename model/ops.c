@@ -7,6 +7,9 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "forward.h"
@@ -46,15 +49,136 @@ static void mm_task(void *ctx, int t, int thread)
 				y[(size_t)r * j->ldy + i] += j->b[p->o0 + i];
 }
 
+/*
+ * Decode-sized products: every thread owns a contiguous share of the rows of
+ * all jobs (one sequential stream, which is what reaches the memory
+ * bandwidth) and takes it from the front in chunks. A thread that runs out
+ * takes the back half of the largest share left, so a thread slowed down
+ * by the machine (a descheduled vCPU) does not hold up the whole step.
+ */
+#define STEAL_MAX_THREADS 64
+#define CHUNK_FLOATS 16384 /* 64 KiB of weights per claim */
+#define MAX_STEAL_JOBS 8
+
+struct share {
+	_Alignas(64) _Atomic uint64_t range; /* lo << 32 | hi, in rows of all jobs */
+};
+
+struct steal_ctx {
+	const float *x;
+	int ldx, in, rows, njobs, nshares, chunk;
+	const struct mm_job *jobs;
+	int start[MAX_STEAL_JOBS + 1]; /* first row of each job; start[njobs] = total */
+	struct share shares[STEAL_MAX_THREADS];
+};
+
+static uint64_t pack(uint32_t lo, uint32_t hi)
+{
+	return (uint64_t)lo << 32 | hi;
+}
+
+/* Rows [r0, r1) of all jobs, split at job boundaries. */
+static void steal_rows(const struct steal_ctx *c, int r0, int r1)
+{
+	for (int j = 0; j < c->njobs && r0 < r1; j++) {
+		if (r0 >= c->start[j + 1])
+			continue;
+		const struct mm_job *jb = &c->jobs[j];
+		int o0 = r0 - c->start[j], n = (r1 < c->start[j + 1] ? r1 : c->start[j + 1]) - r0;
+		float *y = jb->y + o0;
+		pfx_gemv(c->rows, n, c->in, jb->w + (size_t)o0 * c->in, c->x, c->ldx, jb->beta, y, jb->ldy);
+		if (jb->b)
+			for (int r = 0; r < c->rows; r++)
+				for (int i = 0; i < n; i++)
+					y[(size_t)r * jb->ldy + i] += jb->b[o0 + i];
+		r0 += n;
+	}
+}
+
+/* Claims up to chunk rows from the front of share s; false when it is empty. */
+static bool claim_front(struct steal_ctx *c, int s, int *r0, int *r1)
+{
+	uint64_t v = atomic_load_explicit(&c->shares[s].range, memory_order_relaxed);
+	for (;;) {
+		uint32_t lo = (uint32_t)(v >> 32), hi = (uint32_t)v;
+		if (lo >= hi)
+			return false;
+		uint32_t end = hi - lo > (uint32_t)c->chunk ? lo + (uint32_t)c->chunk : hi;
+		if (atomic_compare_exchange_weak_explicit(&c->shares[s].range, &v, pack(end, hi),
+							  memory_order_relaxed, memory_order_relaxed)) {
+			*r0 = (int)lo;
+			*r1 = (int)end;
+			return true;
+		}
+	}
+}
+
+/* Moves the back half of the fullest other share into share s. */
+static bool steal(struct steal_ctx *c, int s)
+{
+	for (;;) {
+		int victim = -1;
+		uint32_t most = 0;
+		uint64_t v = 0;
+		for (int i = 0; i < c->nshares; i++) {
+			uint64_t w = atomic_load_explicit(&c->shares[i].range, memory_order_relaxed);
+			uint32_t left = (uint32_t)w - (uint32_t)(w >> 32);
+			if (i != s && (uint32_t)(w >> 32) < (uint32_t)w && left > most) {
+				most = left;
+				victim = i;
+				v = w;
+			}
+		}
+		if (victim < 0)
+			return false;
+		uint32_t lo = (uint32_t)(v >> 32), hi = (uint32_t)v;
+		/* A last chunk is taken whole; otherwise the back half. */
+		uint32_t mid = hi - lo <= (uint32_t)c->chunk ? lo : lo + (hi - lo) / 2;
+		if (atomic_compare_exchange_strong_explicit(&c->shares[victim].range, &v, pack(lo, mid),
+							    memory_order_relaxed, memory_order_relaxed)) {
+			atomic_store_explicit(&c->shares[s].range, pack(mid, hi), memory_order_relaxed);
+			return true;
+		}
+	}
+}
+
+static void steal_task(void *ctx, int t, int thread)
+{
+	struct steal_ctx *c = ctx;
+	int r0, r1;
+	do {
+		while (claim_front(c, t, &r0, &r1))
+			steal_rows(c, r0, r1);
+	} while (steal(c, t));
+}
+
+static void matmul_decode(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs,
+			  int njobs)
+{
+	struct steal_ctx c = { .x = x, .ldx = ldx, .in = in, .rows = f->T, .njobs = njobs, .jobs = jobs };
+	int threads = pfx_pool_threads(f->m->pool);
+	c.nshares = threads < STEAL_MAX_THREADS ? threads : STEAL_MAX_THREADS;
+	c.chunk = CHUNK_FLOATS / in > 0 ? CHUNK_FLOATS / in : 1;
+	for (int j = 0; j < njobs; j++)
+		c.start[j + 1] = c.start[j] + jobs[j].out;
+	int total = c.start[njobs];
+	for (int i = 0; i < c.nshares; i++)
+		atomic_init(&c.shares[i].range, pack((uint32_t)((int64_t)total * i / c.nshares),
+						     (uint32_t)((int64_t)total * (i + 1) / c.nshares)));
+	pfx_pool_run(f->m->pool, steal_task, &c, c.nshares);
+}
+
 void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs, int njobs)
 {
+	if (f->T <= GEMV_MAX_T && njobs <= MAX_STEAL_JOBS) {
+		matmul_decode(f, x, ldx, in, jobs, njobs);
+		return;
+	}
 	struct mm_ctx c = { .x = x, .ldx = ldx, .in = in, .rows = f->T, .jobs = jobs };
 	int threads = pfx_pool_threads(f->m->pool), np = 0;
 	/* A few pieces per thread balance the load; multiples of 16 outputs
 	 * keep the BLAS kernels on their fast path. */
-	/* Decode-sized products are bandwidth bound: one contiguous piece
-	 * per thread keeps each thread's stream sequential. */
-	int per = f->T <= GEMV_MAX_T ? threads : 2 * threads;
+	int per = 2 * threads;
 	for (int j = 0; j < njobs; j++) {
 		int out = jobs[j].out;
 		int chunk = (out + per - 1) / per;
@@ -165,11 +289,16 @@ static void act_task(void *ctx, int t, int thread)
 	int r1 = (t + 1) * ROWS_PER_TASK;
 	if (r1 > c->f->T)
 		r1 = c->f->T;
-	for (size_t i = (size_t)t * ROWS_PER_TASK * c->n; i < (size_t)r1 * c->n; i++) {
+	size_t i0 = (size_t)t * ROWS_PER_TASK * c->n, i1 = (size_t)r1 * c->n;
+	if (act == PFX_ACT_SILU) {
+		/* Vectorised: at one row per decode step this runs on one thread. */
+		for (int r = t * ROWS_PER_TASK; r < r1; r++)
+			pfx_silu_mul(c->y + (size_t)r * c->n, c->up + (size_t)r * c->n, c->n);
+		return;
+	}
+	for (size_t i = i0; i < i1; i++) {
 		float v = c->y[i];
-		if (act == PFX_ACT_SILU)
-			c->y[i] = v / (1.0f + expf(-v)) * c->up[i];
-		else if (act == PFX_ACT_GELU)
+		if (act == PFX_ACT_GELU)
 			c->y[i] = gelu(v);
 		else
 			c->y[i] = gelu_tanh(v);
