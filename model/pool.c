@@ -2,12 +2,21 @@
 /*
  * Worker pool for the forward pass.
  *
- * DESIGN. A decode step issues a few hundred short parallel loops (one per
- * matrix product), so handing out work must cost microseconds, not a futex
- * round trip each time. Workers therefore spin briefly on the job
- * generation before sleeping on a condition variable. Every worker
- * acknowledges every job (finished++), and the caller waits for all of
- * them: a worker can never carry a stale view of one job into the next.
+ * DESIGN. A decode step issues ~150 short parallel loops (one per matrix
+ * product or attention pass), so handing out work must cost microseconds,
+ * not a futex round trip each time. Workers therefore spin briefly on the
+ * job word before sleeping on a condition variable.
+ *
+ * The caller waits for the job's tasks, not for every worker: on a shared
+ * machine a worker is sometimes descheduled for milliseconds, and waiting
+ * for it to acknowledge jobs it had no part in stalled every loop of the
+ * step (decode ran at a fifth of its speed while another process used the
+ * CPUs). A task is claimed by a compare-and-swap on one word holding the
+ * job's generation and its next task, so a late worker either claims a task
+ * of the current job or nothing. Jobs alternate between two descriptors: a
+ * late worker may read the descriptor of job g while job g + 1 is being
+ * set up in the other one, and the descriptor of g is rewritten (for g + 2)
+ * only after the generation has moved past g, which its claim checks.
  */
 #include "pool.h"
 
@@ -16,25 +25,33 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #define SPIN_ITERS 20000
 
+/* Atomic (relaxed) only because a late worker may read a descriptor while
+ * it is rewritten; what it read is then never used. */
+struct job {
+	_Atomic(pfx_pool_fn) fn;
+	_Atomic(void *) ctx;
+	atomic_int ntasks;
+};
+
 struct pfx_pool {
 	int n;
 	pthread_t *tids;           /* (n - 1) */
-	pthread_mutex_t mu;        /* guards sleeping on cv; gen changes under it */
+	pthread_mutex_t mu;        /* guards sleeping on cv */
 	pthread_cond_t cv;
-	/* gen is bumped (release) after fn/ctx/ntasks/next are set, so a worker
-	 * that reads gen (acquire) sees the job it announces. */
-	atomic_uint gen;
-	atomic_int next;           /* next unclaimed task */
-	atomic_int finished;       /* workers done with the current job */
-	pfx_pool_fn fn;
-	void *ctx;
-	int ntasks;
+	struct job jobs[2];        /* job g is jobs[g & 1] */
+	/* g << 32 | next unclaimed task of job g. Stored (release) after the
+	 * descriptor is written, so a worker that reads it (acquire) sees the
+	 * job it announces. */
+	_Atomic uint64_t claim;
+	atomic_int done;           /* tasks of the current job finished */
+	atomic_int sleeping;       /* workers on (or going to) cv */
 	bool stop;                 /* under mu */
 };
 
@@ -43,11 +60,33 @@ struct worker_arg {
 	int id;
 };
 
-static void drain(struct pfx_pool *p, pfx_pool_fn fn, void *ctx, int ntasks, int id)
+static uint32_t gen_of(uint64_t claim)
 {
-	int t;
-	while ((t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < ntasks)
-		fn(ctx, t, id);
+	return (uint32_t)(claim >> 32);
+}
+
+/* Runs tasks of job g until none is left; returns at once if g is over. */
+static void run_job(struct pfx_pool *p, uint32_t g, int id)
+{
+	uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
+	if (gen_of(c) != g)
+		return;
+	/* Possibly another job's if g is already over; then every claim below fails. */
+	struct job *j = &p->jobs[g & 1];
+	pfx_pool_fn fn = atomic_load_explicit(&j->fn, memory_order_relaxed);
+	void *ctx = atomic_load_explicit(&j->ctx, memory_order_relaxed);
+	int ntasks = atomic_load_explicit(&j->ntasks, memory_order_relaxed);
+	for (;;) {
+		if (gen_of(c) != g || (int)(uint32_t)c >= ntasks)
+			return;
+		if (atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+							  memory_order_acquire)) {
+			fn(ctx, (int)(uint32_t)c, id);
+			/* Release: the task's results are visible to the caller's acquire. */
+			atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+			c = atomic_load_explicit(&p->claim, memory_order_acquire);
+		}
+	}
 }
 
 static inline void cpu_relax(void)
@@ -57,35 +96,36 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* The generation of the next job after `seen`, or false to stop. */
+static bool wait_job(struct pfx_pool *p, uint32_t seen, uint32_t *g)
+{
+	for (int spins = 0; spins < SPIN_ITERS; spins++) {
+		if ((*g = gen_of(atomic_load_explicit(&p->claim, memory_order_acquire))) != seen)
+			return true;
+		cpu_relax();
+	}
+	/* seq_cst pairs with the caller's store of claim and load of sleeping:
+	 * either it sees us sleeping and signals, or we see its job. */
+	atomic_fetch_add_explicit(&p->sleeping, 1, memory_order_seq_cst);
+	pthread_mutex_lock(&p->mu);
+	while ((*g = gen_of(atomic_load_explicit(&p->claim, memory_order_seq_cst))) == seen &&
+	       !p->stop)
+		pthread_cond_wait(&p->cv, &p->mu);
+	bool stop = p->stop;
+	pthread_mutex_unlock(&p->mu);
+	atomic_fetch_sub_explicit(&p->sleeping, 1, memory_order_relaxed);
+	return !stop;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker_arg wa = *(struct worker_arg *)arg;
 	free(arg);
 	struct pfx_pool *p = wa.p;
-	unsigned seen = 0;
-	for (;;) {
-		unsigned g;
-		int spins = 0;
-		while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-		       spins < SPIN_ITERS) {
-			cpu_relax();
-			spins++;
-		}
-		if (g == seen) {
-			pthread_mutex_lock(&p->mu);
-			while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-			       !p->stop)
-				pthread_cond_wait(&p->cv, &p->mu);
-			bool stop = p->stop;
-			pthread_mutex_unlock(&p->mu);
-			if (stop)
-				return NULL;
-		}
-		seen = g;
-		drain(p, p->fn, p->ctx, p->ntasks, wa.id);
-		/* Release: our task results are visible to the caller's acquire. */
-		atomic_fetch_add_explicit(&p->finished, 1, memory_order_release);
-	}
+	uint32_t g = 0;
+	while (wait_job(p, g, &g))
+		run_job(p, g, wa.id);
+	return NULL;
 }
 
 int pfx_cpu_count(void)
@@ -142,6 +182,7 @@ void pfx_pool_free(struct pfx_pool *p)
 	p->stop = true;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
+	/* Workers still spinning see stop once their spin ends. */
 	for (int i = 1; i < p->n; i++)
 		pthread_join(p->tids[i - 1], NULL);
 	pthread_cond_destroy(&p->cv);
@@ -164,20 +205,24 @@ void pfx_pool_run(struct pfx_pool *p, pfx_pool_fn fn, void *ctx, int ntasks)
 			fn(ctx, t, 0);
 		return;
 	}
-	p->fn = fn;
-	p->ctx = ctx;
-	p->ntasks = ntasks;
-	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
-	pthread_mutex_lock(&p->mu);
-	/* Release: publishes the job fields above to workers' acquire of gen. */
-	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->mu);
-	drain(p, fn, ctx, ntasks, 0);
+	/* Only this thread changes the generation: no worker can claim a task
+	 * until the store below, and every task of the previous job is done. */
+	uint32_t g = gen_of(atomic_load_explicit(&p->claim, memory_order_relaxed)) + 1;
+	struct job *j = &p->jobs[g & 1];
+	atomic_store_explicit(&j->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&j->ctx, ctx, memory_order_relaxed);
+	atomic_store_explicit(&j->ntasks, ntasks, memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->claim, (uint64_t)g << 32, memory_order_seq_cst);
+	if (atomic_load_explicit(&p->sleeping, memory_order_seq_cst) > 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+	}
+	run_job(p, g, 0);
 	int spins = 0;
-	/* Acquire: pairs with each worker's release of finished. */
-	while (atomic_load_explicit(&p->finished, memory_order_acquire) < p->n - 1) {
+	/* Acquire: pairs with each task's release of done. */
+	while (atomic_load_explicit(&p->done, memory_order_acquire) < ntasks) {
 		if (++spins < SPIN_ITERS)
 			cpu_relax();
 		else
