@@ -2,10 +2,13 @@
 /*
  * Bandwidth-bound matrix-vector products. One row of W at a time keeps the
  * access pattern a single sequential stream, which the hardware prefetcher
- * follows best; an explicit prefetch 8 KiB ahead keeps enough requests in
- * flight for one core to draw most of the machine's bandwidth. Measured on
- * the development machine (2 threads, 49152 x 576): 8-row blocking 26 GB/s,
- * this kernel 31 GB/s, streaming read test 31 GB/s.
+ * follows best. Measured on the development machine (2 threads, 49152 x
+ * 576): 8-row blocking 26 GB/s, this kernel 31 GB/s, streaming read test
+ * 31 GB/s. The AVX-512 kernel issues no software prefetch: in whole decode
+ * steps (ops.c streaming each thread's share in 64 KiB chunks), prefetching
+ * 8 or 16 KiB ahead made steps 5-9% slower than leaving it to the hardware
+ * (4 interleaved A/B runs of 80-160 tokens). The AVX2 one keeps its
+ * prefetch, unmeasured without it.
  */
 #include "gemv.h"
 
@@ -31,8 +34,6 @@ static void gemv_avx512(int T, int n, int k, const float *W, const float *x, int
 			acc[t][0] = acc[t][1] = _mm512_setzero_ps();
 		int j = 0;
 		for (; j + 32 <= k; j += 32) {
-			_mm_prefetch((const char *)(r + j + PREFETCH_FLOATS), _MM_HINT_T0);
-			_mm_prefetch((const char *)(r + j + PREFETCH_FLOATS + 16), _MM_HINT_T0);
 			__m512 w0 = _mm512_loadu_ps(r + j), w1 = _mm512_loadu_ps(r + j + 16);
 			for (int t = 0; t < T; t++) {
 				const float *xt = x + (size_t)t * ldx + j;
