@@ -3,10 +3,13 @@
 #include "bench_util.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 double bench_now(void)
 {
@@ -32,6 +35,7 @@ struct bw_arg {
 	size_t n;
 	pthread_barrier_t *start;
 	uint64_t sink;
+	double t0, t1;
 };
 
 /* Eight independent accumulators: the loop vectorises (with the widest
@@ -46,11 +50,15 @@ static uint64_t sum_words(const uint64_t *p, size_t n)
 	return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
 }
 
+/* Each thread times its own read, so thread start-up and joining are not
+ * counted against the memory. */
 static void *bw_thread(void *a)
 {
 	struct bw_arg *b = a;
 	pthread_barrier_wait(b->start);
+	b->t0 = bench_now();
 	b->sink = sum_words(b->p, b->n);
+	b->t1 = bench_now();
 	return NULL;
 }
 
@@ -89,11 +97,45 @@ double bw_probe_run(struct bw_probe *p, int threads)
 		arg[t] = (struct bw_arg){ p->buf + n / threads * t, n / threads, &start, 0 };
 		pthread_create(&th[t], NULL, bw_thread, &arg[t]);
 	}
-	double t0 = bench_now();
 	pthread_barrier_wait(&start);
-	for (int t = 0; t < threads; t++)
+	double t0 = 0, t1 = 0;
+	for (int t = 0; t < threads; t++) {
 		pthread_join(th[t], NULL);
-	double gbs = (double)PROBE_BYTES / (bench_now() - t0) / 1e9;
+		t0 = t == 0 || arg[t].t0 < t0 ? arg[t].t0 : t0;
+		t1 = arg[t].t1 > t1 ? arg[t].t1 : t1;
+	}
 	pthread_barrier_destroy(&start);
-	return gbs;
+	/* From the first thread's start to the last one's end: the time the
+	 * whole buffer took, as a parallel loop's would. */
+	return (double)(n / threads * threads * 8) / (t1 - t0) / 1e9;
+}
+
+void bench_cpu_now(struct bench_cpu *c)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f || fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+			 &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+		memset(v, 0, sizeof(v));
+	if (f)
+		fclose(f);
+	double tick = (double)sysconf(_SC_CLK_TCK);
+	/* user, nice, system, irq, softirq; steal separately */
+	c->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / tick;
+	c->steal = (double)v[7] / tick;
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	c->self = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+		  (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+	c->wall = bench_now();
+}
+
+void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal)
+{
+	struct bench_cpu b;
+	bench_cpu_now(&b);
+	double wall = b.wall - a->wall;
+	double o = wall > 0 ? ((b.busy - a->busy) - (b.self - a->self)) / wall : 0;
+	*others = o > 0 ? o : 0; /* /proc/stat's ticks are coarser than rusage */
+	*steal = wall > 0 ? (b.steal - a->steal) / wall : 0;
 }

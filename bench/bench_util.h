@@ -17,4 +17,14 @@ struct bw_probe *bw_probe_new(void);
 double bw_probe_run(struct bw_probe *p, int threads);
 void bw_probe_free(struct bw_probe *p);
 
+/* What else ran on the machine while a benchmark did: a figure measured
+ * while other processes used the CPUs, or the hypervisor took them
+ * (steal), says little about the code. */
+struct bench_cpu {
+	double busy, steal, self, wall; /* seconds */
+};
+void bench_cpu_now(struct bench_cpu *c);
+/* CPUs (on average) other processes used, and steal, since a. */
+void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal);
+
 #endif

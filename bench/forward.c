@@ -104,16 +104,40 @@ static double prefill_once(struct pfx_model *m, const int32_t *tok, int n, float
 	return t;
 }
 
-/* Seconds per token of `steps` decode steps after ctx, then rewinds. */
+/* Seconds of `steps` decode steps after ctx, then rewinds. */
 static double decode_once(struct pfx_session *s, const int32_t *tok, int ctx, int steps, float *l)
 {
 	double t0 = bench_now();
 	for (int i = 0; i < steps; i++)
 		if (pfx_session_decode(s, tok[ctx + i], l, NULL))
 			abort();
-	double t = (bench_now() - t0) / steps;
+	double t = bench_now() - t0;
 	pfx_session_rewind(s, (size_t)ctx, NULL);
 	return t;
+}
+
+/*
+ * One decode round: DECODE_SLICES times a pass of the bandwidth probe then
+ * DECODE_STEPS steps. The machine's bandwidth drifts within a second by
+ * more than the differences we look for, so the reference is sampled in
+ * the same stretch of time as the decode it is compared with, not before.
+ * Returns tokens per second; *bw the probe's GB/s over the same round.
+ */
+enum { DECODE_SLICES = 16, DECODE_STEPS = 2 };
+
+static double decode_round(struct pfx_session *s, const int32_t *tok, float *l,
+			   struct bw_probe *probe, int threads, double *bw)
+{
+	double dt = 0, bytes_s = 0;
+	for (int i = 0; i < DECODE_SLICES; i++) {
+		/* The pool's workers spin ~0.5 ms after a step before sleeping;
+		 * the probe should not share a CPU with them. */
+		usleep(2000);
+		bytes_s += 1.0 / bw_probe_run(probe, threads); /* seconds per GB */
+		dt += decode_once(s, tok, 512, DECODE_STEPS, l);
+	}
+	*bw = DECODE_SLICES / bytes_s; /* GB over total seconds, not a mean of rates */
+	return DECODE_SLICES * DECODE_STEPS / dt;
 }
 
 static double spread(double *v, int n, double med)
@@ -219,13 +243,14 @@ int main(int argc, char **argv)
 	    pfx_session_append(s, tok, 512, PFX_LOGITS_NONE, NULL, NULL))
 		abort();
 	double wbytes = weight_bytes_per_token(cfg), bw[ROUNDS], dec[ROUNDS], dec_ratio[ROUNDS];
+	double others, steal;
+	struct bench_cpu cpu0;
+	bench_cpu_now(&cpu0);
 	for (int r = 0; r < ROUNDS; r++) {
-		double b3[3] = { bw_probe_run(probe, threads), bw_probe_run(probe, threads),
-				 bw_probe_run(probe, threads) };
-		bw[r] = bench_median(b3, 3);
-		dec[r] = 1.0 / decode_once(s, tok, 512, 32, l);
+		dec[r] = decode_round(s, tok, l, probe, threads, &bw[r]);
 		dec_ratio[r] = dec[r] / (bw[r] * 1e9 / wbytes);
 	}
+	bench_cpu_since(&cpu0, &others, &steal);
 	pfx_session_free(s);
 	double sg_med = bench_median(sg, ROUNDS), bw_med = bench_median(bw, ROUNDS);
 	double dec_med = bench_median(dec, ROUNDS), dec_sp = spread(dec, ROUNDS, dec_med);
@@ -248,7 +273,10 @@ int main(int argc, char **argv)
 	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / wbytes);
 	printf("  \"prefill_sgemm_ratio\": %.3f,\n", bench_median(pre_ratio, ROUNDS));
 	printf("  \"decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio, ROUNDS));
-	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime\"\n");
+	printf("  \"decode_other_cpus\": %.2f,\n  \"decode_steal_cpus\": %.2f,\n", others, steal);
+	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime, "
+	       "decode rounds alternate probe passes and decode steps; other_cpus/steal_cpus: CPUs taken by other processes "
+	       "or the hypervisor during the decode rounds (figures are unreliable when they are not ~0)\"\n");
 	printf("}\n");
 	bw_probe_free(probe);
 	sgemm_ref_release(&ref);
