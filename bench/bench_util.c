@@ -94,7 +94,7 @@ double bw_probe_run(struct bw_probe *p, int threads)
 	pthread_barrier_t start;
 	pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
 	for (int t = 0; t < threads; t++) {
-		arg[t] = (struct bw_arg){ p->buf + n / threads * t, n / threads, &start, 0 };
+		arg[t] = (struct bw_arg){ .p = p->buf + n / threads * t, .n = n / threads, .start = &start };
 		pthread_create(&th[t], NULL, bw_thread, &arg[t]);
 	}
 	pthread_barrier_wait(&start);
