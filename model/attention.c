@@ -2,8 +2,10 @@
 /*
  * Causal attention over each session's KV blocks.
  *
- * DESIGN. Prefill rows go in tasks of (session, query head, ATT_CHUNK
- * rows): scores and the weighted sum of values are sgemm calls per KV block.
+ * DESIGN. Prefill rows go in tasks of (session, KV head, ATT_CHUNK / G
+ * rows): the G query heads that share the KV head are packed into one
+ * matrix, and scores and the weighted sum of values are one sgemm each per
+ * KV block.
  * A single new row (decode) is bound by reading the KV, so its tasks are
  * (session, KV head, range of keys): every query head that shares the KV
  * head is served by one pass over its blocks (grouped-query attention
@@ -35,6 +37,19 @@ static int decode_splits(const struct fwd *f, size_t keys)
 	return want < most ? want : (most > 1 ? most : 1);
 }
 
+/* New rows per prefill task: its G query heads' rows fill one score
+ * buffer of ATT_CHUNK rows. */
+static int att_rows_per_task(const struct fwd *f)
+{
+	int G = f->c->n_heads / f->c->n_kv_heads;
+	return ATT_CHUNK / G > 0 ? ATT_CHUNK / G : 1;
+}
+
+float *att_thread_scratch(const struct fwd *f, int thread)
+{
+	return f->scores + (size_t)thread * ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+}
+
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
 	     struct att_task *tasks)
 {
@@ -51,63 +66,71 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 									      keys * (s + 1) / ns, s, ns };
 			continue;
 		}
-		for (int h = 0; h < c->n_heads; h++)
-			for (size_t r0 = 0; r0 < n; r0 += ATT_CHUNK, t++)
+		size_t R = (size_t)att_rows_per_task(f);
+		for (int h = 0; h < c->n_kv_heads; h++)
+			for (size_t r0 = 0; r0 < n; r0 += R, t++)
 				if (tasks)
 					tasks[t] = (struct att_task){
-						i, h, (int)r0, (int)(r0 + ATT_CHUNK < n ? r0 + ATT_CHUNK : n), 0, 0,
+						i, h, (int)r0, (int)(r0 + R < n ? r0 + R : n), 0, 0,
 					};
 	}
 	return t;
 }
 
-/* Rows of new tokens, a query head each: sgemm per KV block. */
+/*
+ * Rows of new tokens for the G query heads of one KV head: one sgemm per KV
+ * block for all G x rows (packed, head-major), so each block is read once
+ * per group and the calls are few and large; a prompt's suffix on a long
+ * attached prefix is mostly this (bench/share).
+ */
 static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 {
 	const struct pfx_config *c = f->c;
 	const struct pfx_session *s = f->items[a->item].s;
 	int B = f->m->block_tokens, hd = c->head_dim, qd = c->n_heads * hd;
-	int kvh = a->head / (c->n_heads / c->n_kv_heads);
-	int nq = a->r1 - a->r0;
+	int G = c->n_heads / c->n_kv_heads, kvh = a->head;
+	int nq = a->r1 - a->r0, rows = G * nq;
 	size_t len0 = s->len; /* committed only after the pass */
 	int nk = (int)len0 + a->r1; /* keys the last query row sees */
 	int nb = (nk + B - 1) / B;
 	size_t ld = f->score_ld;
-	float *S = f->scores + (size_t)thread * ATT_CHUNK * ld;
+	float *S = att_thread_scratch(f, thread);        /* (rows, ld) */
+	float *Q = S + (size_t)ATT_CHUNK * ld;           /* (rows, hd) */
+	float *O = Q + (size_t)ATT_CHUNK * hd;           /* (rows, hd) */
 	size_t row0 = (size_t)f->item_row[a->item] + a->r0;
-	const float *q = f->q + row0 * qd + (size_t)a->head * hd;
-	float *o = f->att + row0 * qd + (size_t)a->head * hd;
 	float scale = 1.0f / sqrtf((float)hd);
+	float inv[ATT_CHUNK];
 
+	for (int g = 0; g < G; g++)
+		for (int r = 0; r < nq; r++)
+			memcpy(Q + ((size_t)g * nq + r) * hd,
+			       f->q + (row0 + r) * qd + ((size_t)kvh * G + g) * hd, (size_t)hd * sizeof(float));
 	for (int b = 0; b < nb; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, kvh, 0);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kb, hd, scale, q, qd, K, hd,
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale, Q, hd, K, hd,
 			    0.0f, S + (size_t)b * B, (int)ld);
 	}
-	for (int r = 0; r < nq; r++) {
-		float *row = S + (size_t)r * ld;
-		int valid = (int)len0 + a->r0 + r + 1; /* causal: keys 0 .. position */
-		float mx = row[0];
-		for (int j = 1; j < valid; j++)
-			mx = row[j] > mx ? row[j] : mx;
-		float sum = 0;
-		for (int j = 0; j < valid; j++) {
-			row[j] = expf(row[j] - mx);
-			sum += row[j];
-		}
-		float inv = 1.0f / sum;
-		for (int j = 0; j < valid; j++)
-			row[j] *= inv;
-		for (int j = valid; j < nk; j++)
-			row[j] = 0.0f;
+	for (int i = 0; i < rows; i++) {
+		float *row = S + (size_t)i * ld, mx;
+		int valid = (int)len0 + a->r0 + i % nq + 1; /* causal: keys 0 .. position */
+		inv[i] = 1.0f / pfx_exp_sum(row, valid, &mx);
+		memset(row + valid, 0, (size_t)(nk - valid) * sizeof(float));
 	}
 	for (int b = 0; b < nb; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, kvh, 0);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, kb, 1.0f, S + (size_t)b * B,
-			    (int)ld, V, hd, b ? 1.0f : 0.0f, o, qd);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f, S + (size_t)b * B,
+			    (int)ld, V, hd, b ? 1.0f : 0.0f, O, hd);
 	}
+	/* Normalised on the way out rather than over every score. */
+	for (int g = 0; g < G; g++)
+		for (int r = 0; r < nq; r++) {
+			const float *src = O + ((size_t)g * nq + r) * hd;
+			float *dst = f->att + (row0 + r) * qd + ((size_t)kvh * G + g) * hd, w = inv[g * nq + r];
+			for (int d = 0; d < hd; d++)
+				dst[d] = src[d] * w;
+		}
 }
 
 /* Partial results of one decode task for one query head: (max, sum, out). */
@@ -135,7 +158,7 @@ static void decode_task(struct fwd *f, const struct att_task *a, int task, int t
 	const struct pfx_session *s = f->items[a->item].s;
 	int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
 	size_t ld = f->score_ld;
-	float *S = f->scores + (size_t)thread * ATT_CHUNK * ld; /* (G, ld) */
+	float *S = att_thread_scratch(f, thread); /* (G, ld) */
 	const float *q = f->q + (size_t)f->item_row[a->item] * c->n_heads * hd + (size_t)a->head * G * hd;
 	float scale = 1.0f / sqrtf((float)hd);
 	int k0 = a->r0, k1 = a->r1, kb;

@@ -39,7 +39,7 @@ struct fwd {
 	float *cos, *sin;      /* (T, rotary_dim / 2) */
 	struct att_task *tasks;
 	int ntasks;
-	float *scores;         /* (threads, ATT_CHUNK, score_ld) */
+	float *scores;         /* per thread: att_thread_scratch() */
 	float *partials;       /* (ntasks, heads per KV head, head_dim + 2) */
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
@@ -66,6 +66,8 @@ void op_rope(struct fwd *f, float *x, int nheads);
 /* Copies this layer's new K/V rows into the sessions' blocks. */
 void op_store_kv(struct fwd *f, int layer);
 /* Fills tasks (if non-NULL) for the batch; returns how many there are. */
+/* A thread's attention scratch: ATT_CHUNK x (score_ld + 2 head_dim) floats. */
+float *att_thread_scratch(const struct fwd *f, int thread);
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
 	     struct att_task *tasks);
 /* att = softmax(q K^T / sqrt(d)) V per session and head, causal. */
