@@ -215,7 +215,8 @@ static int chain_of(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
 	while (same < nblocks && same < c->memo_blocks &&
 	       !memcmp(tokens + same * bt, c->memo_tokens + same * bt, bb))
 		same++;
-	memcpy(h, c->memo_hashes, (size_t)same * PD_HASH_SIZE);
+	if (same)
+		memcpy(h, c->memo_hashes, (size_t)same * PD_HASH_SIZE);
 	pd_chain(same ? h + (size_t)(same - 1) * PD_HASH_SIZE : c->h0, tokens + same * bt,
 		 c->block_tokens, nblocks - same, h + (size_t)same * PD_HASH_SIZE);
 	*hashes = h;
