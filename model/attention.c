@@ -66,7 +66,10 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 									      keys * (s + 1) / ns, s, ns };
 			continue;
 		}
-		size_t R = (size_t)att_rows_per_task(f);
+		/* Equal chunks: 32 rows in 16 + 16, not 21 + 11, keep the
+		 * threads evenly loaded on a short suffix. */
+		size_t R = (size_t)att_rows_per_task(f), chunks = (n + R - 1) / R;
+		R = (n + chunks - 1) / chunks;
 		for (int h = 0; h < c->n_kv_heads; h++)
 			for (size_t r0 = 0; r0 < n; r0 += R, t++)
 				if (tasks)
