@@ -47,7 +47,25 @@ static int att_rows_per_task(const struct fwd *f)
 
 float *att_thread_scratch(const struct fwd *f, int thread)
 {
-	return f->scores + (size_t)thread * ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+	size_t hd = (size_t)f->c->head_dim;
+	return f->scores + (size_t)thread * (ATT_CHUNK * (f->score_ld + 2 * hd) + f->score_ld * hd);
+}
+
+/* A suffix of at most this many new rows gathers its keys and values (see
+ * prefill_task); longer prompts would gather the same keys per chunk. */
+#define GATHER_MAX_ROWS 64
+
+/* Copies one KV head's K (kv = 0) or V of blocks [0, nk keys) into X. */
+static const float *gather(const struct fwd *f, const struct pfx_session *s, int kv, int kvh,
+			   int nk, float *X)
+{
+	int B = f->m->block_tokens, hd = f->c->head_dim;
+	for (int b = 0; b * B < nk; b++) {
+		int kb = nk - b * B < B ? nk - b * B : B;
+		memcpy(X + (size_t)b * B * hd, s->blocks[b]->data + kv_offset(f->m, f->layer, kv, kvh, 0),
+		       (size_t)kb * hd * sizeof(float));
+	}
+	return X;
 }
 
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
@@ -108,7 +126,14 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 		for (int r = 0; r < nq; r++)
 			memcpy(Q + ((size_t)g * nq + r) * hd,
 			       f->q + (row0 + r) * qd + ((size_t)kvh * G + g) * hd, (size_t)hd * sizeof(float));
-	for (int b = 0; b < nb; b++) {
+	/* A short suffix on a long prefix: one product over all the keys
+	 * instead of one per block, each repacking Q, costs a copy of the
+	 * keys and values (bench/share: the warm time to first token). */
+	float *X = f->items[a->item].n <= GATHER_MAX_ROWS && nb > 1 ? O + (size_t)ATT_CHUNK * hd : NULL;
+	if (X)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, scale, Q, hd,
+			    gather(f, s, 0, kvh, nk, X), hd, 0.0f, S, (int)ld);
+	for (int b = 0; !X && b < nb; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, kvh, 0);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale, Q, hd, K, hd,
@@ -120,7 +145,10 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 		inv[i] = 1.0f / pfx_exp_sum(row, valid, &mx);
 		memset(row + valid, 0, (size_t)(nk - valid) * sizeof(float));
 	}
-	for (int b = 0; b < nb; b++) {
+	if (X)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, S, (int)ld,
+			    gather(f, s, 1, kvh, nk, X), hd, 0.0f, O, hd);
+	for (int b = 0; !X && b < nb; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, kvh, 0);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f, S + (size_t)b * B,

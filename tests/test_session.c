@@ -343,3 +343,32 @@ Test(session, decode_with_split_keys)
 		pfx_model_free(m);
 	}
 }
+
+/* A short suffix on a long prefix gathers the prefix's keys and values into
+ * one product (attention.c); a long prompt takes them block by block: both
+ * give the uncached result. */
+Test(session, short_suffix_on_a_long_prefix)
+{
+	for (size_t mi = 0; mi < 3; mi++) {
+		struct pfx_model *m = load_fixture_model_bt(models[mi], 16);
+		int V = pfx_model_config(m)->vocab;
+		size_t n = 400, p = 360;
+		int32_t *tok = malloc(n * sizeof(int32_t));
+		for (size_t i = 0; i < n; i++)
+			tok[i] = (int32_t)rnd((unsigned)V);
+		float *full = logits_uncached(m, tok, n);
+		float *l = malloc((n - p) * V * sizeof(float));
+		struct pfx_session *s;
+		struct pfx_error err;
+		cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+		cr_assert_eq(pfx_session_append(s, tok, p, PFX_LOGITS_NONE, NULL, &err), 0);
+		cr_assert_eq(pfx_session_append(s, tok + p, n - p, PFX_LOGITS_ALL, l, &err), 0);
+		float d = max_abs_diff(l, full + p * V, (n - p) * V);
+		cr_expect(d <= TOL_SELF, "%s: suffix differs by %g", models[mi], d);
+		pfx_session_free(s);
+		free(l);
+		free(full);
+		free(tok);
+		pfx_model_free(m);
+	}
+}
