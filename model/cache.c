@@ -102,10 +102,11 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 		}
 		atomic_fetch_add(&l->refs, 1);
 	}
+	/* Out of memory half-way: keep what is attached, consistently. */
 	s->len = s->frozen = i * B;
 	kv_lease_put(l);
 	free(kv);
-	return i == hit ? (int)hit : pfx_errorf(err, -ENOMEM, "out of memory");
+	return i || !hit ? (int)i : pfx_errorf(err, -ENOMEM, "out of memory");
 }
 
 int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
