@@ -103,10 +103,14 @@ static int call(struct prefixd *c, int op, const uint8_t *body, size_t len, int 
 	struct pollfd p = { c->fd, POLLIN, 0 };
 	while (poll(&p, 1, -1) < 0 && errno == EINTR)
 		;
-	if ((rc = pd_recv(c->fd, &r, rbody, rfds, &got)))
+	if ((rc = pd_recv(c->fd, &r, rbody, rfds, &got))) {
+		/* Out of step with the stream: fail every later call at once. */
+		shutdown(c->fd, SHUT_RDWR);
 		return fail(rc == -ECONNRESET ? rc : -EPROTO, "no reply from prefixd: %s",
 			    rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+	}
 	if (!(r.flags & PD_FLAG_REPLY) || r.op != op || r.opaque != h.opaque) {
+		shutdown(c->fd, SHUT_RDWR);
 		rc = fail(-EPROTO, "prefixd answered another request");
 	} else if (r.status) {
 		struct pd_error e;
@@ -370,6 +374,10 @@ static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
 	*hit = rc ? 0 : r.hit;
 	if (rc && r.lease)
 		release_oneway(c, r.lease);
+	/* An arena this connection could not map is never sent again: the
+	 * connection cannot serve its blocks any more. */
+	if (rc)
+		shutdown(c->fd, SHUT_RDWR);
 	free(rb);
 	return rc;
 }

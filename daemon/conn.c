@@ -21,8 +21,13 @@
 #include <unistd.h>
 
 #include "chain.h"
+#include "reaper.h"
 #include "sock.h"
 #include "wire.h"
+
+/* Leases one connection may hold at once: each pins blocks and costs the
+ * index memory, so an endless MATCH loop must not. */
+#define MAX_LEASES 1024
 
 struct held_lease {
 	uint64_t id;
@@ -50,6 +55,7 @@ struct conn {
 	size_t body_got;
 	int fds[PD_MAX_FDS];
 	int nfds;
+	bool extra_fds;            /* descriptors beyond what the request takes came */
 	/* The reply being sent; its descriptors go with its first byte. */
 	uint8_t *out;
 	size_t out_len, out_pos;
@@ -79,13 +85,21 @@ static void close_fds(int *fds, int *n)
 	*n = 0;
 }
 
+/* Descriptors a client sent: their close may block (reaper.h). */
+static void drop_client_fds(struct conn *c)
+{
+	for (int i = 0; i < c->nfds; i++)
+		reaper_close(c->fds[i]);
+	c->nfds = 0;
+}
+
 void conn_free(struct conn *c)
 {
 	if (!c)
 		return;
 	for (size_t i = 0; i < c->nleases; i++)
 		idx_release(c->part->idx, c->leases[i].id);
-	close_fds(c->fds, &c->nfds);
+	drop_client_fds(c);
 	close_fds(c->out_fds, &c->out_nfds);
 	free(c->leases);
 	free(c->sent);
@@ -168,11 +182,13 @@ static int on_hello(struct conn *c)
 		return fail(c, PD_E_LAYOUT, "a block of %llu bytes is not a whole number of f32 values per token",
 			    (unsigned long long)m.block_bytes);
 	struct partition *p;
-	if ((rc = partitions_get(&d->parts, m.block_bytes, &p)))
+	if ((rc = partitions_get(&d->parts, c->cred.uid, m.block_bytes, &p)))
 		return rc == -ENOSPC ? fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than the memory budget (%llu bytes)",
 					    (unsigned long long)m.block_bytes,
 					    (unsigned long long)d->parts.budget.limit)
-				     : fail(c, PD_E_INTERNAL, "out of memory");
+		       : rc == -EMFILE ? fail(c, PD_E_LIMIT, "this daemon already serves %d (user, block size) pairs",
+					      PARTITIONS_MAX)
+				       : fail(c, PD_E_INTERNAL, "out of memory");
 	c->part = p;
 	c->root.ns = c->cred.uid; /* the namespace: never chosen by the client */
 	pd_chain_root(&m, c->root.h0);
@@ -277,6 +293,10 @@ static int match_reply(struct conn *c, uint64_t lease, uint32_t hit, const struc
 		int fd = shm_arena_ro_fd(a);
 		if (fd < 0) {
 			close_fds(c->out_fds, &c->out_nfds);
+			if (hit) { /* the lease just taken, last in the list */
+				idx_release(c->part->idx, lease);
+				c->nleases--;
+			}
 			return fail(c, PD_E_INTERNAL, "cannot open arena %u read-only: %s", ids[i],
 				    strerror(-fd));
 		}
@@ -303,6 +323,9 @@ static int on_match(struct conn *c)
 	if (rc)
 		return fail(c, rc, "%s (at most %d blocks of %u tokens)", decode_error(rc),
 			    PD_MAX_HASHES, bt);
+	if (c->nleases >= MAX_LEASES)
+		return fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
+			    MAX_LEASES);
 	atomic_fetch_add(&c->d->matches, 1);
 	uint32_t *tokens = tokens_of(m.tokens, m.count, bt);
 	struct idx_loc *locs = malloc(((size_t)m.count + 1) * sizeof(*locs));
@@ -390,9 +413,8 @@ static int on_publish(struct conn *c)
 	if (rc)
 		return fail(c, rc, "%s (at most %d blocks of %u tokens)", decode_error(rc),
 			    PD_MAX_HASHES, bt);
-	if (c->nfds != 1)
-		return fail(c, PD_E_MALFORMED, "PUBLISH carries exactly one descriptor (the staging memory), not %d",
-			    c->nfds);
+	if (c->nfds != 1 || c->extra_fds)
+		return fail(c, PD_E_MALFORMED, "PUBLISH carries exactly one descriptor (the staging memory)");
 	struct stat sb;
 	/* Only shared memory: a read from it cannot block the daemon. */
 	if (fcntl(c->fds[0], F_GET_SEALS) < 0 || fstat(c->fds[0], &sb))
@@ -546,14 +568,23 @@ int conn_on_input(struct conn *c)
 		if (c->h.body_len && !(c->body = malloc(c->h.body_len)))
 			return -1;
 	}
+	/* Only PUBLISH takes a descriptor: hold no more than that while a
+	 * body is coming, or a few slow clients could exhaust the daemon's. */
+	if (c->nfds > (c->h.op == PD_OP_PUBLISH)) {
+		for (int i = c->h.op == PD_OP_PUBLISH; i < c->nfds; i++)
+			reaper_close(c->fds[i]);
+		c->nfds = c->h.op == PD_OP_PUBLISH;
+		c->extra_fds = true;
+	}
 	if (c->body_got < c->h.body_len &&
 	    (rc = read_part(c, c->body, c->h.body_len, &c->body_got)) <= 0)
 		return rc;
 	rc = handle(c);
+	c->extra_fds = false;
 	free(c->body);
 	c->body = NULL;
 	c->hdr_got = 0;
-	close_fds(c->fds, &c->nfds);
+	drop_client_fds(c);
 	if (c->h.flags & PD_FLAG_NOREPLY) {
 		/* One-way: an error was logged and counted by fail(). */
 		free(c->out);

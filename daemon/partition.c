@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void partitions_init(struct partitions *ps, uint64_t budget, uint32_t block_tokens,
 		     int key_bytes, uint64_t arena_bytes)
@@ -28,13 +29,19 @@ void partitions_destroy(struct partitions *ps)
 	pthread_mutex_destroy(&ps->lock);
 }
 
-static int make(struct partitions *ps, uint64_t block_bytes, struct partition **out)
+static int make(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
+		struct partition **out)
 {
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	if (block_bytes > ps->budget.limit)
+		return -ENOSPC;
 	struct partition *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	p->uid = uid;
 	p->block_bytes = block_bytes;
-	uint64_t slots = ps->arena_bytes / block_bytes;
+	/* Slots are whole pages: count them as the store will. */
+	uint64_t slots = ps->arena_bytes / ((block_bytes + page - 1) / page * page);
 	int rc = store_new(block_bytes, &ps->budget, slots ? (uint32_t)slots : 1, &p->store);
 	if (rc) {
 		free(p);
@@ -50,16 +57,20 @@ static int make(struct partitions *ps, uint64_t block_bytes, struct partition **
 	return 0;
 }
 
-int partitions_get(struct partitions *ps, uint64_t block_bytes, struct partition **out)
+int partitions_get(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
+		   struct partition **out)
 {
 	int rc = 0;
 	pthread_mutex_lock(&ps->lock);
 	struct partition *p = ps->head;
-	while (p && p->block_bytes != block_bytes)
+	while (p && (p->uid != uid || p->block_bytes != block_bytes))
 		p = p->next;
-	if (!p && !(rc = make(ps, block_bytes, &p))) {
+	if (!p && ps->count >= PARTITIONS_MAX)
+		rc = -EMFILE;
+	else if (!p && !(rc = make(ps, uid, block_bytes, &p))) {
 		p->next = ps->head;
 		ps->head = p;
+		ps->count++;
 	}
 	pthread_mutex_unlock(&ps->lock);
 	*out = p;

@@ -23,6 +23,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "reaper.h"
 
 /* A connection in its worker's list and epoll set. */
 struct node {
@@ -41,14 +42,15 @@ struct worker {
 	struct node *conns;       /* owned by the worker thread */
 };
 
-/* Arenas of a quarter of the budget, within [64 MiB, 1 GiB]: few arenas
+/* Arenas of an eighth of the budget, within [16 MiB, 1 GiB]: few arenas
  * means few descriptors and mappings per client (bench/share: attaching
- * costs ~30 us per new arena and little per block), while a budget still
- * spans several arenas, so block sizes that come later find room. */
+ * costs ~30 us per new arena and little per block), while the budget still
+ * spans several, so the partitions of other users and block sizes find
+ * room. */
 static uint64_t arena_bytes(uint64_t budget)
 {
-	uint64_t a = budget / 4;
-	return a < (64ull << 20) ? 64ull << 20 : a > (1ull << 30) ? 1ull << 30 : a;
+	uint64_t a = budget / 8;
+	return a < (16ull << 20) ? 16ull << 20 : a > (1ull << 30) ? 1ull << 30 : a;
 }
 
 /* ==== Workers ==== */
@@ -293,6 +295,10 @@ int server_run(const struct server_cfg *cfg)
 		pd_log("cannot set up the listener: %s", strerror(errno));
 		goto out;
 	}
+	if (reaper_start()) {
+		pd_log("cannot start the descriptor reaper");
+		goto out;
+	}
 	for (; nw < cfg->threads; nw++)
 		if (worker_start(&ws[nw], &d))
 			goto out;
@@ -324,6 +330,7 @@ out:
 	}
 	for (int i = 0; i < nw; i++)
 		worker_stop(&ws[i]);
+	reaper_stop();
 	if (rc == 0) {
 		struct idx_stats s;
 		partitions_stats(&d.parts, &s, NULL, NULL);

@@ -76,12 +76,13 @@ void kv_lease_put(struct kv_lease *l)
 /* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
  * empty session s. Returns the number attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, uint64_t *lease_id, struct pfx_error *err)
+		  uint32_t nblocks, uint64_t *lease_id, uint32_t *leased, struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
 	uint32_t hit = 0;
 	int rc = kv && l ? prefixd_match(c->c, tokens, nblocks, lease_id, &hit, kv) : -ENOMEM;
+	*leased = hit;
 	if (rc || !hit) {
 		free(kv);
 		free(l);
@@ -133,7 +134,10 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	/* Leave at least one token to compute: its logits are the answer. */
 	size_t full = n / B, matchable = (n - 1) / B;
 	uint64_t lease = 0;
-	int hit = attach(s, c, ids, (uint32_t)matchable, &lease, cache_err);
+	uint32_t lease_blocks = 0;
+	/* A publish continues the lease's last block: only when all of them
+	 * were attached. */
+	int hit = attach(s, c, ids, (uint32_t)matchable, &lease, &lease_blocks, cache_err);
 	if (hit < 0) {
 		info->cache_rc = hit;
 		hit = 0;
@@ -150,7 +154,7 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	}
 	/* Publish the prompt's full blocks computed here; the daemon copies
 	 * them, so these stay private and writable. */
-	if (!info->cache_rc && full > (size_t)hit) {
+	if (!info->cache_rc && full > (size_t)hit && lease_blocks == (uint32_t)hit) {
 		const void **kv = malloc((full - (size_t)hit) * sizeof(*kv));
 		for (size_t i = (size_t)hit; kv && i < full; i++)
 			kv[i - (size_t)hit] = s->blocks[i]->data;

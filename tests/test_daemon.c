@@ -192,6 +192,8 @@ Test(daemon, another_user_never_sees_or_replaces_your_prefixes)
 	cr_expect_eq(hit, 2);
 	cr_expect(td_block_ok(t, 0, kv[0]) && td_block_ok(t, 1, kv[1]));
 	cr_expect_eq(stats().blocks, 4, "two namespaces, two copies");
+	/* A client maps whole arenas: no arena holds two users' blocks. */
+	cr_expect_eq(stats().arenas, 2, "each user's blocks in arenas of their own");
 	prefixd_close(a);
 	stop();
 }
@@ -462,5 +464,27 @@ Test(daemon, a_live_socket_or_a_file_is_never_taken_over)
 	cr_expect_eq(stat(file, &st), 0, "the file is still there");
 	unlink(file);
 	cr_expect_eq(stats().connections, 1, "the running daemon still serves");
+	stop();
+}
+
+Test(daemon, a_connection_holds_a_bounded_number_of_leases)
+{
+	start(NULL);
+	uint32_t t[TD_BLOCK_TOKENS], stored, dedup, hit;
+	prompt(t, 1, 77);
+	struct prefixd *a = client(1);
+	cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0);
+	uint64_t lease, last = 0;
+	const void *kv[1];
+	int i = 0;
+	while (i < 2000 && !prefixd_match(a, t, 1, &lease, &hit, kv)) {
+		last = lease;
+		i++;
+	}
+	cr_expect_eq(i, 1024, "1024 leases, then a refusal");
+	cr_expect(strstr(prefixd_errmsg(), "release some"), "%s", prefixd_errmsg());
+	cr_expect_eq(prefixd_release(a, last), 0);
+	cr_expect_eq(prefixd_match(a, t, 1, &lease, &hit, kv), 0, "room again after a release");
+	prefixd_close(a);
 	stop();
 }
