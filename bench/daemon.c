@@ -38,7 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_daemon.h"
+#include "daemon_util.h"
 #include "bench_util.h"
 #include "prefixd.h"
 
@@ -596,7 +596,7 @@ static void print_json(const struct bench *b, double seconds, const char *thread
 
 /* Connects the clients and the echo process, runs the rounds, disconnects.
  * 0 or -1. */
-static int measure(struct bench *b, struct bench_daemon *d, int threads, double seconds,
+static int measure(struct bench *b, struct test_daemon *d, int threads, double seconds,
 		   figures pd, figures ref)
 {
 	struct prefixd_layout l = layout();
@@ -619,7 +619,7 @@ static int measure(struct bench *b, struct bench_daemon *d, int threads, double 
 			/* The threads that did start wait at a barrier that can
 			 * never fill: stop the daemon and leave without them. */
 			fprintf(stderr, "bench/daemon: cannot start client threads\n");
-			bench_daemon_stop(d);
+			td_stop(d);
 			_exit(1);
 		}
 	if (!rc) {
@@ -697,19 +697,19 @@ int main(int argc, char **argv)
 		fclose(f);
 
 	/* 8 prefixes of 32 blocks need 755 MB: 1G always holds them. */
-	struct bench_daemon d;
+	struct test_daemon d;
 	static uint32_t tokens[8][PREFIX_BLOCKS * BLOCK_TOKENS];
 	static figures pd, ref;
 	for (int p = 0; p < b.nprefixes; p++)
 		prefix_tokens(tokens[p], p);
 	b.tokens = tokens;
-	int rc = bench_daemon_start(&d, "--memory", "1G", "--threads", threads);
+	int rc = td_start(&d, (const char *const[]){ "--memory", "1G", "--threads", threads, NULL });
 	if (rc)
 		return 1;
 	rc = publish_prefixes(d.sock, tokens, b.nprefixes);
 	if (!rc)
 		rc = measure(&b, &d, atoi(threads), seconds, pd, ref);
-	if (bench_daemon_stop(&d) && !rc) {
+	if (td_stop(&d) && !rc) {
 		fprintf(stderr, "bench/daemon: prefixd did not stop cleanly\n");
 		rc = -1;
 	}

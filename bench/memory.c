@@ -32,7 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_daemon.h"
+#include "daemon_util.h"
 #include "prefixd.h"
 
 /* SmolLM-135M: 30 layers, 3 KV heads of 64 dims, f32, K and V. */
@@ -419,8 +419,8 @@ int main(int argc, char **argv)
 	}
 	static uint32_t tokens[PREFIX_BLOCKS * BLOCK_TOKENS];
 	prefix_tokens(tokens);
-	struct bench_daemon d;
-	if (bench_daemon_start(&d, "--memory", "1G", "--threads", "2"))
+	struct test_daemon d;
+	if (td_start(&d, (const char *const[]){ "--memory", "1G", "--threads", "2", NULL }))
 		return 1;
 	struct client ks[MAX_CLIENTS];
 	struct sample s[MAX_CLIENTS];
@@ -436,7 +436,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench/memory: a client failed on its way out\n");
 		rc = -1;
 	}
-	if (bench_daemon_stop(&d) && !rc) {
+	if (td_stop(&d) && !rc) {
 		fprintf(stderr, "bench/memory: prefixd did not stop cleanly\n");
 		rc = -1;
 	}

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "bench_daemon.h"
+#include "daemon_util.h"
 #include "cache.h"
 #include "prefixd.h"
 #include "random_model.h"
@@ -186,9 +186,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	model_dir = tmp;
-	struct bench_daemon d;
+	struct test_daemon d;
 	int rc = 1;
-	if (bench_daemon_start(&d, "--memory", "1G"))
+	if (td_start(&d, (const char *const[]){ "--memory", "1G", NULL }))
 		goto out;
 	double cold[RUNS], warm[RUNS], attached = 0, a;
 	/* The first cold run also publishes the prefix (it goes through the
@@ -232,7 +232,7 @@ int main(int argc, char **argv)
 	printf("}\n");
 	rc = 0;
 stop:
-	if (bench_daemon_stop(&d))
+	if (td_stop(&d))
 		rc = 1;
 out:;
 	char p[sizeof(tmp) + 32];

@@ -97,11 +97,10 @@ static bool adopt(struct worker *w)
 	return !stop;
 }
 
-static void serve(struct worker *w, struct node *n, uint32_t events)
+static void serve(struct worker *w, struct node *n)
 {
 	/* While a reply is pending only output matters; input waits. */
 	int rc = conn_output_pending(n->c) ? conn_on_output(n->c) : conn_on_input(n->c);
-	(void)events;
 	if (rc) {
 		drop(w, n);
 		return;
@@ -129,7 +128,7 @@ static void *worker_main(void *arg)
 			if (!evs[i].data.ptr)
 				run = adopt(w);
 			else
-				serve(w, evs[i].data.ptr, evs[i].events);
+				serve(w, evs[i].data.ptr);
 		}
 	}
 	/* Stopping: close every connection, which releases its leases. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A private prefixd for one test: its own temporary directory and socket,
- * its log in that directory (shown when it does not stop cleanly).
- * Plain C, no Criterion, so the ThreadSanitizer driver can use it too.
+ * A private prefixd for one test or benchmark: its own temporary directory
+ * and socket, its log in that directory (shown when it does not stop
+ * cleanly). Plain C, no Criterion, so the ThreadSanitizer driver and the
+ * benchmarks use it too.
  */
 #ifndef PFX_DAEMON_UTIL_H
 #define PFX_DAEMON_UTIL_H
