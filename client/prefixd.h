@@ -70,7 +70,9 @@ void prefixd_close(struct prefixd *c);
 int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
 		  uint32_t *hit, const void **kv);
 
-/* Ends a lease: its kv pointers must not be used any more. */
+/* Ends a lease: its kv pointers must not be used any more. One-way (no
+ * round trip): later requests on this connection see the lease ended;
+ * other connections see it once the daemon has read it. */
 int prefixd_release(struct prefixd *c, uint64_t lease);
 
 /*
