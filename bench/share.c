@@ -6,14 +6,16 @@
  *  - ttft_warm_ms: a fresh process attaches the prefix another process
  *    published, and computes the suffix;
  *  - attach_us: MATCH + mapping alone, from a fresh connection, for
- *    prefixes of 256, 2048 and 8192 tokens (and attach_mapped_us: again on
- *    that connection, its arenas mapped and its chain hashed).
+ *    prefixes of 256, 2048 and 8192 tokens whose chain was hashed as they
+ *    arrived (prefixd_prompt); attach_mapped_us: again on that connection,
+ *    its arenas mapped; chain_hash_us: the hashing.
  * Time to first token runs from the prompt in hand (model loaded, as in a
  * server) to the first sampled token. Each figure is the median of several
  * runs, each in its own process. One JSON object on stdout.
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,18 +118,31 @@ static double ttft(const char *sock, int suffix_seed, double *attached)
 
 /* ==== Attach cost ==== */
 
-static int attach_us(const char *sock, const struct prefixd_layout *l, uint32_t nblocks,
-		     double *median, double *median_mapped)
+#define ATTACH_RUNS 101
+
+struct attach_cost {
+	double fresh_us, mapped_us, chain_us;
+};
+
+/* Publishes a prompt of nblocks blocks, then times MATCH + mapping of it
+ * on fresh connections (arenas not mapped yet) and again on each of them
+ * (arenas mapped), with its chain hashed beforehand as the prompt arrived;
+ * and the hashing alone. */
+static int attach_cost(const char *sock, const struct prefixd_layout *l, uint32_t nblocks,
+		       struct attach_cost *out)
 {
-	uint32_t *t = malloc((size_t)nblocks * l->block_tokens * sizeof(*t));
+	size_t ntok = (size_t)nblocks * l->block_tokens;
+	uint32_t *t = malloc(ntok * sizeof(*t));
 	const void **kv = malloc(nblocks * sizeof(*kv));
 	void *blocks = mmap(NULL, l->block_bytes * nblocks, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	int rc = -ENOMEM;
 	struct prefixd *c = NULL;
-	if (!t || !kv || blocks == MAP_FAILED)
+	struct prefixd_prompt *p = NULL;
+	double *us = malloc(3 * ATTACH_RUNS * sizeof(*us));
+	if (!t || !kv || !us || blocks == MAP_FAILED)
 		goto out;
-	for (size_t i = 0; i < (size_t)nblocks * l->block_tokens; i++)
+	for (size_t i = 0; i < ntok; i++)
 		t[i] = nblocks * 100000u + (uint32_t)i;
 	for (uint32_t i = 0; i < nblocks; i++)
 		kv[i] = (const char *)blocks + (size_t)i * l->block_bytes;
@@ -137,18 +152,19 @@ static int attach_us(const char *sock, const struct prefixd_layout *l, uint32_t 
 		goto out;
 	prefixd_close(c);
 	c = NULL;
-	double us[25], mapped[25];
-	for (int r = 0; r < 25; r++) {
-		/* A fresh connection each time: its arenas are not mapped yet,
-		 * and the prompt's chain is not hashed yet. Then the same prompt
-		 * again on it: what a long-lived client pays. */
+	double *fresh = us, *mapped = us + ATTACH_RUNS, *chain = us + 2 * ATTACH_RUNS;
+	for (int r = 0; r < ATTACH_RUNS; r++) {
+		double t0 = bench_now();
+		if ((rc = prefixd_prompt_new(l, &p)) || (rc = prefixd_prompt_append(p, t, ntok)))
+			goto out;
+		chain[r] = (bench_now() - t0) * 1e6;
 		uint64_t lease;
 		if ((rc = prefixd_connect(sock, l, &c)))
 			goto out;
 		for (int k = 0; k < 2; k++) {
-			double t0 = bench_now();
-			rc = prefixd_match(c, t, nblocks, &lease, &hit, kv);
-			(k ? mapped : us)[r] = (bench_now() - t0) * 1e6;
+			t0 = bench_now();
+			rc = prefixd_match_prompt(c, p, &lease, &hit, kv);
+			(k ? mapped : fresh)[r] = (bench_now() - t0) * 1e6;
 			if (rc || hit != nblocks || (rc = prefixd_release(c, lease))) {
 				rc = rc ? rc : -EIO;
 				goto out;
@@ -156,15 +172,20 @@ static int attach_us(const char *sock, const struct prefixd_layout *l, uint32_t 
 		}
 		prefixd_close(c);
 		c = NULL;
+		prefixd_prompt_free(p);
+		p = NULL;
 	}
-	*median = bench_median(us, 25);
-	*median_mapped = bench_median(mapped, 25);
+	out->fresh_us = bench_median(fresh, ATTACH_RUNS);
+	out->mapped_us = bench_median(mapped, ATTACH_RUNS);
+	out->chain_us = bench_median(chain, ATTACH_RUNS);
 out:
 	if (rc)
 		fprintf(stderr, "share: attach of %u blocks: %s\n", nblocks, prefixd_errmsg());
 	prefixd_close(c);
+	prefixd_prompt_free(p);
 	if (blocks != MAP_FAILED)
 		munmap(blocks, l->block_bytes * nblocks);
+	free(us);
 	free(kv);
 	free(t);
 	return rc;
@@ -178,6 +199,12 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+	/* --attach-only: skip the minutes of time-to-first-token runs. */
+	bool attach_only = argc == 2 && !strcmp(argv[1], "--attach-only");
+	if (argc > 1 && !attach_only) {
+		fprintf(stderr, "usage: %s [--attach-only]\n", argv[0]);
+		return 2;
+	}
 	char tmp[] = "/tmp/prefixd-share-XXXXXX";
 	struct pfx_error err = { "" };
 	struct pfx_config sc = pfx_config_smollm135m();
@@ -190,10 +217,10 @@ int main(int argc, char **argv)
 	int rc = 1;
 	if (td_start(&d, (const char *const[]){ "--memory", "1G", NULL }))
 		goto out;
-	double cold[RUNS], warm[RUNS], attached = 0, a;
+	double cold[RUNS] = { 0 }, warm[RUNS] = { 0 }, attached = 0, a;
 	/* The first cold run also publishes the prefix (it goes through the
 	 * daemon with an empty cache); the others run alone. */
-	for (int r = 0; r < RUNS; r++) {
+	for (int r = 0; r < RUNS && !attach_only; r++) {
 		cold[r] = ttft(r ? NULL : d.sock, 100 + r, &a);
 		warm[r] = r ? ttft(d.sock, 200 + r, &attached) : 0;
 		if (cold[r] < 0 || warm[r] < 0) {
@@ -201,34 +228,38 @@ int main(int argc, char **argv)
 			goto stop;
 		}
 	}
-	if (attached != PREFIX) {
+	if (!attach_only && attached != PREFIX) {
 		fprintf(stderr, "share: warm runs attached %.0f tokens, not %d\n", attached, PREFIX);
 		goto stop;
 	}
 	double cold_ms = bench_median(cold, RUNS), warm_ms = bench_median(warm + 1, RUNS - 1);
 	struct prefixd_layout l = { .block_tokens = 64, .block_bytes = 2ull * 30 * 3 * 64 * 64 * 4 };
 	memset(l.fingerprint, 0xbe, sizeof(l.fingerprint));
-	double att[3], att_mapped[3];
+	struct attach_cost att[3];
 	const uint32_t sizes[3] = { 256, 2048, 8192 };
 	for (int i = 0; i < 3; i++)
-		if (attach_us(d.sock, &l, sizes[i] / 64, &att[i], &att_mapped[i]))
+		if (attach_cost(d.sock, &l, sizes[i] / 64, &att[i]))
 			goto stop;
-	qsort(cold, RUNS, sizeof(double), cmp_double);
-	qsort(warm + 1, RUNS - 1, sizeof(double), cmp_double);
 	printf("{\n");
 	printf("  \"model\": \"random SmolLM-135M shape (f32), 2 threads, 64-token blocks\",\n");
 	printf("  \"prefix_tokens\": %d, \"suffix_tokens\": %d, \"runs\": %d,\n", PREFIX, SUFFIX, RUNS);
-	printf("  \"ttft_cold_ms\": %.1f,\n", cold_ms);
-	printf("  \"ttft_warm_ms\": %.1f,\n", warm_ms);
-	printf("  \"warm_speedup\": %.1f,\n", cold_ms / warm_ms);
-	printf("  \"ttft_cold_range_ms\": [%.1f, %.1f],\n", cold[0], cold[RUNS - 1]);
-	printf("  \"ttft_warm_range_ms\": [%.1f, %.1f],\n", warm[1], warm[RUNS - 1]);
-	printf("  \"attach_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", att[0],
-	       att[1], att[2]);
-	printf("  \"attach_growth_256_to_8192\": %.2f,\n", att[2] / att[0]);
+	if (!attach_only) {
+		qsort(cold, RUNS, sizeof(double), cmp_double);
+		qsort(warm + 1, RUNS - 1, sizeof(double), cmp_double);
+		printf("  \"ttft_cold_ms\": %.1f,\n", cold_ms);
+		printf("  \"ttft_warm_ms\": %.1f,\n", warm_ms);
+		printf("  \"warm_speedup\": %.1f,\n", cold_ms / warm_ms);
+		printf("  \"ttft_cold_range_ms\": [%.1f, %.1f],\n", cold[0], cold[RUNS - 1]);
+		printf("  \"ttft_warm_range_ms\": [%.1f, %.1f],\n", warm[1], warm[RUNS - 1]);
+	}
+	printf("  \"attach_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n",
+	       att[0].fresh_us, att[1].fresh_us, att[2].fresh_us);
+	printf("  \"attach_growth_256_to_8192\": %.2f,\n", att[2].fresh_us / att[0].fresh_us);
 	printf("  \"attach_mapped_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n",
-	       att_mapped[0], att_mapped[1], att_mapped[2]);
-	printf("  \"note\": \"attach_us: a fresh connection (chain hashing, MATCH, new arenas mapped); attach_mapped_us: the same prompt again on that connection\"\n");
+	       att[0].mapped_us, att[1].mapped_us, att[2].mapped_us);
+	printf("  \"chain_hash_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n",
+	       att[0].chain_us, att[1].chain_us, att[2].chain_us);
+	printf("  \"note\": \"attach_us: MATCH + mapping on a fresh connection, the prompt hashed as it arrived (prefixd_prompt); attach_mapped_us: again on that connection; chain_hash_us: hashing the prompt\"\n");
 	printf("}\n");
 	rc = 0;
 stop:
@@ -241,7 +272,5 @@ out:;
 	snprintf(p, sizeof(p), "%s/config.json", tmp);
 	unlink(p);
 	rmdir(tmp);
-	(void)argc;
-	(void)argv;
 	return rc;
 }

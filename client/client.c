@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 
 #include "arena.h"
 #include "chain.h"
+#include "prompt.h"
 #include "sock.h"
 #include "wire.h"
 
@@ -37,16 +37,13 @@ struct prefixd {
 	int has_layout;
 	uint32_t block_tokens;
 	uint64_t block_bytes;
-	uint8_t h0[PD_HASH_SIZE];
 	uint32_t max_hashes;
 	struct mapped *arenas;  /* by arena id */
 	uint32_t narenas;
-	/* The last prompt's tokens and chain: a prompt is matched and then
-	 * published, or asked for again, and hashing is a quarter of a
-	 * client's time per MATCH (bench/daemon). */
-	uint32_t *memo_tokens;
-	uint8_t *memo_hashes;
-	uint32_t memo_blocks, memo_cap;
+	/* The last prompt: a prompt is matched and then published, or asked
+	 * for again, and hashing is a quarter of a client's time per MATCH
+	 * (bench/daemon). */
+	struct prefixd_prompt *memo;
 	/* Leases this connection holds: RELEASE is one-way (no round trip;
 	 * bench/daemon), so an unknown lease is caught here instead. */
 	uint64_t *leases;
@@ -57,7 +54,7 @@ static _Thread_local char errmsg[512];
 
 const char *prefixd_errmsg(void) { return errmsg; }
 
-__attribute__((format(printf, 2, 3))) static int fail(int rc, const char *fmt, ...)
+int pd_fail(int rc, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -96,7 +93,7 @@ static int call(struct prefixd *c, int op, const uint8_t *body, size_t len, int 
 	*rbody = NULL;
 	int rc = pd_send(c->fd, &h, body, sfd >= 0 ? &sfd : NULL, sfd >= 0);
 	if (rc)
-		return fail(rc, "cannot send to prefixd: %s", strerror(-rc));
+		return pd_fail(rc, "cannot send to prefixd: %s", strerror(-rc));
 	/* Waiting in poll, not recvmsg: the daemon reading the request wakes
 	 * a socket's writers, and a reader blocked in recvmsg would wake for
 	 * nothing (bench/daemon: ~1/5 of the daemon's time went to that). */
@@ -106,18 +103,18 @@ static int call(struct prefixd *c, int op, const uint8_t *body, size_t len, int 
 	if ((rc = pd_recv(c->fd, &r, rbody, rfds, &got))) {
 		/* Out of step with the stream: fail every later call at once. */
 		shutdown(c->fd, SHUT_RDWR);
-		return fail(rc == -ECONNRESET ? rc : -EPROTO, "no reply from prefixd: %s",
+		return pd_fail(rc == -ECONNRESET ? rc : -EPROTO, "no reply from prefixd: %s",
 			    rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
 	}
 	if (!(r.flags & PD_FLAG_REPLY) || r.op != op || r.opaque != h.opaque) {
 		shutdown(c->fd, SHUT_RDWR);
-		rc = fail(-EPROTO, "prefixd answered another request");
+		rc = pd_fail(-EPROTO, "prefixd answered another request");
 	} else if (r.status) {
 		struct pd_error e;
 		if (pd_error_decode(*rbody, r.body_len, &e))
-			rc = fail(errno_of((int)r.status), "prefixd: %s", pd_status_str((int)r.status));
+			rc = pd_fail(errno_of((int)r.status), "prefixd: %s", pd_status_str((int)r.status));
 		else
-			rc = fail(errno_of((int)r.status), "prefixd: %s: %.*s",
+			rc = pd_fail(errno_of((int)r.status), "prefixd: %s: %.*s",
 				  pd_status_str((int)r.status), (int)e.len, e.msg);
 	}
 	if (rc || !fds)
@@ -136,31 +133,26 @@ static int call(struct prefixd *c, int op, const uint8_t *body, size_t len, int 
 
 static int hello(struct prefixd *c, const struct prefixd_layout *l)
 {
-	if (l->salt_len > PREFIXD_MAX_SALT)
-		return fail(-EINVAL, "a salt of %u bytes is longer than %d", l->salt_len,
-			    PREFIXD_MAX_SALT);
+	int rc = prefixd_prompt_new(l, &c->memo); /* checks the layout */
+	if (rc)
+		return rc;
 	struct pd_hello m = { PD_VERSION, PD_VERSION, l->block_tokens, l->block_bytes, 1,
 			      l->fingerprint, l->salt_len, l->salt };
 	uint8_t body[64 + PD_MAX_SALT];
 	size_t len = pd_hello_encode(&m, body, sizeof(body));
-	if (!len)
-		return fail(-EINVAL, "block_tokens must be a power of two up to %d and block_bytes non-zero",
-			    PD_MAX_BLOCK_TOKENS);
 	uint8_t *rb;
 	uint32_t rlen = 0;
-	int rc = call(c, PD_OP_HELLO, body, len, -1, &rb, &rlen, NULL, NULL);
-	if (rc)
+	if ((rc = call(c, PD_OP_HELLO, body, len, -1, &rb, &rlen, NULL, NULL)))
 		return rc;
 	struct pd_hello_reply r;
 	rc = pd_hello_reply_decode(rb, rlen, &r);
 	free(rb);
 	if (rc)
-		return fail(-EBADMSG, "prefixd sent a HELLO reply that does not decode");
+		return pd_fail(-EBADMSG, "prefixd sent a HELLO reply that does not decode");
 	c->has_layout = 1;
 	c->block_tokens = l->block_tokens;
 	c->block_bytes = l->block_bytes;
 	c->max_hashes = r.max_hashes < PD_MAX_HASHES ? r.max_hashes : PD_MAX_HASHES;
-	pd_chain_root(&m, c->h0);
 	return 0;
 }
 
@@ -169,24 +161,22 @@ int prefixd_connect(const char *path, const struct prefixd_layout *layout, struc
 	char def[256];
 	if (!path) {
 		if (pd_default_socket(def, sizeof(def)))
-			return fail(-ENAMETOOLONG, "$XDG_RUNTIME_DIR is too long for a socket path");
+			return pd_fail(-ENAMETOOLONG, "$XDG_RUNTIME_DIR is too long for a socket path");
 		path = def;
 	}
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(a.sun_path))
-		return fail(-ENAMETOOLONG, "socket path too long: %s", path);
+		return pd_fail(-ENAMETOOLONG, "socket path too long: %s", path);
 	strcpy(a.sun_path, path);
-	if (sodium_init() < 0)
-		return fail(-EIO, "libsodium failed to initialise");
 	struct prefixd *c = calloc(1, sizeof(*c));
 	if (!c)
-		return fail(-ENOMEM, "out of memory");
+		return pd_fail(-ENOMEM, "out of memory");
 	pthread_mutex_init(&c->lock, NULL);
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
 		int rc = -errno;
 		prefixd_close(c);
-		return fail(rc, "cannot connect to prefixd at %s: %s", path, strerror(-rc));
+		return pd_fail(rc, "cannot connect to prefixd at %s: %s", path, strerror(-rc));
 	}
 	int rc = layout ? hello(c, layout) : 0;
 	if (rc) {
@@ -208,68 +198,31 @@ void prefixd_close(struct prefixd *c)
 			shm_unmap(c->arenas[i].base, c->arenas[i].size);
 	free(c->arenas);
 	free(c->leases);
-	free(c->memo_tokens);
-	free(c->memo_hashes);
+	prefixd_prompt_free(c->memo);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
-/* The chain hashes of a prompt's first nblocks blocks (malloc'd), reusing
- * the blocks it shares with the previous prompt. Caller holds the lock. */
-static int chain_of(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint8_t **hashes)
+/* Token ids travel little-endian: as they are on such hosts, else in a
+ * copy (*owned, to free). NULL when out of memory. */
+static const uint8_t *le_tokens(const uint32_t *tokens, size_t n, uint8_t **owned)
 {
-	size_t bt = c->block_tokens, bb = bt * sizeof(*tokens);
-	uint8_t *h = malloc((size_t)nblocks * PD_HASH_SIZE + 1);
-	if (!h)
-		return fail(-ENOMEM, "out of memory");
-	uint32_t same = 0;
-	while (same < nblocks && same < c->memo_blocks &&
-	       !memcmp(tokens + same * bt, c->memo_tokens + same * bt, bb))
-		same++;
-	if (same)
-		memcpy(h, c->memo_hashes, (size_t)same * PD_HASH_SIZE);
-	pd_chain(same ? h + (size_t)(same - 1) * PD_HASH_SIZE : c->h0, tokens + same * bt,
-		 c->block_tokens, nblocks - same, h + (size_t)same * PD_HASH_SIZE);
-	*hashes = h;
-	if (same == nblocks)
-		return 0;
-	if (nblocks > c->memo_cap) {
-		uint32_t *t = realloc(c->memo_tokens, nblocks * bb);
-		if (t)
-			c->memo_tokens = t;
-		uint8_t *m = realloc(c->memo_hashes, (size_t)nblocks * PD_HASH_SIZE);
-		if (m)
-			c->memo_hashes = m;
-		if (!t || !m) {
-			c->memo_blocks = 0; /* a cache, not a promise */
-			return 0;
-		}
-		c->memo_cap = nblocks;
-	}
-	memcpy(c->memo_tokens, tokens, nblocks * bb);
-	memcpy(c->memo_hashes, h, (size_t)nblocks * PD_HASH_SIZE);
-	c->memo_blocks = nblocks;
-	return 0;
-}
-
-/* Token ids travel little-endian whatever the host. */
-static uint8_t *le_tokens(const uint32_t *tokens, size_t n)
-{
-	uint8_t *b = malloc(4 * n + 1);
+	*owned = NULL;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	if (b)
-		memcpy(b, tokens, 4 * n);
+	(void)n;
+	return (const uint8_t *)tokens;
 #else
+	uint8_t *b = *owned = malloc(4 * n + 1);
 	for (size_t i = 0; b && i < n; i++)
 		for (int k = 0; k < 4; k++)
 			b[4 * i + k] = (uint8_t)(tokens[i] >> 8 * k);
-#endif
 	return b;
+#endif
 }
 
 static int need_layout(const struct prefixd *c)
 {
-	return c->has_layout ? 0 : fail(-EINVAL, "this connection was opened without a layout");
+	return c->has_layout ? 0 : pd_fail(-EINVAL, "this connection was opened without a layout");
 }
 
 /* Maps the arenas a MATCH reply brought. Takes the descriptors. */
@@ -277,18 +230,18 @@ static int map_arenas(struct prefixd *c, const struct pd_match_reply *r, int *fd
 {
 	int rc = 0;
 	if ((int)r->new_arenas != nfds)
-		rc = fail(-EPROTO, "prefixd sent %d descriptors for %u arenas", nfds, r->new_arenas);
+		rc = pd_fail(-EPROTO, "prefixd sent %d descriptors for %u arenas", nfds, r->new_arenas);
 	for (uint32_t i = 0; !rc && i < r->new_arenas; i++) {
 		struct pd_arena_desc d = pd_arena_at(r, i);
 		if (d.arena >= (1u << 20) || (d.arena < c->narenas && c->arenas[d.arena].base)) {
-			rc = fail(-EPROTO, "prefixd sent arena %u twice", d.arena);
+			rc = pd_fail(-EPROTO, "prefixd sent arena %u twice", d.arena);
 			break;
 		}
 		if (d.arena >= c->narenas) {
 			uint32_t n = d.arena + 16;
 			struct mapped *m = realloc(c->arenas, n * sizeof(*m));
 			if (!m) {
-				rc = fail(-ENOMEM, "out of memory");
+				rc = pd_fail(-ENOMEM, "out of memory");
 				break;
 			}
 			memset(m + c->narenas, 0, (n - c->narenas) * sizeof(*m));
@@ -297,7 +250,7 @@ static int map_arenas(struct prefixd *c, const struct pd_match_reply *r, int *fd
 		}
 		const void *p;
 		if ((rc = shm_map_ro(fds[i], d.size, &p))) {
-			rc = fail(rc, "cannot map arena %u read-only: %s", d.arena, strerror(-rc));
+			rc = pd_fail(rc, "cannot map arena %u read-only: %s", d.arena, strerror(-rc));
 			break;
 		}
 		c->arenas[d.arena] = (struct mapped){ p, d.size };
@@ -315,26 +268,24 @@ static int release_oneway(struct prefixd *c, uint64_t lease)
 	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_RELEASE, PD_FLAG_NOREPLY, 0, ++c->opaque, 8 };
 	int rc = pd_release_encode(&m, body, sizeof(body)) == 8 ? pd_send(c->fd, &h, body, NULL, 0)
 								: -EINVAL;
-	return rc ? fail(rc, "cannot send to prefixd: %s", strerror(-rc)) : 0;
+	return rc ? pd_fail(rc, "cannot send to prefixd: %s", strerror(-rc)) : 0;
 }
 
-static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
-		    uint32_t *hit, const void **kv)
+/* MATCH of the first nblocks blocks of a prompt, hashed. */
+static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t nblocks,
+		    uint64_t *lease, uint32_t *hit, const void **kv)
 {
-	uint8_t *hashes, *body = NULL, *rb = NULL;
-	int rc = chain_of(c, tokens, nblocks, &hashes);
-	if (rc)
-		return rc;
+	uint8_t *body = NULL, *rb = NULL, *owned;
+	int rc;
 	size_t cap = 4 + (size_t)nblocks * (PD_HASH_SIZE + 4 * c->block_tokens);
-	uint8_t *le = le_tokens(tokens, (size_t)nblocks * c->block_tokens);
-	struct pd_match m = { nblocks, hashes, le };
+	const uint8_t *le = le_tokens(p->tokens, (size_t)nblocks * c->block_tokens, &owned);
+	struct pd_match m = { nblocks, p->hashes, le };
 	body = malloc(cap);
 	size_t len = body && le ? pd_match_encode(&m, c->block_tokens, body, cap) : 0;
-	free(hashes);
-	free(le);
+	free(owned);
 	if (!len) {
 		free(body);
-		return fail(-ENOMEM, "out of memory");
+		return pd_fail(-ENOMEM, "out of memory");
 	}
 	int fds[PD_MAX_FDS], nfds = 0;
 	uint32_t rlen = 0;
@@ -347,16 +298,16 @@ static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		free(rb);
-		return fail(-EBADMSG, "prefixd sent a MATCH reply that does not decode");
+		return pd_fail(-EBADMSG, "prefixd sent a MATCH reply that does not decode");
 	}
 	rc = map_arenas(c, &r, fds, nfds);
 	for (uint32_t i = 0; !rc && i < r.hit; i++) {
-		struct pd_place p = pd_place_at(&r, i);
-		const struct mapped *a = p.arena < c->narenas ? &c->arenas[p.arena] : NULL;
-		if (!a || !a->base || p.offset > a->size || a->size - p.offset < c->block_bytes)
-			rc = fail(-EPROTO, "prefixd placed block %u outside its arenas", i);
+		struct pd_place pl = pd_place_at(&r, i);
+		const struct mapped *a = pl.arena < c->narenas ? &c->arenas[pl.arena] : NULL;
+		if (!a || !a->base || pl.offset > a->size || a->size - pl.offset < c->block_bytes)
+			rc = pd_fail(-EPROTO, "prefixd placed block %u outside its arenas", i);
 		else
-			kv[i] = a->base + p.offset;
+			kv[i] = a->base + pl.offset;
 	}
 	if (!rc && r.lease && c->nleases == c->cap_leases) {
 		size_t lcap = c->cap_leases ? 2 * c->cap_leases : 16;
@@ -365,7 +316,7 @@ static int do_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
 			c->leases = l;
 			c->cap_leases = lcap;
 		} else {
-			rc = fail(-ENOMEM, "out of memory");
+			rc = pd_fail(-ENOMEM, "out of memory");
 		}
 	}
 	if (!rc && r.lease)
@@ -390,8 +341,30 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
 	int rc = need_layout(c);
 	if (rc || !nblocks)
 		return rc;
+	if (nblocks > c->max_hashes)
+		nblocks = c->max_hashes;
 	pthread_mutex_lock(&c->lock);
-	rc = do_match(c, tokens, nblocks < c->max_hashes ? nblocks : c->max_hashes, lease, hit, kv);
+	if (!(rc = pd_prompt_set(c->memo, tokens, nblocks)))
+		rc = do_match(c, c->memo, nblocks, lease, hit, kv);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint64_t *lease,
+			 uint32_t *hit, const void **kv)
+{
+	*lease = 0;
+	*hit = 0;
+	int rc = need_layout(c);
+	if (rc)
+		return rc;
+	if (memcmp(p->h0, c->memo->h0, PD_HASH_SIZE))
+		return pd_fail(-EINVAL, "the prompt was made for another layout than the connection's");
+	size_t n = p->len / p->block_tokens;
+	if (!n)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	rc = do_match(c, p, n < c->max_hashes ? (uint32_t)n : c->max_hashes, lease, hit, kv);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -408,7 +381,7 @@ int prefixd_release(struct prefixd *c, uint64_t lease)
 		}
 	pthread_mutex_unlock(&c->lock);
 	if (rc == -ENOENT)
-		fail(rc, "lease %llu is not held by this connection", (unsigned long long)lease);
+		pd_fail(rc, "lease %llu is not held by this connection", (unsigned long long)lease);
 	return rc;
 }
 
@@ -417,7 +390,7 @@ static int stage(const struct prefixd *c, const void *const *kv, uint32_t n)
 {
 	int fd = memfd_create("prefixd-staging", MFD_CLOEXEC);
 	if (fd < 0)
-		return fail(-errno, "memfd_create: %s", strerror(errno));
+		return pd_fail(-errno, "memfd_create: %s", strerror(errno));
 	for (uint32_t i = 0; i < n; i++) {
 		const uint8_t *p = kv[i];
 		uint64_t done = 0;
@@ -427,7 +400,7 @@ static int stage(const struct prefixd *c, const void *const *kv, uint32_t n)
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w <= 0) {
-				int rc = fail(w < 0 ? -errno : -EIO, "staging memory: %s",
+				int rc = pd_fail(w < 0 ? -errno : -EIO, "staging memory: %s",
 					      strerror(w < 0 ? errno : EIO));
 				close(fd);
 				return rc;
@@ -445,24 +418,24 @@ int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, u
 	int rc = need_layout(c);
 	if (rc || !n)
 		return rc;
-	if (n > c->max_hashes)
-		return fail(-E2BIG, "%u blocks are more than one publish takes (%u)", n, c->max_hashes);
-	uint8_t *hashes, *body = NULL, *rb, *le = NULL;
+	if (n > c->max_hashes || first > UINT32_MAX - n)
+		return pd_fail(-E2BIG, "%u blocks are more than one publish takes (%u)", n, c->max_hashes);
+	uint8_t *body = NULL, *rb, *owned = NULL;
 	uint32_t rlen = 0;
 	int sfd = stage(c, kv, n);
 	if (sfd < 0)
 		return sfd;
 	pthread_mutex_lock(&c->lock);
-	if ((rc = chain_of(c, tokens, first + n, &hashes)))
+	if ((rc = pd_prompt_set(c->memo, tokens, first + n)))
 		goto out;
 	size_t cap = 12 + (size_t)n * (PD_HASH_SIZE + 4 * c->block_tokens);
-	le = le_tokens(tokens + (size_t)first * c->block_tokens, (size_t)n * c->block_tokens);
-	struct pd_publish m = { lease, n, hashes + (size_t)first * PD_HASH_SIZE, le };
+	const uint8_t *le = le_tokens(tokens + (size_t)first * c->block_tokens,
+				      (size_t)n * c->block_tokens, &owned);
+	struct pd_publish m = { lease, n, c->memo->hashes + (size_t)first * PD_HASH_SIZE, le };
 	body = malloc(cap);
 	size_t len = body && le ? pd_publish_encode(&m, c->block_tokens, body, cap) : 0;
-	free(hashes);
 	if (!len) {
-		rc = fail(-ENOMEM, "out of memory");
+		rc = pd_fail(-ENOMEM, "out of memory");
 		goto out;
 	}
 	rc = call(c, PD_OP_PUBLISH, body, len, sfd, &rb, &rlen, NULL, NULL);
@@ -470,12 +443,12 @@ out:
 	pthread_mutex_unlock(&c->lock);
 	close(sfd);
 	free(body);
-	free(le);
+	free(owned);
 	if (rc)
 		return rc;
 	struct pd_publish_reply r;
 	if (pd_publish_reply_decode(rb, rlen, &r))
-		rc = fail(-EBADMSG, "prefixd sent a PUBLISH reply that does not decode");
+		rc = pd_fail(-EBADMSG, "prefixd sent a PUBLISH reply that does not decode");
 	else
 		*stored = r.stored, *dedup = r.deduplicated;
 	free(rb);
@@ -494,7 +467,7 @@ int prefixd_stats(struct prefixd *c, struct prefixd_stats *out)
 	uint64_t v[PD_STATS_COUNT];
 	if (pd_stats_reply_decode(rb, rlen, v)) {
 		free(rb);
-		return fail(-EBADMSG, "prefixd sent a STATS reply that does not decode");
+		return pd_fail(-EBADMSG, "prefixd sent a STATS reply that does not decode");
 	}
 	free(rb);
 	*out = (struct prefixd_stats){

@@ -70,6 +70,34 @@ void prefixd_close(struct prefixd *c);
 int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
 		  uint32_t *hit, const void **kv);
 
+/*
+ * A prompt and the hashes that name its full blocks, computed as tokens are
+ * appended. Hashing is the one part of a match that grows with the prompt
+ * (~6 ns a token): a prompt built while it is read or tokenized is then
+ * matched for the cost of the round trip. prefixd_match() keeps one such
+ * prompt per connection (the last one it saw) and rehashes only the blocks
+ * that differ from it. A prompt has one owner: calls on one prompt must not
+ * run concurrently.
+ */
+struct prefixd_prompt;
+
+/* An empty prompt for a layout (the one of the connections it will be
+ * matched on). */
+int prefixd_prompt_new(const struct prefixd_layout *layout, struct prefixd_prompt **out);
+/* Appends n tokens, hashing each block they complete. */
+int prefixd_prompt_append(struct prefixd_prompt *p, const uint32_t *tokens, size_t n);
+/* Keeps the first n tokens (a rewind, or the next question after a shared
+ * prefix); nothing when n is not less than the length. */
+void prefixd_prompt_truncate(struct prefixd_prompt *p, size_t n);
+size_t prefixd_prompt_length(const struct prefixd_prompt *p);
+/* NULL is fine. */
+void prefixd_prompt_free(struct prefixd_prompt *p);
+
+/* prefixd_match() of the prompt's full blocks (kv has room for them, or
+ * for 4096). -EINVAL when it was made for another layout. */
+int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint64_t *lease,
+			 uint32_t *hit, const void **kv);
+
 /* Ends a lease: its kv pointers must not be used any more. One-way (no
  * round trip): later requests on this connection see the lease ended;
  * other connections see it once the daemon has read it. */

@@ -42,7 +42,8 @@ static int make(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 	p->block_bytes = block_bytes;
 	/* Slots are whole pages: count them as the store will. */
 	uint64_t slots = ps->arena_bytes / ((block_bytes + page - 1) / page * page);
-	int rc = store_new(block_bytes, &ps->budget, slots ? (uint32_t)slots : 1, &p->store);
+	slots = slots < 1 ? 1 : slots > UINT32_MAX ? UINT32_MAX : slots;
+	int rc = store_new(block_bytes, &ps->budget, (uint32_t)slots, &p->store);
 	if (rc) {
 		free(p);
 		return rc;

@@ -42,15 +42,12 @@ struct worker {
 	struct node *conns;       /* owned by the worker thread */
 };
 
-/* Arenas of an eighth of the budget, within [16 MiB, 1 GiB]: few arenas
- * means few descriptors and mappings per client (bench/share: attaching
- * costs ~30 us per new arena and little per block), while the budget still
- * spans several, so the partitions of other users and block sizes find
- * room. */
+/* Arenas as large as the budget, up to 64 GiB: a partition's blocks then
+ * sit in one arena, one descriptor and one mapping per client (bench/share:
+ * ~30 us each). Their size is address space only (store.c). */
 static uint64_t arena_bytes(uint64_t budget)
 {
-	uint64_t a = budget / 8;
-	return a < (16ull << 20) ? 16ull << 20 : a > (1ull << 30) ? 1ull << 30 : a;
+	return budget < (64ull << 30) ? budget : 64ull << 30;
 }
 
 /* ==== Workers ==== */

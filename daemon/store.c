@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The arena pool. Creating and first-touching a 64 MiB segment costs
- * 44-55 ms here, so arenas are few and large, made only when every slot of
- * the existing ones is taken, and the sum of all stores' arena sizes never
- * exceeds the shared budget: the budget holds however the slots are used.
- * Arenas are never given back (clients keep them mapped), so memory once
- * given to one block size stays with it. Callers serialise
- * (the index calls these under its lock).
+ * 44-55 ms here, and each arena costs a client a descriptor and a mapping
+ * (bench/share: ~30 us), so a store has one large arena, made when its
+ * first block comes, and another only when that one has no slot left. The
+ * budget is charged by slot, as slots are first written: an arena's size is
+ * address space, its untouched pages cost nothing. The seals forbid giving
+ * pages back (arena.c), so a slot once used stays charged to its store and
+ * is reused by it. Callers serialise (the index calls these under its lock).
  */
 #include "store.h"
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@ struct pd_store {
 	/* Changed under the index lock; atomic so statistics read them freely. */
 	_Atomic uint32_t narenas;
 	_Atomic uint64_t used_slots;
+	_Atomic uint64_t touched_slots; /* what this store charged to the budget */
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
@@ -50,54 +53,52 @@ void store_free(struct pd_store *s)
 {
 	if (!s)
 		return;
-	for (uint32_t i = 0; i < s->narenas; i++) {
-		atomic_fetch_sub(&s->budget->reserved, shm_arena_size(s->arenas[i]));
+	atomic_fetch_sub(&s->budget->charged, s->touched_slots * s->slot_bytes);
+	for (uint32_t i = 0; i < s->narenas; i++)
 		shm_arena_free(s->arenas[i]);
-	}
 	free(s);
 }
 
-/* Takes room for up to slots_per_arena slots from the shared budget: the
- * last arena is smaller when that is all the budget has left. */
-static uint32_t reserve_slots(struct pd_store *s)
+static bool charge(struct store_budget *b, uint64_t bytes)
 {
-	uint64_t have = atomic_load(&s->budget->reserved);
-	for (;;) {
-		uint64_t room = have < s->budget->limit ? s->budget->limit - have : 0;
-		uint64_t n = room / s->slot_bytes;
-		if (n > s->slots_per_arena)
-			n = s->slots_per_arena;
-		if (!n)
-			return 0;
-		if (atomic_compare_exchange_weak(&s->budget->reserved, &have,
-						 have + n * s->slot_bytes))
-			return (uint32_t)n;
-	}
+	uint64_t have = atomic_load(&b->charged);
+	do {
+		if (have > b->limit || b->limit - have < bytes)
+			return false;
+	} while (!atomic_compare_exchange_weak(&b->charged, &have, have + bytes));
+	return true;
 }
 
 int store_alloc(void *store, struct idx_loc *loc)
 {
 	struct pd_store *s = store;
+	/* A slot used before: its memory is charged already. */
 	for (uint32_t i = 0; i < s->narenas; i++)
-		if (!shm_arena_slot_alloc(s->arenas[i], &loc->offset)) {
+		if (!shm_arena_slot_reuse(s->arenas[i], &loc->offset)) {
 			loc->arena = i;
 			s->used_slots++;
 			return 0;
 		}
-	uint32_t n = s->narenas < MAX_ARENAS ? reserve_slots(s) : 0;
-	if (!n)
+	if (!charge(s->budget, s->slot_bytes))
 		return -ENOSPC;
-	int rc = shm_arena_create(s->narenas, s->slot_bytes, n, &s->arenas[s->narenas]);
-	if (rc) {
-		atomic_fetch_sub(&s->budget->reserved, (uint64_t)n * s->slot_bytes);
-		return rc == -ENOMEM ? -ENOSPC : rc;
+	uint32_t last = s->narenas - 1;
+	if (!s->narenas || shm_arena_slot_new(s->arenas[last], &loc->offset)) {
+		int rc = s->narenas < MAX_ARENAS ? shm_arena_create(s->narenas, s->slot_bytes,
+								    s->slots_per_arena,
+								    &s->arenas[s->narenas])
+						 : -ENOSPC;
+		if (rc) {
+			atomic_fetch_sub(&s->budget->charged, s->slot_bytes);
+			return rc == -ENOMEM ? -ENOSPC : rc;
+		}
+		last = s->narenas++;
+		shm_arena_slot_new(s->arenas[last], &loc->offset);
 	}
-	loc->arena = s->narenas++;
-	shm_arena_slot_alloc(s->arenas[loc->arena], &loc->offset);
+	loc->arena = last;
 	s->used_slots++;
+	s->touched_slots++;
 	return 0;
 }
-
 void store_release(void *store, struct idx_loc loc)
 {
 	struct pd_store *s = store;
@@ -125,10 +126,7 @@ uint64_t store_bytes_used(const struct pd_store *s)
 	return s->used_slots * s->slot_bytes;
 }
 
-uint64_t store_bytes_mapped(const struct pd_store *s)
+uint64_t store_bytes_charged(const struct pd_store *s)
 {
-	uint64_t n = 0;
-	for (uint32_t i = 0; i < s->narenas; i++)
-		n += shm_arena_size(s->arenas[i]);
-	return n;
+	return s->touched_slots * s->slot_bytes;
 }

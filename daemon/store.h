@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Block storage for the index: a pool of shared-memory arenas of one slot
- * size, grown on demand while their total size stays within the budget.
+ * Block storage for the index: shared-memory arenas of one slot size, whose
+ * slots are charged to a budget as they are first used.
  */
 #ifndef PD_STORE_H
 #define PD_STORE_H
@@ -14,23 +14,22 @@
 
 struct pd_store;
 
-/* Memory that several stores (one per block size) draw their arenas from:
- * the sum of all their arenas' sizes never exceeds limit. */
+/* Memory that several stores (one per partition) draw their slots from:
+ * the bytes of all slots ever used never exceed limit. */
 struct store_budget {
-	_Atomic uint64_t reserved;
+	_Atomic uint64_t charged;
 	uint64_t limit;
 };
 
-/* Slots of block_bytes (rounded to pages) in arenas of up to
- * slots_per_arena slots (fewer when the budget has less room), created
- * while the budget allows. 0 or -errno (-ENOSPC when not even one slot
- * fits). */
+/* Slots of block_bytes (rounded to pages) in arenas of slots_per_arena
+ * slots, each slot charged to the budget when first used. 0 or -errno
+ * (-ENOSPC when not even one slot fits). */
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
 	      struct pd_store **out);
 void store_free(struct pd_store *s);
 
-/* idx_store callbacks: a slot (creating an arena if the budget allows), or
- * -ENOSPC; and its return. */
+/* idx_store callbacks: a slot (one used before if any, else a new one if
+ * the budget allows), or -ENOSPC; and its return. */
 int store_alloc(void *store, struct idx_loc *loc);
 void store_release(void *store, struct idx_loc loc);
 
@@ -39,7 +38,8 @@ uint8_t *store_slot(struct pd_store *s, struct idx_loc loc);
 /* Arena by id (ids are 0 .. store_arenas() - 1), for sending to clients. */
 struct shm_arena *store_arena(struct pd_store *s, uint32_t id);
 uint32_t store_arenas(const struct pd_store *s);
+/* Bytes of blocks stored, and of slots ever used (what it holds of the budget). */
 uint64_t store_bytes_used(const struct pd_store *s);
-uint64_t store_bytes_mapped(const struct pd_store *s);
+uint64_t store_bytes_charged(const struct pd_store *s);
 
 #endif

@@ -11,6 +11,10 @@
  *    new writable mapping or write(2) through any descriptor;
  *  - clients receive a descriptor reopened O_RDONLY, which cannot be mapped
  *    PROT_WRITE (or mprotect'ed to it) even without the seal.
+ *
+ * An arena's pages are resident only once written, and the seals forbid
+ * punching them out again, so slots a block has used are told apart from
+ * slots never touched: reusing the former costs no new memory.
  */
 #include "arena.h"
 
@@ -32,7 +36,8 @@ struct shm_arena {
 	uint8_t *base;            /* (size) read-write, the daemon's view */
 	size_t size, slot_bytes;
 	uint32_t nslots, nfree;
-	uint32_t *free_list;      /* (nslots) stack of free slot indices */
+	uint32_t touched;         /* slots [0, touched) have been handed out */
+	uint32_t *free_list;      /* (nslots) stack of freed slot indices */
 	uint8_t *used;            /* (nslots) 1 when allocated */
 };
 
@@ -50,16 +55,15 @@ int shm_arena_create(uint32_t id, size_t slot_bytes, uint32_t nslots, struct shm
 	a->id = id;
 	a->fd = a->ro_fd = -1;
 	a->slot_bytes = slot_bytes;
-	a->nslots = a->nfree = nslots;
+	a->nslots = nslots;
 	a->size = slot_bytes * nslots;
+	/* Large arenas have large tables; pages of them untouched stay free. */
 	a->free_list = malloc(nslots * sizeof(*a->free_list));
 	a->used = calloc(nslots, 1);
 	if (!a->free_list || !a->used) {
 		rc = -ENOMEM;
 		goto fail;
 	}
-	for (uint32_t i = 0; i < nslots; i++)
-		a->free_list[i] = nslots - 1 - i; /* slot 0 on top */
 	a->fd = memfd_create("prefixd-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (a->fd < 0 || ftruncate(a->fd, (off_t)a->size)) {
 		rc = -errno;
@@ -109,7 +113,7 @@ void shm_arena_free(struct shm_arena *a)
 uint32_t shm_arena_id(const struct shm_arena *a) { return a->id; }
 size_t shm_arena_size(const struct shm_arena *a) { return a->size; }
 size_t shm_arena_slot_bytes(const struct shm_arena *a) { return a->slot_bytes; }
-uint32_t shm_arena_slots_free(const struct shm_arena *a) { return a->nfree; }
+uint32_t shm_arena_slots_free(const struct shm_arena *a) { return a->nfree + a->nslots - a->touched; }
 uint8_t *shm_arena_base(const struct shm_arena *a) { return a->base; }
 
 int shm_arena_ro_fd(const struct shm_arena *a)
@@ -118,7 +122,7 @@ int shm_arena_ro_fd(const struct shm_arena *a)
 	return fd < 0 ? -errno : fd;
 }
 
-int shm_arena_slot_alloc(struct shm_arena *a, uint64_t *offset)
+int shm_arena_slot_reuse(struct shm_arena *a, uint64_t *offset)
 {
 	if (!a->nfree)
 		return -ENOSPC;
@@ -126,6 +130,21 @@ int shm_arena_slot_alloc(struct shm_arena *a, uint64_t *offset)
 	a->used[s] = 1;
 	*offset = (uint64_t)s * a->slot_bytes;
 	return 0;
+}
+
+int shm_arena_slot_new(struct shm_arena *a, uint64_t *offset)
+{
+	if (a->touched == a->nslots)
+		return -ENOSPC;
+	uint32_t s = a->touched++;
+	a->used[s] = 1;
+	*offset = (uint64_t)s * a->slot_bytes;
+	return 0;
+}
+
+int shm_arena_slot_alloc(struct shm_arena *a, uint64_t *offset)
+{
+	return shm_arena_slot_reuse(a, offset) ? shm_arena_slot_new(a, offset) : 0;
 }
 
 int shm_arena_slot_free(struct shm_arena *a, uint64_t offset)

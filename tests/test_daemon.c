@@ -131,6 +131,72 @@ Test(daemon, a_prompt_that_diverges_hits_only_its_common_blocks)
 	stop();
 }
 
+Test(daemon, a_prompt_hashed_as_it_arrives_matches_like_its_tokens)
+{
+	start(NULL);
+	uint32_t t[6 * TD_BLOCK_TOKENS + 2], stored, dedup, hit;
+	prompt(t, 6, 300);
+	t[6 * TD_BLOCK_TOKENS] = t[6 * TD_BLOCK_TOKENS + 1] = 5; /* half a block more */
+	struct prefixd *a = client(1), *b = client(1);
+	cr_assert_eq(td_publish(a, 0, t, 0, 6, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd_prompt *p;
+	cr_assert_eq(prefixd_prompt_new(&l, &p), 0, "%s", prefixd_errmsg());
+	/* Pieces that end inside blocks, as a tokenizer hands them out. */
+	const size_t cuts[] = { 3, 10, 11, 26 };
+	for (size_t i = 0, at = 0; i < 4; at = cuts[i++])
+		cr_assert_eq(prefixd_prompt_append(p, t + at, cuts[i] - at), 0);
+	cr_expect_eq(prefixd_prompt_length(p), 26);
+	uint64_t lease;
+	const void *kv[6];
+	cr_assert_eq(prefixd_match_prompt(b, p, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(hit, 6, "its 6 full blocks");
+	for (uint32_t i = 0; i < hit; i++)
+		cr_expect(td_block_ok(t, i, kv[i]), "block %u", i);
+	/* The next question on the first two blocks. */
+	prefixd_prompt_truncate(p, 2 * TD_BLOCK_TOKENS + 1);
+	uint32_t q[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	cr_assert_eq(prefixd_prompt_append(p, q, 8), 0);
+	cr_assert_eq(prefixd_match_prompt(b, p, &lease, &hit, kv), 0);
+	cr_expect_eq(hit, 2);
+	struct prefixd_layout other = td_layout(2);
+	struct prefixd_prompt *o;
+	cr_assert_eq(prefixd_prompt_new(&other, &o), 0);
+	cr_assert_eq(prefixd_prompt_append(o, t, 8), 0);
+	cr_expect_eq(prefixd_match_prompt(b, o, &lease, &hit, kv), -EINVAL);
+	cr_expect(strstr(prefixd_errmsg(), "layout"), "%s", prefixd_errmsg());
+	l.block_tokens = 3;
+	cr_expect_eq(prefixd_prompt_new(&l, &o), -EINVAL, "not a power of two");
+	prefixd_prompt_free(o);
+	prefixd_prompt_free(p);
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+Test(daemon, a_partition_keeps_its_blocks_in_one_arena)
+{
+	/* 3000 blocks of 8 KiB, 23 MiB of a 64 MiB budget: one arena, so a
+	 * client maps one descriptor however long its prefixes. */
+	start(NULL);
+	enum { N = 3000, PER = 60 }; /* td_publish takes up to 64 */
+	uint32_t *t = malloc(PER * TD_BLOCK_TOKENS * sizeof(*t)), stored, dedup;
+	cr_assert_not_null(t);
+	struct prefixd *a = client(1);
+	for (uint32_t i = 0; i < N; i += PER) {
+		prompt(t, PER, 1 + i * TD_BLOCK_TOKENS);
+		cr_assert_eq(td_publish(a, 0, t, 0, PER, &stored, &dedup), 0, "%s",
+			     prefixd_errmsg());
+		cr_expect_eq(stored, PER);
+	}
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.arenas, 1);
+	cr_expect_eq(s.bytes_used, (uint64_t)N * TD_BLOCK_BYTES);
+	prefixd_close(a);
+	free(t);
+	stop();
+}
+
 Test(daemon, other_models_and_salts_never_hit)
 {
 	start(NULL);

@@ -144,8 +144,10 @@ Test(shm, slots)
 	cr_expect_eq(shm_arena_slot_free(a, off[1]), 0);
 	cr_expect_eq(shm_arena_slot_free(a, off[1]), -EINVAL, "double free");
 	cr_expect_eq(shm_arena_slots_free(a), 1);
-	cr_assert_eq(shm_arena_slot_alloc(a, &extra), 0);
+	cr_expect_eq(shm_arena_slot_new(a, &extra), -ENOSPC, "every slot was used once");
+	cr_assert_eq(shm_arena_slot_reuse(a, &extra), 0);
 	cr_expect_eq(extra, off[1]);
+	cr_expect_eq(shm_arena_slot_reuse(a, &extra), -ENOSPC);
 	shm_arena_free(a);
 }
 

@@ -8,10 +8,10 @@
 
 #include "store.h"
 
-Test(store, budget_caps_the_arenas)
+Test(store, budget_is_charged_by_slot)
 {
 	struct pd_store *s;
-	/* Up to 4 slots of 4 KiB per arena, budget for 10 slots: 4 + 4 + 2. */
+	/* 4 slots of 4 KiB per arena, budget for 10 slots: 4 + 4 + 2 used. */
 	struct store_budget b = { .limit = 40960 };
 	cr_assert_eq(store_new(4096, &b, 4, &s), 0);
 	struct idx_loc loc[11];
@@ -19,20 +19,36 @@ Test(store, budget_caps_the_arenas)
 		cr_assert_eq(store_alloc(s, &loc[i]), 0, "slot %d", i);
 	cr_expect_eq(store_alloc(s, &loc[10]), -ENOSPC);
 	cr_expect_eq(store_arenas(s), 3);
-	cr_expect_eq(store_bytes_mapped(s), 40960);
-	cr_expect_eq(b.reserved, 40960);
+	cr_expect_eq(store_bytes_charged(s), 40960);
+	cr_expect_eq(b.charged, 40960);
 	cr_expect_eq(store_bytes_used(s), 10 * 4096);
 	store_release(s, loc[3]);
 	cr_expect_eq(store_bytes_used(s), 9 * 4096);
+	cr_expect_eq(b.charged, 40960, "a freed slot's pages stay resident");
 	cr_expect_eq(store_alloc(s, &loc[10]), 0);
 	cr_expect_eq(loc[10].arena, loc[3].arena);
 	cr_expect_eq(loc[10].offset, loc[3].offset);
 	cr_expect_null(store_slot(s, (struct idx_loc){ 5, 0 }));
 	cr_expect_null(store_slot(s, (struct idx_loc){ 0, 100 }));
 	store_free(s);
-	cr_expect_eq(b.reserved, 0, "freeing a store returns its arenas to the budget");
+	cr_expect_eq(b.charged, 0, "freeing a store returns its slots to the budget");
 	struct store_budget tiny = { .limit = 4096 };
 	cr_expect_eq(store_new(8192, &tiny, 4, &s), -ENOSPC, "not even one slot fits");
+}
+
+Test(store, an_arena_larger_than_the_budget_costs_only_its_used_slots)
+{
+	struct pd_store *s;
+	struct store_budget b = { .limit = 3 * 4096 };
+	cr_assert_eq(store_new(4096, &b, 1000, &s), 0);
+	struct idx_loc loc;
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(store_alloc(s, &loc), 0, "slot %d", i);
+	cr_expect_eq(store_alloc(s, &loc), -ENOSPC);
+	cr_expect_eq(store_arenas(s), 1);
+	cr_expect_eq(shm_arena_size(store_arena(s, 0)), 1000 * 4096);
+	cr_expect_eq(b.charged, 3 * 4096);
+	store_free(s);
 }
 
 Test(store, block_sizes_share_one_budget)
@@ -41,14 +57,18 @@ Test(store, block_sizes_share_one_budget)
 	struct pd_store *s1, *s2;
 	cr_assert_eq(store_new(4096, &b, 4, &s1), 0);
 	cr_assert_eq(store_new(8192, &b, 4, &s2), 0);
-	struct idx_loc loc;
-	for (int i = 0; i < 4; i++)
+	struct idx_loc loc, first;
+	cr_assert_eq(store_alloc(s1, &first), 0);
+	for (int i = 0; i < 3; i++)
 		cr_assert_eq(store_alloc(s1, &loc), 0);
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(store_alloc(s2, &loc), 0);
 	cr_expect_eq(store_alloc(s1, &loc), -ENOSPC);
 	cr_expect_eq(store_alloc(s2, &loc), -ENOSPC);
-	cr_expect_eq(store_bytes_mapped(s1) + store_bytes_mapped(s2), 8 * 4096);
+	cr_expect_eq(store_bytes_charged(s1) + store_bytes_charged(s2), 8 * 4096);
+	store_release(s1, first);
+	cr_expect_eq(store_alloc(s2, &loc), -ENOSPC, "s1's freed slot stays s1's");
+	cr_expect_eq(store_alloc(s1, &loc), 0);
 	store_free(s1);
 	store_free(s2);
 }
