@@ -119,75 +119,101 @@ static double ttft(const char *sock, int suffix_seed, double *attached)
 /* ==== Attach cost ==== */
 
 #define ATTACH_RUNS 101
+#define SIZES 3
+
+static const uint32_t attach_tokens[SIZES] = { 256, 2048, 8192 };
 
 struct attach_cost {
 	double fresh_us, mapped_us, chain_us;
 };
 
-/* Publishes a prompt of nblocks blocks, then times MATCH + mapping of it
- * on fresh connections (arenas not mapped yet) and again on each of them
- * (arenas mapped), with its chain hashed beforehand as the prompt arrived;
- * and the hashing alone. */
-static int attach_cost(const char *sock, const struct prefixd_layout *l, uint32_t nblocks,
-		       struct attach_cost *out)
+/* One prompt of attach_tokens[i] tokens, published. */
+struct attach_prompt {
+	uint32_t *tokens;
+	uint32_t nblocks;
+	double us[3][ATTACH_RUNS]; /* fresh, mapped, chain */
+};
+
+/* Times one round of one prompt: its chain hashed as it would be while it
+ * arrives, then MATCH + mapping on a fresh connection (arenas not mapped
+ * yet) and again on it (mapped). */
+static int attach_round(const char *sock, const struct prefixd_layout *l, struct attach_prompt *a,
+			int r, const void **kv)
 {
-	size_t ntok = (size_t)nblocks * l->block_tokens;
-	uint32_t *t = malloc(ntok * sizeof(*t));
-	const void **kv = malloc(nblocks * sizeof(*kv));
-	void *blocks = mmap(NULL, l->block_bytes * nblocks, PROT_READ | PROT_WRITE,
+	struct prefixd *c = NULL;
+	struct prefixd_prompt *p = NULL;
+	uint32_t hit;
+	uint64_t lease;
+	double t0 = bench_now();
+	int rc = prefixd_prompt_new(l, &p);
+	if (!rc)
+		rc = prefixd_prompt_append(p, a->tokens, (size_t)a->nblocks * l->block_tokens);
+	a->us[2][r] = (bench_now() - t0) * 1e6;
+	if (!rc)
+		rc = prefixd_connect(sock, l, &c);
+	for (int k = 0; !rc && k < 2; k++) {
+		t0 = bench_now();
+		rc = prefixd_match_prompt(c, p, &lease, &hit, kv);
+		a->us[k][r] = (bench_now() - t0) * 1e6;
+		if (!rc && hit != a->nblocks)
+			rc = -EIO;
+		if (!rc)
+			rc = prefixd_release(c, lease);
+	}
+	prefixd_close(c);
+	prefixd_prompt_free(p);
+	return rc;
+}
+
+/* The sizes take turns round by round, so that all of them sample the same
+ * states of the machine (its wake-up latency swings from ~20 to ~60 us
+ * here within a minute). */
+static int attach_cost(const char *sock, const struct prefixd_layout *l,
+		       struct attach_cost out[SIZES])
+{
+	uint32_t most = attach_tokens[SIZES - 1] / l->block_tokens;
+	struct attach_prompt *a = calloc(SIZES, sizeof(*a));
+	const void **kv = malloc(most * sizeof(*kv));
+	void *blocks = mmap(NULL, l->block_bytes * most, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	int rc = -ENOMEM;
 	struct prefixd *c = NULL;
-	struct prefixd_prompt *p = NULL;
-	double *us = malloc(3 * ATTACH_RUNS * sizeof(*us));
-	if (!t || !kv || !us || blocks == MAP_FAILED)
+	if (!a || !kv || blocks == MAP_FAILED)
 		goto out;
-	for (size_t i = 0; i < ntok; i++)
-		t[i] = nblocks * 100000u + (uint32_t)i;
-	for (uint32_t i = 0; i < nblocks; i++)
+	for (uint32_t i = 0; i < most; i++)
 		kv[i] = (const char *)blocks + (size_t)i * l->block_bytes;
-	uint32_t stored, dedup, hit;
-	if ((rc = prefixd_connect(sock, l, &c)) ||
-	    (rc = prefixd_publish(c, 0, t, 0, nblocks, kv, &stored, &dedup)))
+	if ((rc = prefixd_connect(sock, l, &c)))
 		goto out;
-	prefixd_close(c);
-	c = NULL;
-	double *fresh = us, *mapped = us + ATTACH_RUNS, *chain = us + 2 * ATTACH_RUNS;
-	for (int r = 0; r < ATTACH_RUNS; r++) {
-		double t0 = bench_now();
-		if ((rc = prefixd_prompt_new(l, &p)) || (rc = prefixd_prompt_append(p, t, ntok)))
+	for (int i = 0; i < SIZES; i++) {
+		a[i].nblocks = attach_tokens[i] / l->block_tokens;
+		if (!(a[i].tokens = malloc(attach_tokens[i] * sizeof(uint32_t)))) {
+			rc = -ENOMEM;
 			goto out;
-		chain[r] = (bench_now() - t0) * 1e6;
-		uint64_t lease;
-		if ((rc = prefixd_connect(sock, l, &c)))
-			goto out;
-		for (int k = 0; k < 2; k++) {
-			t0 = bench_now();
-			rc = prefixd_match_prompt(c, p, &lease, &hit, kv);
-			(k ? mapped : fresh)[r] = (bench_now() - t0) * 1e6;
-			if (rc || hit != nblocks || (rc = prefixd_release(c, lease))) {
-				rc = rc ? rc : -EIO;
-				goto out;
-			}
 		}
-		prefixd_close(c);
-		c = NULL;
-		prefixd_prompt_free(p);
-		p = NULL;
+		for (uint32_t t = 0; t < attach_tokens[i]; t++)
+			a[i].tokens[t] = attach_tokens[i] * 100u + t;
+		uint32_t stored, dedup;
+		if ((rc = prefixd_publish(c, 0, a[i].tokens, 0, a[i].nblocks, kv, &stored, &dedup)))
+			goto out;
 	}
-	out->fresh_us = bench_median(fresh, ATTACH_RUNS);
-	out->mapped_us = bench_median(mapped, ATTACH_RUNS);
-	out->chain_us = bench_median(chain, ATTACH_RUNS);
+	for (int r = 0; r < ATTACH_RUNS; r++)
+		for (int i = 0; i < SIZES; i++)
+			if ((rc = attach_round(sock, l, &a[i], r, kv)))
+				goto out;
+	for (int i = 0; i < SIZES; i++)
+		out[i] = (struct attach_cost){ bench_median(a[i].us[0], ATTACH_RUNS),
+					       bench_median(a[i].us[1], ATTACH_RUNS),
+					       bench_median(a[i].us[2], ATTACH_RUNS) };
 out:
 	if (rc)
-		fprintf(stderr, "share: attach of %u blocks: %s\n", nblocks, prefixd_errmsg());
+		fprintf(stderr, "share: attach: %s\n", rc == -EIO ? "not every block hit" : prefixd_errmsg());
 	prefixd_close(c);
-	prefixd_prompt_free(p);
+	for (int i = 0; a && i < SIZES; i++)
+		free(a[i].tokens);
 	if (blocks != MAP_FAILED)
-		munmap(blocks, l->block_bytes * nblocks);
-	free(us);
+		munmap(blocks, l->block_bytes * most);
 	free(kv);
-	free(t);
+	free(a);
 	return rc;
 }
 
@@ -235,11 +261,9 @@ int main(int argc, char **argv)
 	double cold_ms = bench_median(cold, RUNS), warm_ms = bench_median(warm + 1, RUNS - 1);
 	struct prefixd_layout l = { .block_tokens = 64, .block_bytes = 2ull * 30 * 3 * 64 * 64 * 4 };
 	memset(l.fingerprint, 0xbe, sizeof(l.fingerprint));
-	struct attach_cost att[3];
-	const uint32_t sizes[3] = { 256, 2048, 8192 };
-	for (int i = 0; i < 3; i++)
-		if (attach_cost(d.sock, &l, sizes[i] / 64, &att[i]))
-			goto stop;
+	struct attach_cost att[SIZES];
+	if (attach_cost(d.sock, &l, att))
+		goto stop;
 	printf("{\n");
 	printf("  \"model\": \"random SmolLM-135M shape (f32), 2 threads, 64-token blocks\",\n");
 	printf("  \"prefix_tokens\": %d, \"suffix_tokens\": %d, \"runs\": %d,\n", PREFIX, SUFFIX, RUNS);

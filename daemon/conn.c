@@ -57,8 +57,13 @@ struct conn {
 	int nfds;
 	bool extra_fds;            /* descriptors beyond what the request takes came */
 	/* The reply being sent; its descriptors go with its first byte. */
-	uint8_t *out;
+	uint8_t *out;             /* the reply being sent, or NULL */
 	size_t out_len, out_pos;
+	/* Request bodies and replies reuse these (up to KEEP_BYTES): a fresh
+	 * allocation per request faulted in and zeroed ~10 pages a MATCH of
+	 * 8192 tokens (bench/share's attach). */
+	uint8_t *body_buf, *out_buf;
+	size_t body_cap, out_cap;
 	int out_fds[PD_MAX_FDS];
 	int out_nfds;
 	bool close_after_reply;
@@ -103,8 +108,8 @@ void conn_free(struct conn *c)
 	close_fds(c->out_fds, &c->out_nfds);
 	free(c->leases);
 	free(c->sent);
-	free(c->body);
-	free(c->out);
+	free(c->body_buf);
+	free(c->out_buf);
 	close(c->fd);
 	atomic_fetch_sub(&c->d->connections, 1);
 	free(c);
@@ -116,11 +121,35 @@ bool conn_output_pending(const struct conn *c) { return c->out != NULL; }
 
 /* ==== Replies ==== */
 
+#define KEEP_BYTES (128u << 10)
+
+/* buf, grown to at least n bytes; NULL when out of memory. */
+static uint8_t *reuse(uint8_t **buf, size_t *cap, size_t n)
+{
+	if (n > *cap) {
+		uint8_t *b = realloc(*buf, n);
+		if (!b)
+			return NULL;
+		*buf = b;
+		*cap = n;
+	}
+	return *buf;
+}
+
+/* Lets a large buffer go once used: idle connections hold little. */
+static void trim(uint8_t **buf, size_t *cap)
+{
+	if (*cap > KEEP_BYTES) {
+		free(*buf);
+		*buf = NULL;
+		*cap = 0;
+	}
+}
+
 /* Queues a reply whose body the caller writes at the returned pointer. */
 static uint8_t *reply_begin(struct conn *c, int status, size_t body_len)
 {
-	c->out = malloc(PD_HDR_SIZE + body_len);
-	if (!c->out)
+	if ((c->out = reuse(&c->out_buf, &c->out_cap, PD_HDR_SIZE + body_len)) == NULL)
 		return NULL;
 	struct pd_hdr h = { PD_MAGIC, PD_VERSION, c->h.op, PD_FLAG_REPLY, (uint32_t)status,
 			    c->h.opaque, (uint32_t)body_len };
@@ -197,21 +226,25 @@ static int on_hello(struct conn *c)
 	return b && pd_hello_reply_encode(&r, b, 16) == 16 ? 0 : -1;
 }
 
-/* Tokens of a MATCH or PUBLISH body in host order. */
-static uint32_t *tokens_of(const uint8_t *le, uint32_t count, uint32_t block_tokens)
+/* Tokens of a MATCH or PUBLISH body in host order: in place on a
+ * little-endian host (the body is malloc'd and they start at a multiple of
+ * 4), else in a copy left in *owned to free. NULL when out of memory. */
+static const uint32_t *tokens_of(const uint8_t *le, uint32_t count, uint32_t block_tokens,
+				 uint32_t **owned)
 {
-	size_t n = (size_t)count * block_tokens;
-	uint32_t *t = malloc(n * sizeof(*t) + 1);
-	if (!t)
-		return NULL;
+	*owned = NULL;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	memcpy(t, le, n * sizeof(*t)); /* the wire order already */
+	(void)count;
+	(void)block_tokens;
+	return (const uint32_t *)(const void *)le;
 #else
-	for (size_t i = 0; i < n; i++)
+	size_t n = (size_t)count * block_tokens;
+	uint32_t *t = *owned = malloc(n * sizeof(*t) + 1);
+	for (size_t i = 0; t && i < n; i++)
 		t[i] = pd_token_at(le, block_tokens, (uint32_t)(i / block_tokens),
 				   (uint32_t)(i % block_tokens));
-#endif
 	return t;
+#endif
 }
 
 static bool was_sent(const struct conn *c, uint32_t arena)
@@ -327,11 +360,12 @@ static int on_match(struct conn *c)
 		return fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
 			    MAX_LEASES);
 	atomic_fetch_add(&c->d->matches, 1);
-	uint32_t *tokens = tokens_of(m.tokens, m.count, bt);
-	struct idx_loc *locs = malloc(((size_t)m.count + 1) * sizeof(*locs));
+	uint32_t *owned;
+	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
+	struct idx_loc locs[PD_MAX_HASHES];
 	uint64_t lease = 0;
 	uint32_t hit = 0, count = m.count, ids[PD_MAX_FDS], nnew = 0;
-	rc = tokens && locs ? 0 : -ENOMEM;
+	rc = tokens ? 0 : -ENOMEM;
 	/* More new arenas than one reply carries: lease a shorter run. */
 	while (!rc && count) {
 		if ((rc = idx_match(c->part->idx, &c->root, m.hashes, tokens, count, &lease, locs,
@@ -346,18 +380,15 @@ static int on_match(struct conn *c)
 		hit = 0;
 		count = fit;
 	}
-	free(tokens);
+	free(owned);
 	if (!rc && hit && add_lease(c, lease, m.hashes + (size_t)(hit - 1) * PD_HASH_SIZE))
 		rc = -ENOMEM;
 	if (rc) {
 		if (lease)
 			idx_release(c->part->idx, lease);
-		free(locs);
 		return fail(c, PD_E_INTERNAL, "out of memory");
 	}
-	rc = match_reply(c, lease, hit, locs, nnew, ids);
-	free(locs);
-	return rc;
+	return match_reply(c, lease, hit, locs, nnew, ids);
 }
 
 static int on_release(struct conn *c)
@@ -430,7 +461,8 @@ static int on_publish(struct conn *c)
 				    (unsigned long long)m.lease);
 		prev = l->last;
 	}
-	uint32_t *tokens = tokens_of(m.tokens, m.count, bt);
+	uint32_t *owned;
+	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
 	if (!tokens)
 		return fail(c, PD_E_INTERNAL, "out of memory");
 	/* A block is filed under its hash: it must be the chain's, or one
@@ -440,7 +472,7 @@ static int on_publish(struct conn *c)
 		pd_chain_next(prev, tokens + (size_t)i * bt, bt, h);
 		prev = m.hashes + (size_t)i * PD_HASH_SIZE;
 		if (memcmp(h, prev, PD_HASH_SIZE)) {
-			free(tokens);
+			free(owned);
 			return fail(c, PD_E_MALFORMED, "the hash of block %u does not follow the chain", i);
 		}
 	}
@@ -448,7 +480,7 @@ static int on_publish(struct conn *c)
 	uint32_t stored, dedup;
 	rc = idx_publish(c->part->idx, &c->root, m.lease, m.hashes, tokens, m.count,
 			 fill_from_staging, &st, &stored, &dedup);
-	free(tokens);
+	free(owned);
 	if (rc == -ENOSPC)
 		return fail(c, PD_E_NOSPACE, "the memory budget (%llu bytes) is full of leased blocks and their parents: %u of %u blocks stored",
 			    (unsigned long long)c->d->parts.budget.limit, stored + dedup, m.count);
@@ -524,8 +556,8 @@ int conn_on_output(struct conn *c)
 		close_fds(c->out_fds, &c->out_nfds);
 		c->out_pos += (size_t)w;
 	}
-	free(c->out);
 	c->out = NULL;
+	trim(&c->out_buf, &c->out_cap);
 	return c->close_after_reply ? -1 : 0;
 }
 
@@ -565,7 +597,8 @@ int conn_on_input(struct conn *c)
 			return -1;
 		}
 		c->body_got = 0;
-		if (c->h.body_len && !(c->body = malloc(c->h.body_len)))
+		if (c->h.body_len &&
+		    !(c->body = reuse(&c->body_buf, &c->body_cap, c->h.body_len)))
 			return -1;
 	}
 	/* Only PUBLISH takes a descriptor: hold no more than that while a
@@ -581,13 +614,12 @@ int conn_on_input(struct conn *c)
 		return rc;
 	rc = handle(c);
 	c->extra_fds = false;
-	free(c->body);
 	c->body = NULL;
+	trim(&c->body_buf, &c->body_cap);
 	c->hdr_got = 0;
 	drop_client_fds(c);
 	if (c->h.flags & PD_FLAG_NOREPLY) {
 		/* One-way: an error was logged and counted by fail(). */
-		free(c->out);
 		c->out = NULL;
 		c->out_len = c->out_pos = 0;
 		close_fds(c->out_fds, &c->out_nfds);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "gemm_few.h"
 
 void fwd_scratch_free(struct fwd *f)
 {
@@ -32,6 +33,7 @@ void fwd_scratch_free(struct fwd *f)
 	free(f->tasks);
 	free(f->scores);
 	free(f->partials);
+	free(f->xt);
 	free(f);
 }
 
@@ -61,6 +63,12 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 		    grow(&f->cos, t * half * 4) || grow(&f->sin, t * half * 4))
 			return -ENOMEM;
 		f->cap_T = t;
+	}
+	if (!f->xt) {
+		size_t in = H > qd ? H : qd;
+		in = in > I ? in : I;
+		if (grow(&f->xt, in * GEMM_FEW_MAX_T * 4))
+			return -ENOMEM;
 	}
 	if ((size_t)nitems > f->cap_items) {
 		if (grow(&f->item_row, (size_t)nitems * sizeof(int)))

@@ -41,6 +41,7 @@ struct fwd {
 	int ntasks;
 	float *scores;         /* per thread: att_thread_scratch() */
 	float *partials;       /* (ntasks, heads per KV head, head_dim + 2) */
+	float *xt;             /* (widest input, GEMM_FEW_MAX_T): gemm_few.h's x transposed */
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
 	/* capacities of the buffers above, to reuse them across passes */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "gemm_few.h"
 #include "gemv.h"
 
 #define MAX_PIECES 512
@@ -26,6 +27,7 @@ struct mm_piece {
 
 struct mm_ctx {
 	const float *x;
+	const float *xt; /* x transposed for pfx_gemm_few, or NULL */
 	int ldx, in, rows;
 	const struct mm_job *jobs;
 	struct mm_piece pieces[MAX_PIECES];
@@ -40,6 +42,8 @@ static void mm_task(void *ctx, int t, int thread)
 	float *y = j->y + p->o0;
 	if (c->rows <= GEMV_MAX_T)
 		pfx_gemv(c->rows, p->n, c->in, w, c->x, c->ldx, j->beta, y, j->ldy);
+	else if (c->xt)
+		pfx_gemm_few(c->rows, p->n, c->in, c->xt, w, j->beta, y, j->ldy);
 	else
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->rows, p->n, c->in, 1.0f,
 			    c->x, c->ldx, w, c->in, j->beta, y, j->ldy);
@@ -175,6 +179,10 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 		return;
 	}
 	struct mm_ctx c = { .x = x, .ldx = ldx, .in = in, .rows = f->T, .jobs = jobs };
+	if (f->T <= GEMM_FEW_MAX_T && pfx_gemm_few_ok()) {
+		pfx_gemm_few_transpose(f->T, in, x, ldx, f->xt);
+		c.xt = f->xt;
+	}
 	int threads = pfx_pool_threads(f->m->pool), np = 0;
 	/* A few pieces per thread balance the load; multiples of 16 outputs
 	 * keep the BLAS kernels on their fast path. */

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Matrix products of a few dozen rows, y_t = W x_t (+ beta y_t) for
+ * GEMV_MAX_T < T <= GEMM_FEW_MAX_T, W row-major (n, k): the shape of a short
+ * suffix after an attached prefix. OpenBLAS packs all of W on every call,
+ * which at 32 rows is a fifth of the time and leaves 60-70 GFLOP/s a core
+ * here with weights streaming from memory; these kernels read W where it
+ * is, one broadcast element at a time against x transposed, and reach
+ * 90-100 (bench/forward's prefill figures, docs/DESIGN.md).
+ */
+#ifndef PFX_GEMM_FEW_H
+#define PFX_GEMM_FEW_H
+
+#define GEMM_FEW_MAX_T 64
+
+/* Whether this CPU runs the kernels (AVX-512); if not, use sgemm. */
+int pfx_gemm_few_ok(void);
+/* Columns of x transposed: ld of xT for T rows (T rounded up to 16). */
+int pfx_gemm_few_ld(int T);
+/* xT[p * ld + t] = x[t * ldx + p] for p < k, t < ld, zero for t >= T. */
+void pfx_gemm_few_transpose(int T, int k, const float *x, int ldx, float *xT);
+/* y[t * ldy + i] = sum_p W[i * k + p] xT[p * ld + t] (+ beta y) for t < T, i < n. */
+void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
+		  int ldy);
+
+#endif
