@@ -36,6 +36,11 @@ Test(kernels, few_row_products_equal_the_plain_sum)
 					for (int i = 0; i < T * ldy; i++)
 						y[i] = y0[i] = val(&seed);
 					pfx_gemm_few_transpose(T, k, x, ldx, xt);
+					int ld = pfx_gemm_few_ld(T);
+					for (int p = 0; p < k; p++)
+						for (int t = 0; t < ld; t++)
+							cr_assert_eq(xt[p * ld + t], t < T ? x[t * ldx + p] : 0.0f,
+								     "T=%d k=%d: xT[%d][%d]", T, k, p, t);
 					pfx_gemm_few(T, n, k, xt, W, (float)beta, y, ldy);
 					for (int t = 0; t < T; t++)
 						for (int i = 0; i < ldy; i++) {
