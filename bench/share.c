@@ -32,7 +32,7 @@
 
 #define PREFIX 2048
 #define SUFFIX 32
-#define RUNS 5
+#define RUNS 7
 
 static const char *model_dir;
 
