@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "buf.h"
 #include "chain.h"
 #include "prompt.h"
 #include "sock.h"
@@ -44,10 +45,7 @@ struct prefixd {
 	 * for again, and hashing is a quarter of a client's time per MATCH
 	 * (bench/daemon). */
 	struct prefixd_prompt *memo;
-	/* Request bodies reuse this one: a fresh allocation per MATCH of 8192
-	 * tokens faulted in ~10 zeroed pages (bench/share's attach). */
-	uint8_t *req;
-	size_t req_cap;
+	struct pd_buf req; /* request bodies */
 	/* Leases this connection holds: RELEASE is one-way (no round trip;
 	 * bench/daemon), so an unknown lease is caught here instead. */
 	uint64_t *leases;
@@ -140,8 +138,7 @@ static int hello(struct prefixd *c, const struct prefixd_layout *l)
 	int rc = prefixd_prompt_new(l, &c->memo); /* checks the layout */
 	if (rc)
 		return rc;
-	struct pd_hello m = { PD_VERSION, PD_VERSION, l->block_tokens, l->block_bytes, 1,
-			      l->fingerprint, l->salt_len, l->salt };
+	struct pd_hello m = pd_hello_of(l);
 	uint8_t body[64 + PD_MAX_SALT];
 	size_t len = pd_hello_encode(&m, body, sizeof(body));
 	uint8_t *rb;
@@ -203,7 +200,7 @@ void prefixd_close(struct prefixd *c)
 	free(c->arenas);
 	free(c->leases);
 	prefixd_prompt_free(c->memo);
-	free(c->req);
+	pd_buf_free(&c->req);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -276,20 +273,6 @@ static int release_oneway(struct prefixd *c, uint64_t lease)
 	return rc ? pd_fail(rc, "cannot send to prefixd: %s", strerror(-rc)) : 0;
 }
 
-/* The request buffer, of at least n bytes; NULL when out of memory. Caller
- * holds the lock. */
-static uint8_t *request_buf(struct prefixd *c, size_t n)
-{
-	if (n > c->req_cap) {
-		uint8_t *b = realloc(c->req, n);
-		if (!b)
-			return NULL;
-		c->req = b;
-		c->req_cap = n;
-	}
-	return c->req;
-}
-
 /* MATCH of the first nblocks blocks of a prompt, hashed. */
 static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t nblocks,
 		    uint64_t *lease, uint32_t *hit, const void **kv)
@@ -299,7 +282,7 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 	size_t cap = 4 + (size_t)nblocks * (PD_HASH_SIZE + 4 * c->block_tokens);
 	const uint8_t *le = le_tokens(p->tokens, (size_t)nblocks * c->block_tokens, &owned);
 	struct pd_match m = { nblocks, p->hashes, le };
-	uint8_t *body = request_buf(c, cap);
+	uint8_t *body = pd_buf_reserve(&c->req, cap);
 	size_t len = body && le ? pd_match_encode(&m, c->block_tokens, body, cap) : 0;
 	free(owned);
 	if (!len)
@@ -307,6 +290,7 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 	int fds[PD_MAX_FDS], nfds = 0;
 	uint32_t rlen = 0;
 	rc = call(c, PD_OP_MATCH, body, len, -1, &rb, &rlen, fds, &nfds);
+	pd_buf_trim(&c->req);
 	if (rc)
 		return rc;
 	struct pd_match_reply r;
@@ -448,7 +432,7 @@ int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, u
 	const uint8_t *le = le_tokens(tokens + (size_t)first * c->block_tokens,
 				      (size_t)n * c->block_tokens, &owned);
 	struct pd_publish m = { lease, n, c->memo->hashes + (size_t)first * PD_HASH_SIZE, le };
-	uint8_t *body = request_buf(c, cap);
+	uint8_t *body = pd_buf_reserve(&c->req, cap);
 	size_t len = body && le ? pd_publish_encode(&m, c->block_tokens, body, cap) : 0;
 	if (!len) {
 		rc = pd_fail(-ENOMEM, "out of memory");
@@ -456,11 +440,7 @@ int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, u
 	}
 	rc = call(c, PD_OP_PUBLISH, body, len, sfd, &rb, &rlen, NULL, NULL);
 out:
-	if (c->req_cap > (128u << 10)) { /* a large publish: let it go */
-		free(c->req);
-		c->req = NULL;
-		c->req_cap = 0;
-	}
+	pd_buf_trim(&c->req);
 	pthread_mutex_unlock(&c->lock);
 	close(sfd);
 	free(owned);

@@ -12,18 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct pd_hello pd_hello_of(const struct prefixd_layout *l)
+{
+	return (struct pd_hello){ PD_VERSION, PD_VERSION, l->block_tokens, l->block_bytes, 1,
+				  l->fingerprint, l->salt_len, l->salt };
+}
+
 int pd_layout_root(const struct prefixd_layout *l, uint8_t h0[PD_HASH_SIZE])
 {
-	if (l->salt_len > PREFIXD_MAX_SALT)
+	struct pd_hello m = pd_hello_of(l);
+	int rc = pd_hello_check(&m);
+	if (rc == PD_E_LIMIT && l->salt_len > PREFIXD_MAX_SALT)
 		return pd_fail(-EINVAL, "a salt of %u bytes is longer than %d", l->salt_len,
 			       PREFIXD_MAX_SALT);
-	uint32_t bt = l->block_tokens;
-	if (!bt || bt > PD_MAX_BLOCK_TOKENS || (bt & (bt - 1)) || !l->block_bytes)
+	if (rc)
 		return pd_fail(-EINVAL,
 			       "block_tokens must be a power of two up to %d and block_bytes non-zero",
 			       PD_MAX_BLOCK_TOKENS);
-	struct pd_hello m = { PD_VERSION, PD_VERSION, bt, l->block_bytes, 1, l->fingerprint,
-			      l->salt_len, l->salt };
 	if (sodium_init() < 0)
 		return pd_fail(-EIO, "libsodium failed to initialise");
 	pd_chain_root(&m, h0);

@@ -14,6 +14,8 @@ struct prefixd_prompt {
 	size_t len, cap;
 };
 
+/* The HELLO that introduces a layout. */
+struct pd_hello pd_hello_of(const struct prefixd_layout *l);
 /* Checks a layout as HELLO would, and derives its chain root. 0 or -EINVAL
  * with the reason in prefixd_errmsg(). */
 int pd_layout_root(const struct prefixd_layout *l, uint8_t h0[PD_HASH_SIZE]);

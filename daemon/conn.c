@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "chain.h"
 #include "reaper.h"
 #include "sock.h"
@@ -59,11 +60,7 @@ struct conn {
 	/* The reply being sent; its descriptors go with its first byte. */
 	uint8_t *out;             /* the reply being sent, or NULL */
 	size_t out_len, out_pos;
-	/* Request bodies and replies reuse these (up to KEEP_BYTES): a fresh
-	 * allocation per request faulted in and zeroed ~10 pages a MATCH of
-	 * 8192 tokens (bench/share's attach). */
-	uint8_t *body_buf, *out_buf;
-	size_t body_cap, out_cap;
+	struct pd_buf body_buf, out_buf; /* what body and out point into */
 	int out_fds[PD_MAX_FDS];
 	int out_nfds;
 	bool close_after_reply;
@@ -108,8 +105,8 @@ void conn_free(struct conn *c)
 	close_fds(c->out_fds, &c->out_nfds);
 	free(c->leases);
 	free(c->sent);
-	free(c->body_buf);
-	free(c->out_buf);
+	pd_buf_free(&c->body_buf);
+	pd_buf_free(&c->out_buf);
 	close(c->fd);
 	atomic_fetch_sub(&c->d->connections, 1);
 	free(c);
@@ -121,35 +118,10 @@ bool conn_output_pending(const struct conn *c) { return c->out != NULL; }
 
 /* ==== Replies ==== */
 
-#define KEEP_BYTES (128u << 10)
-
-/* buf, grown to at least n bytes; NULL when out of memory. */
-static uint8_t *reuse(uint8_t **buf, size_t *cap, size_t n)
-{
-	if (n > *cap) {
-		uint8_t *b = realloc(*buf, n);
-		if (!b)
-			return NULL;
-		*buf = b;
-		*cap = n;
-	}
-	return *buf;
-}
-
-/* Lets a large buffer go once used: idle connections hold little. */
-static void trim(uint8_t **buf, size_t *cap)
-{
-	if (*cap > KEEP_BYTES) {
-		free(*buf);
-		*buf = NULL;
-		*cap = 0;
-	}
-}
-
 /* Queues a reply whose body the caller writes at the returned pointer. */
 static uint8_t *reply_begin(struct conn *c, int status, size_t body_len)
 {
-	if ((c->out = reuse(&c->out_buf, &c->out_cap, PD_HDR_SIZE + body_len)) == NULL)
+	if ((c->out = pd_buf_reserve(&c->out_buf, PD_HDR_SIZE + body_len)) == NULL)
 		return NULL;
 	struct pd_hdr h = { PD_MAGIC, PD_VERSION, c->h.op, PD_FLAG_REPLY, (uint32_t)status,
 			    c->h.opaque, (uint32_t)body_len };
@@ -557,7 +529,7 @@ int conn_on_output(struct conn *c)
 		c->out_pos += (size_t)w;
 	}
 	c->out = NULL;
-	trim(&c->out_buf, &c->out_cap);
+	pd_buf_trim(&c->out_buf);
 	return c->close_after_reply ? -1 : 0;
 }
 
@@ -598,7 +570,7 @@ int conn_on_input(struct conn *c)
 		}
 		c->body_got = 0;
 		if (c->h.body_len &&
-		    !(c->body = reuse(&c->body_buf, &c->body_cap, c->h.body_len)))
+		    !(c->body = pd_buf_reserve(&c->body_buf, c->h.body_len)))
 			return -1;
 	}
 	/* Only PUBLISH takes a descriptor: hold no more than that while a
@@ -615,7 +587,7 @@ int conn_on_input(struct conn *c)
 	rc = handle(c);
 	c->extra_fds = false;
 	c->body = NULL;
-	trim(&c->body_buf, &c->body_cap);
+	pd_buf_trim(&c->body_buf);
 	c->hdr_got = 0;
 	drop_client_fds(c);
 	if (c->h.flags & PD_FLAG_NOREPLY) {

@@ -153,12 +153,15 @@ int pd_hello_decode(const uint8_t *body, size_t len, struct pd_hello *m)
 		return PD_E_LIMIT;
 	m->salt = rd_take(&r, m->salt_len);
 	int rc = rd_done(&r);
-	if (rc)
-		return rc;
+	return rc ? rc : pd_hello_check(m);
+}
+
+int pd_hello_check(const struct pd_hello *m)
+{
 	if (m->version_min > m->version_max || !m->block_tokens ||
 	    (m->block_tokens & (m->block_tokens - 1)) || !m->block_bytes)
 		return PD_E_MALFORMED;
-	if (m->block_tokens > PD_MAX_BLOCK_TOKENS)
+	if (m->block_tokens > PD_MAX_BLOCK_TOKENS || m->salt_len > PD_MAX_SALT)
 		return PD_E_LIMIT;
 	return 0;
 }

@@ -155,6 +155,10 @@ int pd_hdr_decode(const uint8_t *in, struct pd_hdr *h);
  * Decoders take the body bytes and return 0 or PD_E_MALFORMED/PD_E_LIMIT;
  * pointers in the result point into body. block_tokens comes from HELLO. */
 int pd_hello_decode(const uint8_t *body, size_t len, struct pd_hello *m);
+/* The values of a HELLO: versions in order, block_tokens a power of two up
+ * to PD_MAX_BLOCK_TOKENS, block_bytes non-zero, the salt within its limit.
+ * 0 or the status to answer with (the decoder applies it). */
+int pd_hello_check(const struct pd_hello *m);
 int pd_hello_reply_decode(const uint8_t *body, size_t len, struct pd_hello_reply *m);
 int pd_match_decode(const uint8_t *body, size_t len, uint32_t block_tokens, struct pd_match *m);
 int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply *m);

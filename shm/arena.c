@@ -142,11 +142,6 @@ int shm_arena_slot_new(struct shm_arena *a, uint64_t *offset)
 	return 0;
 }
 
-int shm_arena_slot_alloc(struct shm_arena *a, uint64_t *offset)
-{
-	return shm_arena_slot_reuse(a, offset) ? shm_arena_slot_new(a, offset) : 0;
-}
-
 int shm_arena_slot_free(struct shm_arena *a, uint64_t offset)
 {
 	if (offset % a->slot_bytes || offset / a->slot_bytes >= a->nslots)

@@ -36,11 +36,10 @@ int shm_arena_ro_fd(const struct shm_arena *a);
  * Takes a slot: 0 and its byte offset, or -ENOSPC. Not thread-safe: the
  * owner of the arena serialises slot changes. _reuse takes only a slot
  * freed before (its pages already resident), _new only one never handed
- * out (its pages become resident when written), _alloc either.
+ * out (its pages become resident when written).
  */
 int shm_arena_slot_reuse(struct shm_arena *a, uint64_t *offset);
 int shm_arena_slot_new(struct shm_arena *a, uint64_t *offset);
-int shm_arena_slot_alloc(struct shm_arena *a, uint64_t *offset);
 /* Returns a slot; -EINVAL for an offset that is not a used slot. */
 int shm_arena_slot_free(struct shm_arena *a, uint64_t offset);
 

@@ -36,7 +36,7 @@ Test(shm, client_sees_daemon_writes)
 	cr_expect_eq(shm_arena_slot_bytes(a), 12288, "slots are page-rounded");
 	cr_expect_eq(shm_arena_size(a), 4 * 12288);
 	uint64_t off;
-	cr_assert_eq(shm_arena_slot_alloc(a, &off), 0);
+	cr_assert_eq(shm_arena_slot_new(a, &off), 0);
 	int fd = shm_arena_ro_fd(a);
 	cr_assert_geq(fd, 0);
 	const void *ro;
@@ -136,9 +136,10 @@ Test(shm, slots)
 	struct shm_arena *a = arena(3);
 	uint64_t off[3], extra;
 	for (int i = 0; i < 3; i++)
-		cr_assert_eq(shm_arena_slot_alloc(a, &off[i]), 0);
+		cr_assert_eq(shm_arena_slot_new(a, &off[i]), 0);
 	cr_expect(off[0] != off[1] && off[1] != off[2] && off[0] != off[2]);
-	cr_expect_eq(shm_arena_slot_alloc(a, &extra), -ENOSPC);
+	cr_expect_eq(shm_arena_slot_new(a, &extra), -ENOSPC);
+	cr_expect_eq(shm_arena_slot_reuse(a, &extra), -ENOSPC, "none freed yet");
 	cr_expect_eq(shm_arena_slot_free(a, off[1] + 1), -EINVAL, "not a slot boundary");
 	cr_expect_eq(shm_arena_slot_free(a, shm_arena_size(a)), -EINVAL, "past the end");
 	cr_expect_eq(shm_arena_slot_free(a, off[1]), 0);
