@@ -99,6 +99,7 @@ int store_alloc(void *store, struct idx_loc *loc)
 	s->touched_slots++;
 	return 0;
 }
+
 void store_release(void *store, struct idx_loc loc)
 {
 	struct pd_store *s = store;

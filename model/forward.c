@@ -64,7 +64,7 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 			return -ENOMEM;
 		f->cap_T = t;
 	}
-	if (!f->xt) {
+	if (!f->xt && pfx_gemm_few_ok()) { /* only ops.c's gemm_few path reads it */
 		size_t in = H > qd ? H : qd;
 		in = in > I ? in : I;
 		if (grow(&f->xt, in * GEMM_FEW_MAX_T * 4))
