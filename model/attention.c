@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "gemm_few.h"
 #include "gemv.h"
 
 /* Keys per decode task at least; fewer are not worth a task of their own. */
@@ -48,24 +49,7 @@ static int att_rows_per_task(const struct fwd *f)
 float *att_thread_scratch(const struct fwd *f, int thread)
 {
 	size_t hd = (size_t)f->c->head_dim;
-	return f->scores + (size_t)thread * (ATT_CHUNK * (f->score_ld + 2 * hd) + f->score_ld * hd);
-}
-
-/* A suffix of at most this many new rows gathers its keys and values (see
- * prefill_task); longer prompts would gather the same keys per chunk. */
-#define GATHER_MAX_ROWS 64
-
-/* Copies one KV head's K (kv = 0) or V of blocks [0, nk keys) into X. */
-static const float *gather(const struct fwd *f, const struct pfx_session *s, int kv, int kvh,
-			   int nk, float *X)
-{
-	int B = f->m->block_tokens, hd = f->c->head_dim;
-	for (int b = 0; b * B < nk; b++) {
-		int kb = nk - b * B < B ? nk - b * B : B;
-		memcpy(X + (size_t)b * B * hd, s->blocks[b]->data + kv_offset(f->m, f->layer, kv, kvh, 0),
-		       (size_t)kb * hd * sizeof(float));
-	}
-	return X;
+	return f->scores + (size_t)thread * ATT_CHUNK * (f->score_ld + 2 * hd);
 }
 
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
@@ -98,70 +82,123 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 	return t;
 }
 
-/*
- * Rows of new tokens for the G query heads of one KV head: one sgemm per KV
- * block for all G x rows (packed, head-major), so each block is read once
- * per group and the calls are few and large; a prompt's suffix on a long
- * attached prefix is mostly this (bench/share).
- */
-static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
-{
-	const struct pfx_config *c = f->c;
-	const struct pfx_session *s = f->items[a->item].s;
-	int B = f->m->block_tokens, hd = c->head_dim, qd = c->n_heads * hd;
-	int G = c->n_heads / c->n_kv_heads, kvh = a->head;
-	int nq = a->r1 - a->r0, rows = G * nq;
-	size_t len0 = s->len; /* committed only after the pass */
-	int nk = (int)len0 + a->r1; /* keys the last query row sees */
-	int nb = (nk + B - 1) / B;
-	size_t ld = f->score_ld;
-	float *S = att_thread_scratch(f, thread);        /* (rows, ld) */
-	float *Q = S + (size_t)ATT_CHUNK * ld;           /* (rows, hd) */
-	float *O = Q + (size_t)ATT_CHUNK * hd;           /* (rows, hd) */
-	size_t row0 = (size_t)f->item_row[a->item] + a->r0;
-	float scale = 1.0f / sqrtf((float)hd);
-	float inv[ATT_CHUNK];
+/* The G query heads' rows of a prefill task, packed head-major: row
+ * g * nq + r is query head kvh * G + g of new token r0 + r. */
+struct rows {
+	int G, nq, kvh;
+	size_t row0; /* the item's first row in the batch + r0 */
+};
 
-	for (int g = 0; g < G; g++)
-		for (int r = 0; r < nq; r++)
-			memcpy(Q + ((size_t)g * nq + r) * hd,
-			       f->q + (row0 + r) * qd + ((size_t)kvh * G + g) * hd, (size_t)hd * sizeof(float));
-	/* A short suffix on a long prefix: one product over all the keys
-	 * instead of one per block, each repacking Q, costs a copy of the
-	 * keys and values (bench/share: the warm time to first token). */
-	float *X = f->items[a->item].n <= GATHER_MAX_ROWS && nb > 1 ? O + (size_t)ATT_CHUNK * hd : NULL;
-	if (X)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, scale, Q, hd,
-			    gather(f, s, 0, kvh, nk, X), hd, 0.0f, S, (int)ld);
-	for (int b = 0; !X && b < nb; b++) {
+/*
+ * Scores, weights and outputs transposed (keys x rows), K and V read in
+ * their blocks: S^T = K Q^T and O^T = V^T P^T, each one gemm_few_t call
+ * per KV block, whose k-loop runs over a head's dims or a block's keys with
+ * a vector of 16 rows per accumulator. The softmax then runs down the
+ * columns, with no horizontal sums either. Against one sgemm per block
+ * (which repacks Q and the block every time) or copying each head's keys
+ * and values out first, this reads them once, where they are.
+ */
+static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const struct rows *q,
+			   int nk, const int *valid, float *S, float *QT, float *OT)
+{
+	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
+	int rows = q->G * q->nq, ld = pfx_gemm_few_ld(rows);
+	float scale = 1.0f / sqrtf((float)hd), inv[ATT_CHUNK];
+
+	for (int d = 0; d < hd; d++) {
+		for (int g = 0; g < q->G; g++)
+			for (int r = 0; r < q->nq; r++)
+				QT[(size_t)d * ld + g * q->nq + r] =
+					scale * f->q[(q->row0 + r) * qd + ((size_t)q->kvh * q->G + g) * hd + d];
+		for (int t = rows; t < ld; t++)
+			QT[(size_t)d * ld + t] = 0.0f;
+	}
+	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, kvh, 0);
+		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, q->kvh, 0);
+		pfx_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)b * B * ld, ld);
+	}
+	pfx_softmax_cols(S, nk, ld, valid, inv);
+	for (int b = 0; b * B < nk; b++) {
+		int kb = nk - b * B < B ? nk - b * B : B;
+		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, q->kvh, 0);
+		pfx_gemm_few_t(rows, hd, kb, S + (size_t)b * B * ld, V, 1, hd, b ? 1.0f : 0.0f, OT, ld);
+	}
+	for (int g = 0; g < q->G; g++)
+		for (int r = 0; r < q->nq; r++) {
+			int t = g * q->nq + r;
+			float *dst = f->att + (q->row0 + r) * qd + ((size_t)q->kvh * q->G + g) * hd;
+			for (int d = 0; d < hd; d++)
+				dst[d] = OT[(size_t)d * ld + t] * inv[t];
+		}
+}
+
+/*
+ * The same with sgemm, where the kernels above do not run: one call per KV
+ * block for all G x rows, so each block is read once per group.
+ */
+static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struct rows *q,
+			 int nk, const int *valid, float *S, float *Q, float *O)
+{
+	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
+	int rows = q->G * q->nq;
+	size_t ld = f->score_ld;
+	float scale = 1.0f / sqrtf((float)hd), inv[ATT_CHUNK], mx;
+
+	for (int g = 0; g < q->G; g++)
+		for (int r = 0; r < q->nq; r++)
+			memcpy(Q + ((size_t)g * q->nq + r) * hd,
+			       f->q + (q->row0 + r) * qd + ((size_t)q->kvh * q->G + g) * hd,
+			       (size_t)hd * sizeof(float));
+	for (int b = 0; b * B < nk; b++) {
+		int kb = nk - b * B < B ? nk - b * B : B;
+		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, q->kvh, 0);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale, Q, hd, K, hd,
 			    0.0f, S + (size_t)b * B, (int)ld);
 	}
 	for (int i = 0; i < rows; i++) {
-		float *row = S + (size_t)i * ld, mx;
-		int valid = (int)len0 + a->r0 + i % nq + 1; /* causal: keys 0 .. position */
-		inv[i] = 1.0f / pfx_exp_sum(row, valid, &mx);
-		memset(row + valid, 0, (size_t)(nk - valid) * sizeof(float));
+		float *row = S + (size_t)i * ld;
+		inv[i] = 1.0f / pfx_exp_sum(row, valid[i], &mx);
+		memset(row + valid[i], 0, (size_t)(nk - valid[i]) * sizeof(float));
 	}
-	if (X)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, S, (int)ld,
-			    gather(f, s, 1, kvh, nk, X), hd, 0.0f, O, hd);
-	for (int b = 0; !X && b < nb; b++) {
+	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, kvh, 0);
+		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, q->kvh, 0);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f, S + (size_t)b * B,
 			    (int)ld, V, hd, b ? 1.0f : 0.0f, O, hd);
 	}
 	/* Normalised on the way out rather than over every score. */
-	for (int g = 0; g < G; g++)
-		for (int r = 0; r < nq; r++) {
-			const float *src = O + ((size_t)g * nq + r) * hd;
-			float *dst = f->att + (row0 + r) * qd + ((size_t)kvh * G + g) * hd, w = inv[g * nq + r];
+	for (int g = 0; g < q->G; g++)
+		for (int r = 0; r < q->nq; r++) {
+			const float *src = O + ((size_t)g * q->nq + r) * hd;
+			float *dst = f->att + (q->row0 + r) * qd + ((size_t)q->kvh * q->G + g) * hd;
+			float w = inv[g * q->nq + r];
 			for (int d = 0; d < hd; d++)
 				dst[d] = src[d] * w;
 		}
+}
+
+/* Rows of new tokens for the G query heads of one KV head, causal: row r
+ * sees the keys up to its own position. */
+static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
+{
+	const struct pfx_config *c = f->c;
+	const struct pfx_session *s = f->items[a->item].s;
+	int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
+	struct rows q = { G, a->r1 - a->r0, a->head, (size_t)f->item_row[a->item] + a->r0 };
+	size_t len0 = s->len; /* committed only after the pass */
+	int nk = (int)len0 + a->r1; /* keys the last query row sees */
+	float *S = att_thread_scratch(f, thread);        /* (rows, score_ld) or its transpose */
+	float *Q = S + (size_t)ATT_CHUNK * f->score_ld;  /* (rows, hd) or its transpose */
+	float *O = Q + (size_t)ATT_CHUNK * hd;           /* (rows, hd) or its transpose */
+	int valid[ATT_CHUNK];
+
+	for (int t = 0; t < ATT_CHUNK; t++)
+		valid[t] = t < G * q.nq ? (int)len0 + a->r0 + t % q.nq + 1 : 1;
+	if (pfx_gemm_few_ok())
+		prefill_rows_t(f, s, &q, nk, valid, S, Q, O);
+	else
+		prefill_rows(f, s, &q, nk, valid, S, Q, O);
 }
 
 /* Partial results of one decode task for one query head: (max, sum, out). */

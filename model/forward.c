@@ -86,10 +86,8 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 			return -ENOMEM;
 		f->cap_partials = np;
 	}
-	/* Per thread: scores, packed queries and outputs, gathered keys or
-	 * values (attention.c). */
-	size_t sc = threads * (ATT_CHUNK * (score_ld + 2 * (size_t)c->head_dim) +
-			       score_ld * (size_t)c->head_dim);
+	/* Per thread: scores, packed queries and outputs (attention.c). */
+	size_t sc = threads * ATT_CHUNK * (score_ld + 2 * (size_t)c->head_dim);
 	if (sc > f->cap_scores) {
 		if (grow(&f->scores, sc * sizeof(float)))
 			return -ENOMEM;

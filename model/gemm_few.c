@@ -11,10 +11,13 @@
  */
 #include "gemm_few.h"
 
+#include "cpu.h"
+
+#include <assert.h>
 #include <immintrin.h>
 #include <stddef.h>
 
-int pfx_gemm_few_ok(void) { return __builtin_cpu_supports("avx512f"); }
+int pfx_gemm_few_ok(void) { return pfx_cpu_avx512(); }
 
 int pfx_gemm_few_ld(int T) { return (T + 15) & ~15; }
 
@@ -64,9 +67,17 @@ __attribute__((target("avx512f"))) void pfx_gemm_few_transpose(int T, int k, con
 		}
 }
 
+/*
+ * NR rows of W (row i at w + i * sn, its p-th element at p * sk) against
+ * xT. Out 0 stores y[t][i], transposed through a buffer: the layer
+ * products' rows of tokens. Out 1 stores each accumulator as it is,
+ * yT[i][16 v ..]: attention's scores and outputs, whose k is short (a
+ * head's 64 dims, a block's 64 keys) so that the transposed store would
+ * cost a quarter of the time.
+ */
 __attribute__((target("avx512f,fma"), always_inline)) static inline void
-block(const int TV, const int NR, int T, int k, const float *xT, int ld, const float *w,
-      float beta, float *y, int ldy)
+block(const int TV, const int NR, const int out, int T, int k, const float *xT, int ld,
+      const float *w, ptrdiff_t sn, ptrdiff_t sk, float beta, float *y, int ldy)
 {
 	__m512 acc[12][4];
 #pragma GCC unroll 12
@@ -81,32 +92,62 @@ block(const int TV, const int NR, int T, int k, const float *xT, int ld, const f
 			xv[v] = _mm512_loadu_ps(xT + (size_t)p * ld + 16 * v);
 #pragma GCC unroll 12
 		for (int j = 0; j < NR; j++) {
-			__m512 wb = _mm512_set1_ps(w[(size_t)j * k + p]);
+			__m512 wb = _mm512_set1_ps(w[j * sn + p * sk]);
 #pragma GCC unroll 4
 			for (int v = 0; v < TV; v++)
 				acc[j][v] = _mm512_fmadd_ps(wb, xv[v], acc[j][v]);
 		}
 	}
-	float out[12][64];
+	if (out) {
+#pragma GCC unroll 12
+		for (int j = 0; j < NR; j++)
+#pragma GCC unroll 4
+			for (int v = 0; v < TV; v++) {
+				float *yv = y + (size_t)j * ldy + 16 * v;
+				__m512 a = acc[j][v];
+				if (beta != 0.0f)
+					a = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(yv), a);
+				_mm512_storeu_ps(yv, a);
+			}
+		return;
+	}
+	float buf[12][64];
 #pragma GCC unroll 12
 	for (int j = 0; j < NR; j++)
 #pragma GCC unroll 4
 		for (int v = 0; v < TV; v++)
-			_mm512_storeu_ps(&out[j][16 * v], acc[j][v]);
+			_mm512_storeu_ps(&buf[j][16 * v], acc[j][v]);
 	for (int t = 0; t < T; t++) {
 		float *yt = y + (size_t)t * ldy;
 		for (int j = 0; j < NR; j++)
-			yt[j] = beta == 0.0f ? out[j][t] : out[j][t] + beta * yt[j];
+			yt[j] = beta == 0.0f ? buf[j][t] : buf[j][t] + beta * yt[j];
 	}
 }
 
-/* One instance per (TV, NR) the dispatcher uses: NR main, 1 for the tail. */
+typedef void (*block_fn)(int T, int k, const float *xT, int ld, const float *w, ptrdiff_t s,
+			 float beta, float *y, int ldy);
+
+/* Per (TV, NR) the dispatcher uses (NR main, 1 for the tail), one instance
+ * per layout, with the stride that is 1 a constant: rows of W in the layer
+ * products and the scores (K's rows), columns for the values (V^T). */
 #define BLOCK(TV, NR)                                                                      \
-	__attribute__((target("avx512f,fma"))) static void block_##TV##_##NR(              \
-		int T, int k, const float *xT, int ld, const float *w, float beta, float *y,   \
-		int ldy)                                                                     \
+	__attribute__((target("avx512f,fma"))) static void rows_##TV##_##NR(                \
+		int T, int k, const float *xT, int ld, const float *w, ptrdiff_t s, float beta, \
+		float *y, int ldy)                                                           \
 	{                                                                                    \
-		block(TV, NR, T, k, xT, ld, w, beta, y, ldy);                                \
+		block(TV, NR, 0, T, k, xT, ld, w, s, 1, beta, y, ldy);                       \
+	}                                                                                    \
+	__attribute__((target("avx512f,fma"))) static void rows_t_##TV##_##NR(              \
+		int T, int k, const float *xT, int ld, const float *w, ptrdiff_t s, float beta, \
+		float *y, int ldy)                                                           \
+	{                                                                                    \
+		block(TV, NR, 1, T, k, xT, ld, w, s, 1, beta, y, ldy);                       \
+	}                                                                                    \
+	__attribute__((target("avx512f,fma"))) static void cols_t_##TV##_##NR(              \
+		int T, int k, const float *xT, int ld, const float *w, ptrdiff_t s, float beta, \
+		float *y, int ldy)                                                           \
+	{                                                                                    \
+		block(TV, NR, 1, T, k, xT, ld, w, 1, s, beta, y, ldy);                       \
 	}
 BLOCK(1, 12)
 BLOCK(1, 1)
@@ -117,24 +158,39 @@ BLOCK(3, 1)
 BLOCK(4, 6)
 BLOCK(4, 1)
 
-typedef void (*block_fn)(int, int, const float *, int, const float *, float, float *, int);
-
+#define KERNELS(TV, NR) { NR, { rows_##TV##_##NR, rows_t_##TV##_##NR, cols_t_##TV##_##NR }, \
+			   { rows_##TV##_1, rows_t_##TV##_1, cols_t_##TV##_1 } }
+enum layout { ROWS, ROWS_T, COLS_T };
 static const struct {
 	int nr;
-	block_fn main, tail;
-} blocks[4] = {
-	{ 12, block_1_12, block_1_1 },
-	{ 8, block_2_8, block_2_1 },
-	{ 8, block_3_8, block_3_1 },
-	{ 6, block_4_6, block_4_1 },
-};
+	block_fn main[3], tail[3];
+} kernels[4] = { KERNELS(1, 12), KERNELS(2, 8), KERNELS(3, 8), KERNELS(4, 6) };
+
+/* Block i of NR rows of W starts at W + i * sn; y's rows or columns step by
+ * ystep. */
+static void dispatch(enum layout l, int T, int n, int k, const float *xT, const float *W,
+		     ptrdiff_t sn, ptrdiff_t s, float beta, float *y, int ldy, ptrdiff_t ystep)
+{
+	int ld = pfx_gemm_few_ld(T), tv = ld / 16, nr = kernels[tv - 1].nr, i = 0;
+	for (; i + nr <= n; i += nr)
+		kernels[tv - 1].main[l](T, k, xT, ld, W + i * sn, s, beta, y + i * ystep, ldy);
+	for (; i < n; i++)
+		kernels[tv - 1].tail[l](T, k, xT, ld, W + i * sn, s, beta, y + i * ystep, ldy);
+}
 
 void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
 		  int ldy)
 {
-	int ld = pfx_gemm_few_ld(T), tv = ld / 16, nr = blocks[tv - 1].nr, i = 0;
-	for (; i + nr <= n; i += nr)
-		blocks[tv - 1].main(T, k, xT, ld, W + (size_t)i * k, beta, y + i, ldy);
-	for (; i < n; i++)
-		blocks[tv - 1].tail(T, k, xT, ld, W + (size_t)i * k, beta, y + i, ldy);
+	dispatch(ROWS, T, n, k, xT, W, k, k, beta, y, ldy, 1);
+}
+
+void pfx_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
+		    float beta, float *yT, int ldy)
+{
+	if (sk == 1)
+		dispatch(ROWS_T, T, n, k, xT, W, sn, sn, beta, yT, ldy, ldy);
+	else {
+		assert(sn == 1);
+		dispatch(COLS_T, T, n, k, xT, W, 1, sk, beta, yT, ldy, ldy);
+	}
 }

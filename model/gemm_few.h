@@ -22,5 +22,11 @@ void pfx_gemm_few_transpose(int T, int k, const float *x, int ldx, float *xT);
 /* y[t * ldy + i] = sum_p W[i * k + p] xT[p * ld + t] (+ beta y) for t < T, i < n. */
 void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
 		  int ldy);
+/* yT[i * ldy + t] = sum_p W[i * sn + p * sk] xT[p * ld + t] (+ beta yT) for
+ * i < n and every t < ld, the padding lanes too: the product stored
+ * transposed, as attention keeps its scores and outputs. W's rows (sk == 1:
+ * keys) or its columns (sn == 1: values, read as V^T) must be contiguous. */
+void pfx_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
+		    float beta, float *yT, int ldy);
 
 #endif

@@ -12,6 +12,8 @@
  */
 #include "gemv.h"
 
+#include "cpu.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
@@ -104,7 +106,7 @@ void pfx_gemv(int T, int n, int k, const float *W, const float *x, int ldx, floa
 	      int ldy)
 {
 	/* The CPU cannot change under us; the checks are cached by libgcc. */
-	if (__builtin_cpu_supports("avx512f"))
+	if (pfx_cpu_avx512())
 		gemv_avx512(T, n, k, W, x, ldx, beta, y, ldy);
 	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 		gemv_avx2(T, n, k, W, x, ldx, beta, y, ldy);
@@ -271,6 +273,60 @@ static float exp_sum_avx512(float *x, int n, float *max_out)
 	return _mm512_reduce_add_ps(sum);
 }
 
+/* Column by column in the registers of TV vectors, row by row in memory:
+ * rows of S are 16 TV floats, so each pass reads S once, in order. */
+__attribute__((target("avx512f,fma"), always_inline))
+static inline void softmax_cols_avx512(const int TV, float *S, int n, int ld, const int *valid,
+				       float *inv)
+{
+	__m512i lim[4];
+	__m512 mx[4], sum[4];
+	for (int v = 0; v < TV; v++) {
+		lim[v] = _mm512_loadu_si512(valid + 16 * v);
+		mx[v] = _mm512_set1_ps(-INFINITY);
+		sum[v] = _mm512_setzero_ps();
+	}
+	for (int j = 0; j < n; j++)
+		for (int v = 0; v < TV; v++) {
+			__mmask16 m = _mm512_cmpgt_epi32_mask(lim[v], _mm512_set1_epi32(j));
+			mx[v] = _mm512_mask_max_ps(mx[v], m, mx[v], _mm512_loadu_ps(S + (size_t)j * ld + 16 * v));
+		}
+	for (int j = 0; j < n; j++)
+		for (int v = 0; v < TV; v++) {
+			__mmask16 m = _mm512_cmpgt_epi32_mask(lim[v], _mm512_set1_epi32(j));
+			float *row = S + (size_t)j * ld + 16 * v;
+			__m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(row), mx[v])));
+			_mm512_storeu_ps(row, e);
+			sum[v] = _mm512_add_ps(sum[v], e);
+		}
+	for (int v = 0; v < TV; v++)
+		_mm512_storeu_ps(inv + 16 * v, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[v]));
+}
+
+__attribute__((target("avx512f,fma")))
+static void softmax_cols_1(float *S, int n, int ld, const int *valid, float *inv)
+{
+	softmax_cols_avx512(1, S, n, ld, valid, inv);
+}
+
+__attribute__((target("avx512f,fma")))
+static void softmax_cols_2(float *S, int n, int ld, const int *valid, float *inv)
+{
+	softmax_cols_avx512(2, S, n, ld, valid, inv);
+}
+
+__attribute__((target("avx512f,fma")))
+static void softmax_cols_3(float *S, int n, int ld, const int *valid, float *inv)
+{
+	softmax_cols_avx512(3, S, n, ld, valid, inv);
+}
+
+__attribute__((target("avx512f,fma")))
+static void softmax_cols_4(float *S, int n, int ld, const int *valid, float *inv)
+{
+	softmax_cols_avx512(4, S, n, ld, valid, inv);
+}
+
 __attribute__((target("avx512f,fma")))
 static void silu_mul_avx512(float *y, const float *up, int n)
 {
@@ -285,15 +341,10 @@ static void silu_mul_avx512(float *y, const float *up, int n)
 	}
 }
 
-static int have_avx512(void)
-{
-	return __builtin_cpu_supports("avx512f");
-}
-
 void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
 	      int lds)
 {
-	if (have_avx512()) {
+	if (pfx_cpu_avx512()) {
 		dots_avx512(G, n, d, q, ldq, K, scale, s, lds);
 		return;
 	}
@@ -308,7 +359,7 @@ void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, floa
 
 void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
 {
-	if (have_avx512()) {
+	if (pfx_cpu_avx512()) {
 		axpys_avx512(G, n, d, p, ldp, V, o, ldo);
 		return;
 	}
@@ -320,7 +371,7 @@ void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, flo
 
 float pfx_exp_sum(float *x, int n, float *max_out)
 {
-	if (have_avx512())
+	if (pfx_cpu_avx512())
 		return exp_sum_avx512(x, n, max_out);
 	float mx = -INFINITY, sum = 0;
 	for (int i = 0; i < n; i++)
@@ -333,9 +384,31 @@ float pfx_exp_sum(float *x, int n, float *max_out)
 	return sum;
 }
 
+void pfx_softmax_cols(float *S, int n, int ld, const int *valid, float *inv)
+{
+	static void (*const fn[4])(float *, int, int, const int *, float *) = {
+		softmax_cols_1, softmax_cols_2, softmax_cols_3, softmax_cols_4,
+	};
+	if (pfx_cpu_avx512() && ld % 16 == 0 && ld <= 64) {
+		fn[ld / 16 - 1](S, n, ld, valid, inv);
+		return;
+	}
+	for (int t = 0; t < ld; t++) {
+		float mx = -INFINITY, sum = 0;
+		for (int j = 0; j < valid[t] && j < n; j++)
+			mx = fmaxf(mx, S[(size_t)j * ld + t]);
+		for (int j = 0; j < n; j++) {
+			float *e = &S[(size_t)j * ld + t];
+			*e = j < valid[t] ? expf(*e - mx) : 0.0f;
+			sum += *e;
+		}
+		inv[t] = 1.0f / sum;
+	}
+}
+
 void pfx_silu_mul(float *y, const float *up, int n)
 {
-	if (have_avx512()) {
+	if (pfx_cpu_avx512()) {
 		silu_mul_avx512(y, up, n);
 		return;
 	}

@@ -344,9 +344,8 @@ Test(session, decode_with_split_keys)
 	}
 }
 
-/* A short suffix on a long prefix gathers the prefix's keys and values into
- * one product (attention.c); a long prompt takes them block by block: both
- * give the uncached result. */
+/* A short suffix on a long prefix, its attention over many KV blocks, gives
+ * the uncached result (fixtures-portable runs it on the sgemm path too). */
 Test(session, short_suffix_on_a_long_prefix)
 {
 	for (size_t mi = 0; mi < 3; mi++) {
