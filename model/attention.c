@@ -4,8 +4,9 @@
  *
  * DESIGN. Prefill rows go in tasks of (session, KV head, ATT_CHUNK / G
  * rows): the G query heads that share the KV head are packed into one
- * matrix, and scores and the weighted sum of values are one sgemm each per
- * KV block.
+ * matrix of at most ATT_CHUNK rows, and scores and the weighted sum of
+ * values are one product each per KV block, by gemm_few_t on the block in
+ * place (sgemm without AVX-512).
  * A single new row (decode) is bound by reading the KV, so its tasks are
  * (session, KV head, range of keys): every query head that shares the KV
  * head is served by one pass over its blocks (grouped-query attention

@@ -3,6 +3,12 @@
 
 #include <stdlib.h>
 
+static bool turned_off(void)
+{
+	const char *no = getenv("PFX_NO_AVX512");
+	return no && *no && *no != '0';
+}
+
 bool pfx_cpu_avx512(void)
 {
 	/* Decided once: the kernels of one pass must agree, and getenv per
@@ -11,9 +17,16 @@ bool pfx_cpu_avx512(void)
 	static _Atomic int known = -1;
 	int v = known;
 	if (v < 0) {
-		const char *no = getenv("PFX_NO_AVX512");
-		v = __builtin_cpu_supports("avx512f") && !(no && *no && *no != '0');
+		v = __builtin_cpu_supports("avx512f") && !turned_off();
 		known = v;
 	}
 	return v;
+}
+
+const char *pfx_cpu_kernels(void)
+{
+	if (pfx_cpu_avx512())
+		return "AVX-512";
+	return __builtin_cpu_supports("avx512f") ? "portable (PFX_NO_AVX512 is set)"
+						 : "portable (no AVX-512 on this CPU)";
 }

@@ -12,5 +12,7 @@
 #include <stdbool.h>
 
 bool pfx_cpu_avx512(void);
+/* Which of them run, and why, for humans: "AVX-512" or "portable (...)". */
+const char *pfx_cpu_kernels(void);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "cache.h"
 #include "cli.h"
+#include "cpu.h"
 #include "npy.h"
 #include "prefix_run.h"
 #include "sample.h"
@@ -151,6 +152,7 @@ int cmd_info(struct run_args *a)
 	       cli_bytes(kv * pfx_model_block_tokens(m), b));
 	printf("threads          %d\n", pfx_model_threads(m));
 	printf("BLAS kernels     %s\n", pfx_blas_corename());
+	printf("own kernels      %s\n", pfx_cpu_kernels());
 	pfx_model_free(m);
 	return 0;
 }

@@ -96,9 +96,17 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 	const char *want[] = { "LlamaForCausalLM", "key/value heads 2", "fingerprint",
 			       "KV per token     512 bytes", "KV for 512        262144 bytes",
 			       "KV for 2048       1048576 bytes", "KV for 8192       4194304 bytes",
-			       "BLAS kernels" };
+			       "BLAS kernels", "own kernels" };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "info lacks '%s':\n%s", want[i], r.out);
+}
+
+Test(cli, info_says_when_the_own_kernels_are_turned_off)
+{
+	setenv("PFX_NO_AVX512", "1", 1);
+	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "own kernels      portable ("), "%s", r.out);
 }
 
 Test(cli, errors_are_clear)
