@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Which hand-written kernels this process runs. The AVX-512 ones (gemv.c,
- * gemm_few.c) serve where the CPU has them, unless PFX_NO_AVX512 is set in
- * the environment: then the portable paths run (AVX2 or plain C, and
- * OpenBLAS), as on a CPU without AVX-512, so that those paths are tested
- * and compared on this one.
+ * Which of our own kernels this process runs. The AVX-512 ones (gemv.c,
+ * gemm_few.c) serve where the CPU has them, unless PFX_NO_AVX512 is set to
+ * anything but "" or "0" when the process first needs them (it is read
+ * once): then our portable paths run (AVX2 or plain C, and sgemm where the
+ * AVX-512 kernels replace it), as on a CPU without AVX-512, so that those
+ * paths are tested and compared on this one. OpenBLAS keeps its own kernel
+ * choice (OPENBLAS_CORETYPE, blas.c).
  */
 #ifndef PFX_CPU_H
 #define PFX_CPU_H

@@ -10,7 +10,7 @@
 
 #define ATT_CHUNK 64 /* query rows per attention task */
 
-/* Prefill (nsplit 0): query head `head`, rows [r0, r1) of the item's new
+/* Prefill (nsplit 0): KV head `head`, rows [r0, r1) of the item's new
  * tokens. Decode (nsplit > 0): KV head `head`, keys [r0, r1), part `split`
  * of nsplit. See attention.c. */
 struct att_task {

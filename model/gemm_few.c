@@ -13,9 +13,10 @@
 
 #include "cpu.h"
 
-#include <assert.h>
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 int pfx_gemm_few_ok(void) { return pfx_cpu_avx512(); }
 
@@ -127,7 +128,7 @@ block(const int TV, const int NR, const int out, int T, int k, const float *xT, 
 typedef void (*block_fn)(int T, int k, const float *xT, int ld, const float *w, ptrdiff_t s,
 			 float beta, float *y, int ldy);
 
-/* Per (TV, NR) the dispatcher uses (NR main, 1 for the tail), one instance
+/* Per (TV, NR) the dispatcher uses (NR main, 4 and 1 for the tail), one instance
  * per layout, with the stride that is 1 a constant: rows of W in the layer
  * products and the scores (K's rows), columns for the values (V^T). */
 #define BLOCK(TV, NR)                                                                      \
@@ -150,20 +151,26 @@ typedef void (*block_fn)(int T, int k, const float *xT, int ld, const float *w, 
 		block(TV, NR, 1, T, k, xT, ld, w, 1, s, beta, y, ldy);                       \
 	}
 BLOCK(1, 12)
-BLOCK(1, 1)
 BLOCK(2, 8)
-BLOCK(2, 1)
 BLOCK(3, 8)
-BLOCK(3, 1)
 BLOCK(4, 6)
+BLOCK(1, 4)
+BLOCK(2, 4)
+BLOCK(3, 4)
+BLOCK(4, 4)
+BLOCK(1, 1)
+BLOCK(2, 1)
+BLOCK(3, 1)
 BLOCK(4, 1)
 
-#define KERNELS(TV, NR) { NR, { rows_##TV##_##NR, rows_t_##TV##_##NR, cols_t_##TV##_##NR }, \
-			   { rows_##TV##_1, rows_t_##TV##_1, cols_t_##TV##_1 } }
+#define LAYOUTS(TV, NR) { rows_##TV##_##NR, rows_t_##TV##_##NR, cols_t_##TV##_##NR }
+/* Rows of W in blocks of NR, then 4 (64 rows, a head's dims or a block's
+ * keys, leave 4 after 12 or 6), then 1. */
+#define KERNELS(TV, NR) { { NR, 4, 1 }, { LAYOUTS(TV, NR), LAYOUTS(TV, 4), LAYOUTS(TV, 1) } }
 enum layout { ROWS, ROWS_T, COLS_T };
 static const struct {
-	int nr;
-	block_fn main[3], tail[3];
+	int nr[3];
+	block_fn fn[3][3];
 } kernels[4] = { KERNELS(1, 12), KERNELS(2, 8), KERNELS(3, 8), KERNELS(4, 6) };
 
 /* Block i of NR rows of W starts at W + i * sn; y's rows or columns step by
@@ -171,11 +178,14 @@ static const struct {
 static void dispatch(enum layout l, int T, int n, int k, const float *xT, const float *W,
 		     ptrdiff_t sn, ptrdiff_t s, float beta, float *y, int ldy, ptrdiff_t ystep)
 {
-	int ld = pfx_gemm_few_ld(T), tv = ld / 16, nr = kernels[tv - 1].nr, i = 0;
-	for (; i + nr <= n; i += nr)
-		kernels[tv - 1].main[l](T, k, xT, ld, W + i * sn, s, beta, y + i * ystep, ldy);
-	for (; i < n; i++)
-		kernels[tv - 1].tail[l](T, k, xT, ld, W + i * sn, s, beta, y + i * ystep, ldy);
+	if (T < 1 || T > GEMM_FEW_MAX_T) {
+		fprintf(stderr, "pfx_gemm_few: %d rows, not 1 to %d\n", T, GEMM_FEW_MAX_T);
+		abort();
+	}
+	int ld = pfx_gemm_few_ld(T), tv = ld / 16, i = 0;
+	for (int b = 0; b < 3; b++)
+		for (int nr = kernels[tv - 1].nr[b]; i + nr <= n; i += nr)
+			kernels[tv - 1].fn[b][l](T, k, xT, ld, W + i * sn, s, beta, y + i * ystep, ldy);
 }
 
 void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
@@ -187,10 +197,12 @@ void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float be
 void pfx_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
 		    float beta, float *yT, int ldy)
 {
-	if (sk == 1)
+	if (sk == 1) {
 		dispatch(ROWS_T, T, n, k, xT, W, sn, sn, beta, yT, ldy, ldy);
-	else {
-		assert(sn == 1);
+	} else if (sn == 1) {
 		dispatch(COLS_T, T, n, k, xT, W, 1, sk, beta, yT, ldy, ldy);
+	} else {
+		fprintf(stderr, "pfx_gemm_few_t: W strides %d and %d, neither 1\n", sn, sk);
+		abort();
 	}
 }

@@ -13,7 +13,9 @@
 
 #define GEMM_FEW_MAX_T 64
 
-/* Whether this CPU runs the kernels (AVX-512); if not, use sgemm. */
+/* Whether the kernels run (AVX-512, not turned off: cpu.h); if not, use
+ * sgemm. T may be 1 to GEMM_FEW_MAX_T in all of them; the layer products
+ * use them from GEMV_MAX_T + 1 rows, attention from 1. */
 int pfx_gemm_few_ok(void);
 /* Columns of x transposed: ld of xT for T rows (T rounded up to 16). */
 int pfx_gemm_few_ld(int T);
@@ -23,9 +25,10 @@ void pfx_gemm_few_transpose(int T, int k, const float *x, int ldx, float *xT);
 void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
 		  int ldy);
 /* yT[i * ldy + t] = sum_p W[i * sn + p * sk] xT[p * ld + t] (+ beta yT) for
- * i < n and every t < ld, the padding lanes too: the product stored
- * transposed, as attention keeps its scores and outputs. W's rows (sk == 1:
- * keys) or its columns (sn == 1: values, read as V^T) must be contiguous. */
+ * i < n and every t < ld, the padding lanes too (so ldy >= ld): the product
+ * stored transposed, as attention keeps its scores and outputs. W's rows
+ * (sk == 1: keys) or its columns (sn == 1: values, read as V^T) must be
+ * contiguous. */
 void pfx_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
 		    float beta, float *yT, int ldy);
 

@@ -105,7 +105,7 @@ static void gemv_scalar(int T, int n, int k, const float *W, const float *x, int
 void pfx_gemv(int T, int n, int k, const float *W, const float *x, int ldx, float beta, float *y,
 	      int ldy)
 {
-	/* The CPU cannot change under us; the checks are cached by libgcc. */
+	/* Decided once per process (cpu.h); libgcc caches the AVX2 check. */
 	if (pfx_cpu_avx512())
 		gemv_avx512(T, n, k, W, x, ldx, beta, y, ldy);
 	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
@@ -303,29 +303,16 @@ static inline void softmax_cols_avx512(const int TV, float *S, int n, int ld, co
 		_mm512_storeu_ps(inv + 16 * v, _mm512_div_ps(_mm512_set1_ps(1.0f), sum[v]));
 }
 
-__attribute__((target("avx512f,fma")))
-static void softmax_cols_1(float *S, int n, int ld, const int *valid, float *inv)
-{
-	softmax_cols_avx512(1, S, n, ld, valid, inv);
-}
-
-__attribute__((target("avx512f,fma")))
-static void softmax_cols_2(float *S, int n, int ld, const int *valid, float *inv)
-{
-	softmax_cols_avx512(2, S, n, ld, valid, inv);
-}
-
-__attribute__((target("avx512f,fma")))
-static void softmax_cols_3(float *S, int n, int ld, const int *valid, float *inv)
-{
-	softmax_cols_avx512(3, S, n, ld, valid, inv);
-}
-
-__attribute__((target("avx512f,fma")))
-static void softmax_cols_4(float *S, int n, int ld, const int *valid, float *inv)
-{
-	softmax_cols_avx512(4, S, n, ld, valid, inv);
-}
+#define SOFTMAX_COLS(TV)                                                                       \
+	__attribute__((target("avx512f,fma"))) static void softmax_cols_##TV(                 \
+		float *S, int n, int ld, const int *valid, float *inv)                        \
+	{                                                                                      \
+		softmax_cols_avx512(TV, S, n, ld, valid, inv);                                 \
+	}
+SOFTMAX_COLS(1)
+SOFTMAX_COLS(2)
+SOFTMAX_COLS(3)
+SOFTMAX_COLS(4)
 
 __attribute__((target("avx512f,fma")))
 static void silu_mul_avx512(float *y, const float *up, int n)
@@ -393,6 +380,8 @@ void pfx_softmax_cols(float *S, int n, int ld, const int *valid, float *inv)
 		fn[ld / 16 - 1](S, n, ld, valid, inv);
 		return;
 	}
+	/* Attention calls this only where the vector path runs: the loop is
+	 * the reference, and what other widths get. */
 	for (int t = 0; t < ld; t++) {
 		float mx = -INFINITY, sum = 0;
 		for (int j = 0; j < valid[t] && j < n; j++)

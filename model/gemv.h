@@ -28,8 +28,9 @@ void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, flo
 /* x[i] = exp(x[i] - max x) for i < n (n >= 1); returns their sum, *max_out the max. */
 float pfx_exp_sum(float *x, int n, float *max_out);
 /* Softmax down each column t < ld of S (n rows of ld floats) over its rows
- * [0, valid[t]); the rest of the column is set to 0, and inv[t] is 1 / the
- * column's sum, the normalisation left to whoever reads the column. */
+ * [0, valid[t]), 1 <= valid[t] <= n; the rest of the column is set to 0, and
+ * inv[t] is 1 / the column's sum, the normalisation left to whoever reads
+ * the column. */
 void pfx_softmax_cols(float *S, int n, int ld, const int *valid, float *inv);
 /* y[i] = silu(y[i]) * up[i]: SwiGLU's activation. */
 void pfx_silu_mul(float *y, const float *up, int n);

@@ -23,9 +23,9 @@ Test(kernels, few_row_products_equal_the_plain_sum)
 	static float W[MAXN * MAXK], x[GEMM_FEW_MAX_T * (MAXK + 1)], xt[GEMM_FEW_MAX_T * MAXK];
 	static float y[GEMM_FEW_MAX_T * (MAXN + 3)], y0[GEMM_FEW_MAX_T * (MAXN + 3)];
 	uint32_t seed = 1;
-	const int ns[] = { 1, 6, 13, MAXN }, ks[] = { 1, 16, 17, MAXK };
+	const int ns[] = { 1, 6, 13, 22, MAXN }, ks[] = { 1, 16, 17, MAXK };
 	for (int T = GEMV_MAX_T + 1; T <= GEMM_FEW_MAX_T; T++)
-		for (int a = 0; a < 4; a++)
+		for (int a = 0; a < 5; a++)
 			for (int b = 0; b < 4; b++)
 				for (int beta = 0; beta < 2; beta++) {
 					int n = ns[a], k = ks[b], ldy = n + 3, ldx = k + 1;
@@ -67,9 +67,9 @@ Test(kernels, transposed_products_equal_the_plain_sum)
 	static float W[(MAXN + 2) * (MAXK + 2)], xt[MAXK * GEMM_FEW_MAX_T];
 	static float y[MAXN * LDY], y0[MAXN * LDY];
 	uint32_t seed = 2;
-	const int ns[] = { 1, 6, 13, MAXN }, ks[] = { 1, 16, 17, MAXK };
+	const int ns[] = { 1, 6, 13, 22, MAXN }, ks[] = { 1, 16, 17, MAXK };
 	for (int T = 1; T <= GEMM_FEW_MAX_T; T++)
-		for (int a = 0; a < 4; a++)
+		for (int a = 0; a < 5; a++)
 			for (int b = 0; b < 4; b++)
 				for (int cols = 0; cols < 2; cols++)
 					for (int beta = 0; beta < 2; beta++) {
