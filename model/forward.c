@@ -34,6 +34,7 @@ void fwd_scratch_free(struct fwd *f)
 	free(f->scores);
 	free(f->partials);
 	free(f->xt);
+	free(f->xt_call);
 	free(f);
 }
 
@@ -67,8 +68,11 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 	if (!f->xt && pfx_gemm_few_ok()) { /* only ops.c's gemm_few path reads it */
 		size_t in = H > qd ? H : qd;
 		in = in > I ? in : I;
-		if (grow(&f->xt, in * GEMM_FEW_MAX_T * 4))
+		f->xt_floats = in * GEMM_FEW_MAX_T;
+		if (grow(&f->xt, threads * f->xt_floats * 4) ||
+		    grow(&f->xt_call, threads * sizeof(*f->xt_call)))
 			return -ENOMEM;
+		memset(f->xt_call, 0, threads * sizeof(*f->xt_call));
 	}
 	if ((size_t)nitems > f->cap_items) {
 		if (grow(&f->item_row, (size_t)nitems * sizeof(int)))

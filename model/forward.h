@@ -41,7 +41,10 @@ struct fwd {
 	int ntasks;
 	float *scores;         /* per thread: att_thread_scratch() */
 	float *partials;       /* (ntasks, heads per KV head, head_dim + 2) */
-	float *xt;             /* (widest input, GEMM_FEW_MAX_T): gemm_few.h's x transposed */
+	float *xt;             /* per thread, xt_floats each: gemm_few.h's x transposed (ops.c) */
+	size_t xt_floats;
+	unsigned *xt_call;     /* per thread: the op_matmul call whose x its xt holds */
+	unsigned mm_calls;
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
 	/* capacities of the buffers above, to reuse them across passes */
