@@ -168,6 +168,21 @@ static char *fixture_path(const char *model)
 	return p;
 }
 
+/* The checkpoint in dir gives the neox-tiny fixture's logits exactly, and
+ * its fingerprint (why: what a difference would mean). */
+static void expect_same_as_neox_tiny(const char *dir, const char *why)
+{
+	char fa[65], fb[65];
+	size_t na, nb;
+	char *orig = fixture_path("neox-tiny");
+	float *a = run_logits(dir, &na, fa), *b = run_logits(orig, &nb, fb);
+	cr_expect_eq(max_abs_diff(a, b, na), 0.0f);
+	cr_expect_str_eq(fa, fb, "%s", why);
+	free(a);
+	free(b);
+	free(orig);
+}
+
 /* ==== Accepted checkpoints ==== */
 
 Test(loader, f32_is_mapped_not_copied)
@@ -255,15 +270,7 @@ Test(loader, sharded_equals_single_file)
 	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", d);
 	cr_assert_eq(json_object_to_file(path, idx), 0);
 	json_object_put(idx);
-	char fa[65], fb[65];
-	size_t na, nb;
-	char *orig = fixture_path("neox-tiny");
-	float *a = run_logits(d, &na, fa), *b = run_logits(orig, &nb, fb);
-	cr_expect_eq(max_abs_diff(a, b, na), 0.0f);
-	cr_expect_str_eq(fa, fb, "sharding must not change the fingerprint");
-	free(a);
-	free(b);
-	free(orig);
+	expect_same_as_neox_tiny(d, "sharding must not change the fingerprint");
 	tmpdir_free(d);
 	tset_free(&s);
 }
@@ -287,15 +294,7 @@ Test(loader, extra_tensors_are_tolerated)
 	char *d = tmpdir_new();
 	write_config("neox-tiny", d, NULL);
 	tset_write(&s, d, "model.safetensors");
-	char fa[65], fb[65];
-	size_t na, nb;
-	char *orig = fixture_path("neox-tiny");
-	float *a = run_logits(d, &na, fa), *b = run_logits(orig, &nb, fb);
-	cr_expect_eq(max_abs_diff(a, b, na), 0.0f);
-	cr_expect_str_eq(fa, fb, "unused buffers must not change the fingerprint");
-	free(a);
-	free(b);
-	free(orig);
+	expect_same_as_neox_tiny(d, "unused buffers must not change the fingerprint");
 	tmpdir_free(d);
 	tset_free(&s);
 }
