@@ -20,37 +20,8 @@
 #include <unistd.h>
 
 #include "arena.h"
-#include "buf.h"
-#include "chain.h"
-#include "prompt.h"
+#include "connection.h"
 #include "sock.h"
-#include "wire.h"
-
-struct mapped {
-	const uint8_t *base;
-	uint64_t size;
-};
-
-struct prefixd {
-	int fd;
-	pthread_mutex_t lock;
-	uint32_t opaque;
-	int has_layout;
-	uint32_t block_tokens;
-	uint64_t block_bytes;
-	uint32_t max_hashes;
-	struct mapped *arenas;  /* by arena id */
-	uint32_t narenas;
-	/* The last prompt: a prompt is matched and then published, or asked
-	 * for again, and hashing is a quarter of a client's time per MATCH
-	 * (bench/daemon). */
-	struct prefixd_prompt *memo;
-	struct pd_buf req; /* request bodies */
-	/* Leases this connection holds: RELEASE is one-way (no round trip;
-	 * bench/daemon), so an unknown lease is caught here instead. */
-	uint64_t *leases;
-	size_t nleases, cap_leases;
-};
 
 static _Thread_local char errmsg[512];
 
@@ -80,12 +51,7 @@ static int errno_of(int status)
 	}
 }
 
-/*
- * One request and its reply. On a daemon error the message it sent becomes
- * errmsg. The reply body (malloc'd) and descriptors go to the caller only
- * on success; fds may be NULL when none are expected.
- */
-static int call(struct prefixd *c, int op, const uint8_t *body, size_t len, int sfd,
+int pd_call(struct prefixd *c, int op, const uint8_t *body, size_t len, int sfd,
 		uint8_t **rbody, uint32_t *rlen, int *fds, int *nfds)
 {
 	struct pd_hdr h = { PD_MAGIC, PD_VERSION, (uint8_t)op, 0, 0, ++c->opaque, (uint32_t)len };
@@ -139,11 +105,11 @@ static int hello(struct prefixd *c, const struct prefixd_layout *l)
 	if (rc)
 		return rc;
 	struct pd_hello m = pd_hello_of(l);
-	uint8_t body[64 + PD_MAX_SALT];
+	uint8_t body[60 + PD_MAX_SALT];
 	size_t len = pd_hello_encode(&m, body, sizeof(body));
 	uint8_t *rb;
 	uint32_t rlen = 0;
-	if ((rc = call(c, PD_OP_HELLO, body, len, -1, &rb, &rlen, NULL, NULL)))
+	if ((rc = pd_call(c, PD_OP_HELLO, body, len, -1, &rb, &rlen, NULL, NULL)))
 		return rc;
 	struct pd_hello_reply r;
 	rc = pd_hello_reply_decode(rb, rlen, &r);
@@ -154,6 +120,8 @@ static int hello(struct prefixd *c, const struct prefixd_layout *l)
 	c->block_tokens = l->block_tokens;
 	c->block_bytes = l->block_bytes;
 	c->max_hashes = r.max_hashes < PD_MAX_HASHES ? r.max_hashes : PD_MAX_HASHES;
+	c->limits = (struct prefixd_limits){ r.budget_bytes, r.quota_bytes, r.pin_max_bytes,
+					     c->max_hashes };
 	return 0;
 }
 
@@ -279,7 +247,7 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 {
 	uint8_t *rb = NULL, *owned;
 	int rc;
-	size_t cap = 4 + (size_t)nblocks * (PD_HASH_SIZE + 4 * c->block_tokens);
+	size_t cap = pd_chain_body_size(nblocks, c->block_tokens);
 	const uint8_t *le = le_tokens(p->tokens, (size_t)nblocks * c->block_tokens, &owned);
 	struct pd_match m = { nblocks, p->hashes, le };
 	uint8_t *body = pd_buf_reserve(&c->req, cap);
@@ -289,7 +257,7 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 		return pd_fail(-ENOMEM, "out of memory");
 	int fds[PD_MAX_FDS], nfds = 0;
 	uint32_t rlen = 0;
-	rc = call(c, PD_OP_MATCH, body, len, -1, &rb, &rlen, fds, &nfds);
+	rc = pd_call(c, PD_OP_MATCH, body, len, -1, &rb, &rlen, fds, &nfds);
 	pd_buf_trim(&c->req);
 	if (rc)
 		return rc;
@@ -428,7 +396,7 @@ int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, u
 	pthread_mutex_lock(&c->lock);
 	if ((rc = pd_prompt_set(c->memo, tokens, first + n)))
 		goto out;
-	size_t cap = 12 + (size_t)n * (PD_HASH_SIZE + 4 * c->block_tokens);
+	size_t cap = 8 + pd_chain_body_size(n, c->block_tokens);
 	const uint8_t *le = le_tokens(tokens + (size_t)first * c->block_tokens,
 				      (size_t)n * c->block_tokens, &owned);
 	struct pd_publish m = { lease, n, c->memo->hashes + (size_t)first * PD_HASH_SIZE, le };
@@ -438,7 +406,7 @@ int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, u
 		rc = pd_fail(-ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = call(c, PD_OP_PUBLISH, body, len, sfd, &rb, &rlen, NULL, NULL);
+	rc = pd_call(c, PD_OP_PUBLISH, body, len, sfd, &rb, &rlen, NULL, NULL);
 out:
 	pd_buf_trim(&c->req);
 	pthread_mutex_unlock(&c->lock);
@@ -447,34 +415,26 @@ out:
 	if (rc)
 		return rc;
 	struct pd_publish_reply r;
-	if (pd_publish_reply_decode(rb, rlen, &r))
-		rc = pd_fail(-EBADMSG, "prefixd sent a PUBLISH reply that does not decode");
-	else
-		*stored = r.stored, *dedup = r.deduplicated;
-	free(rb);
-	return rc;
-}
-
-int prefixd_stats(struct prefixd *c, struct prefixd_stats *out)
-{
-	uint8_t *rb;
-	uint32_t rlen = 0;
-	pthread_mutex_lock(&c->lock);
-	int rc = call(c, PD_OP_STATS, NULL, 0, -1, &rb, &rlen, NULL, NULL);
-	pthread_mutex_unlock(&c->lock);
-	if (rc)
-		return rc;
-	uint64_t v[PD_STATS_COUNT];
-	if (pd_stats_reply_decode(rb, rlen, v)) {
+	if (pd_publish_reply_decode(rb, rlen, &r) || r.stored > n || r.deduplicated > n - r.stored) {
 		free(rb);
-		return pd_fail(-EBADMSG, "prefixd sent a STATS reply that does not decode");
+		return pd_fail(-EBADMSG, "prefixd sent a PUBLISH reply that does not decode");
 	}
 	free(rb);
-	*out = (struct prefixd_stats){
-		v[PD_ST_HITS], v[PD_ST_MISSES], v[PD_ST_HIT_TOKENS], v[PD_ST_BLOCKS],
-		v[PD_ST_BYTES_USED], v[PD_ST_BUDGET], v[PD_ST_PUBLISHED], v[PD_ST_DEDUP],
-		v[PD_ST_EVICTIONS], v[PD_ST_CONNECTIONS], v[PD_ST_LEASES], v[PD_ST_MATCHES],
-		v[PD_ST_ERRORS], v[PD_ST_ARENAS], v[PD_ST_COLLISIONS],
-	};
+	*stored = r.stored;
+	*dedup = r.deduplicated;
+	if (r.stop == PD_STOP_BUDGET)
+		return pd_fail(-ENOSPC, "prefixd stored %u of %u blocks: its memory budget is full of leased or pinned blocks",
+			       r.stored + r.deduplicated, n);
+	if (r.stop == PD_STOP_QUOTA)
+		return pd_fail(-EDQUOT, "prefixd stored %u of %u blocks: this user's quota is full of their leased or pinned blocks",
+			       r.stored + r.deduplicated, n);
 	return 0;
+}
+
+int prefixd_limits(struct prefixd *c, struct prefixd_limits *out)
+{
+	int rc = need_layout(c);
+	if (!rc)
+		*out = c->limits;
+	return rc;
 }

@@ -17,9 +17,11 @@
  *   -ECONNREFUSED, -ENOENT (connect)  no daemon at that socket
  *   -EPROTONOSUPPORT                  no protocol version in common
  *   -EINVAL                           a layout the daemon does not store
- *   -ENOSPC                           the daemon's memory is full of leased blocks
+ *   -ENOSPC                           the daemon's memory is full of leased or pinned blocks
+ *   -EDQUOT                           this user's quota is full of their leased or pinned blocks
  *   -ENOENT (release, publish)        a lease this connection does not hold
  *   -EACCES                           an admin call from another user
+ *   -ENOENT (admin)                   no such chain (or pin)
  *   -E2BIG                            more blocks than one call takes
  *   -EBADMSG, -EPROTO                 the daemon and the client disagree on the protocol
  *   -EIO                              the daemon failed
@@ -31,8 +33,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PREFIXD_FINGERPRINT_BYTES 32
-#define PREFIXD_MAX_SALT 64
+#include "prefixd_proto.h"  /* sizes, limits and the list of counters */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct prefixd;
 
@@ -45,10 +50,12 @@ struct prefixd_layout {
 	uint32_t salt_len;      /* at most PREFIXD_MAX_SALT */
 };
 
-/* Daemon-wide counters (prefixctl stats). */
+/* Daemon-wide counters (prefixctl stats): one field per entry of
+ * PREFIXD_COUNTERS, in its order, with its help text there. */
 struct prefixd_stats {
-	uint64_t hits, misses, hit_tokens, blocks, bytes_used, budget, published, dedup,
-		evictions, connections, leases, matches, errors, arenas, collisions;
+#define PREFIXD_FIELD_(name, kind, help) uint64_t name;
+	PREFIXD_COUNTERS(PREFIXD_FIELD_)
+#undef PREFIXD_FIELD_
 };
 
 /* Connects to the daemon's socket (NULL: $XDG_RUNTIME_DIR/prefixd.sock, else
@@ -109,16 +116,130 @@ int prefixd_release(struct prefixd *c, uint64_t lease);
  * first `first` blocks must be the ones `lease` holds (first == 0 and
  * lease == 0 to start at the prompt's beginning). The daemon copies the
  * bytes; blocks another client published first are counted in *dedup.
- * stored + dedup < n when the daemon stopped early at a block whose key
- * another prompt holds (a hash collision); nothing wrong was stored.
+ * Returns 0 with stored + dedup < n when the daemon stopped early at a
+ * block whose key another prompt holds (a hash collision; nothing wrong
+ * was stored). -ENOSPC (the daemon's memory budget) or -EDQUOT (this
+ * user's quota) when it stopped because every block that could make room
+ * is leased or pinned: *stored and *dedup then say what it did before,
+ * and prefixd_errmsg() why.
  */
 int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
 		    uint32_t n, const void *const *kv, uint32_t *stored, uint32_t *dedup);
 
-/* The daemon's counters. Only for the daemon's own user and root. */
-int prefixd_stats(struct prefixd *c, struct prefixd_stats *out);
+/* What the daemon announced at HELLO (a connection with a layout). */
+struct prefixd_limits {
+	uint64_t budget;        /* memory for blocks of every user */
+	uint64_t quota;         /* most one user's blocks may hold */
+	uint64_t pin_max;       /* most pinned blocks may hold */
+	uint32_t max_blocks;    /* blocks per match or publish */
+};
+int prefixd_limits(struct prefixd *c, struct prefixd_limits *out);
 
 /* Why the calling thread's last failed call failed. */
 const char *prefixd_errmsg(void);
+
+/* ==== Administration: for the daemon's own user and root only ====
+ * Another user gets -EACCES. These take a connection with or without a
+ * layout. */
+
+/* The daemon's counters. */
+int prefixd_stats(struct prefixd *c, struct prefixd_stats *out);
+
+/* What one user's blocks of one model hold and did. */
+struct prefixd_usage {
+	uint32_t user;
+	uint8_t model[PREFIXD_FINGERPRINT_BYTES];
+	uint64_t blocks, bytes, pinned_bytes, hits, hit_tokens, query_tokens, evictions;
+};
+/* The counters, and one usage row per (user, model) in *usage (malloc'd,
+ * free() it; NULL when *n is 0). */
+int prefixd_stats_usage(struct prefixd *c, struct prefixd_stats *out,
+			struct prefixd_usage **usage, size_t *n);
+
+/* A cached chain (a prefix from its root) as the admin calls name it: its
+ * last block's hash in its user's namespace. */
+struct prefixd_id {
+	uint8_t key[PREFIXD_HASH_BYTES];
+	uint32_t user;
+};
+#define PREFIXD_ID_CHARS (2 * PREFIXD_HASH_BYTES + 8) /* hex: the key, then the user */
+void prefixd_id_format(const struct prefixd_id *id, char out[PREFIXD_ID_CHARS + 1]);
+/* 0, or -EINVAL for a string that is not PREFIXD_ID_CHARS hex digits. */
+int prefixd_id_parse(const char *s, struct prefixd_id *out);
+/* The id of a prompt's chain of full blocks, for this process's user.
+ * -EINVAL when it has no full block. */
+int prefixd_prompt_id(const struct prefixd_prompt *p, struct prefixd_id *out);
+
+enum prefixd_where {
+	PREFIXD_IN_MEMORY = 1u << 0,
+	PREFIXD_ON_DISK = 1u << 1,
+};
+
+/* A chain that ends at a leaf (no cached block continues it). */
+struct prefixd_chain {
+	struct prefixd_id id;
+	uint8_t model[PREFIXD_FINGERPRINT_BYTES];
+	uint32_t blocks, tokens;
+	uint64_t bytes;         /* of its blocks; blocks shared with other chains count in each */
+	uint64_t hits;          /* MATCHes that attached its last block */
+	uint32_t leases;        /* leases on its last block */
+	uint32_t idle_s;        /* seconds since its last block was used */
+	int pinned;
+	uint32_t pin_ttl_s;     /* seconds left of a pin with a TTL; 0: none */
+	unsigned where;         /* enum prefixd_where */
+};
+
+struct prefixd_filter {
+	int by_user;
+	uint32_t user;
+	int by_model;
+	uint8_t model[PREFIXD_FINGERPRINT_BYTES];
+};
+
+/* Every cached chain (that the filter, which may be NULL, selects) into
+ * *out (malloc'd, free() it). Read page by page: the daemon keeps serving
+ * in between, so chains may come and go while it runs. */
+int prefixd_list(struct prefixd *c, const struct prefixd_filter *filter,
+		 struct prefixd_chain **out, size_t *n);
+
+enum prefixd_evict_by {
+	PREFIXD_EVICT_ALL = 1,
+	PREFIXD_EVICT_ID,       /* a chain's blocks that no other chain continues */
+	PREFIXD_EVICT_MODEL,
+	PREFIXD_EVICT_USER,
+	PREFIXD_EVICT_IDLE,     /* blocks unused for idle_s seconds or more */
+};
+
+struct prefixd_evict_sel {
+	enum prefixd_evict_by by;
+	struct prefixd_id id;
+	uint8_t model[PREFIXD_FINGERPRINT_BYTES];
+	uint32_t user;
+	uint64_t idle_s;
+};
+
+/* What an eviction removed, and the selected blocks it kept. */
+struct prefixd_evicted {
+	uint64_t blocks, bytes;
+	uint64_t kept_leased, kept_pinned;
+	uint64_t kept_parent;   /* parents of blocks that stay */
+};
+
+/* Evicts the unleased, unpinned blocks a selector names. -ENOENT for an id
+ * that names no cached chain. */
+int prefixd_evict(struct prefixd *c, const struct prefixd_evict_sel *sel,
+		  struct prefixd_evicted *out);
+
+/* Pins a chain against eviction for ttl_s seconds (0: until unpinned);
+ * pinning it again sets the TTL anew. *pinned_bytes (may be NULL): what
+ * pins hold now. -E2BIG past the daemon's --pin-max. */
+int prefixd_pin(struct prefixd *c, const struct prefixd_id *id, uint32_t ttl_s,
+		uint64_t *pinned_bytes);
+/* -ENOENT when that chain is not pinned. */
+int prefixd_unpin(struct prefixd *c, const struct prefixd_id *id);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,10 +7,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "index.h"
 #include "partition.h"
 
+/* Lock order: a partitions' lock and the index's are never held together;
+ * the index's is taken last of all (stores run under it). */
 struct daemon {
-	struct partitions parts;
+	struct partitions parts;  /* arenas, and the budget */
+	struct pd_index *idx;     /* every block of every user and model */
+	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */
 	_Atomic uint64_t connections, matches, errors;

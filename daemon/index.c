@@ -5,15 +5,22 @@
  * DESIGN. Entries live in a chained hash table keyed by (namespace, key),
  * where key is the client's chain hash (truncated in test builds). Every
  * entry points to its parent entry and counts its children, so the set of
- * entries is a forest of prefix trees, one root per (namespace, h0). A
- * MATCH walks the client's chain and accepts entry i only if its tokens
+ * entries is a forest of prefix trees, one root per group (namespace, h0).
+ * A MATCH walks the client's chain and accepts entry i only if its tokens
  * equal the client's and its parent is entry i - 1: hash keys find
- * candidates, never decide. Eviction keeps the forest intact by taking only
- * leaves (no children) that no lease holds, oldest use first (a global LRU
- * list, touched on every hit and store).
+ * candidates, never decide.
  *
- * Locking: `lock` guards everything here. One lock is the simplest thing
- * that is correct; bench/daemon decides whether it needs striping.
+ * Eviction keeps the forest intact by taking only leaves (no children)
+ * that no lease or pin holds. Those, and only those, are on two LRU lists
+ * ordered by last use (a logical clock): the daemon's and their user's. A
+ * victim is then the head of a list, found in O(1) whatever the number of
+ * parents, leased or pinned blocks. An entry that becomes evictable (its
+ * last child went, its last lease ended) is inserted by its last use: a
+ * parent was used no later than its child, so a chain goes leaf first,
+ * then its parent, as one unit of age.
+ *
+ * Locking: `lock` guards everything here, stores included (their
+ * callbacks run under it). Functions named do_* expect it held.
  */
 #include "index.h"
 
@@ -21,17 +28,54 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+enum { LRU_ALL, LRU_USER };
+
+struct entry;
+
+struct link {
+	struct entry *older, *newer;
+};
+
+struct list {
+	struct entry *oldest, *newest;
+};
+
+struct user {
+	uint32_t uid;
+	uint64_t bytes;               /* of its blocks */
+	uint32_t groups;
+	struct list lru;              /* its evictable blocks */
+	struct user *next;
+};
+
+struct idx_group {
+	uint32_t ns;
+	uint8_t h0[IDX_HASH_BYTES];
+	uint8_t fp[PD_FP_SIZE];
+	struct idx_store store;
+	struct user *user;
+	uint32_t refs;
+	uint64_t blocks, pinned_bytes, hits, hit_blocks, query_blocks, evictions;
+	struct idx_group *next;
+};
 
 struct entry {
 	uint8_t key[IDX_HASH_BYTES];
-	uint32_t ns;
-	uint8_t h0[IDX_HASH_BYTES];   /* root context; only for parentless entries */
+	struct idx_group *g;
 	struct entry *parent;
 	uint32_t children;
 	uint32_t leases;              /* leases holding this entry */
+	uint32_t pins;                /* pinned chains through this entry */
+	uint32_t depth;               /* blocks from the root, this one included */
+	uint64_t use;                 /* logical clock of the last use: LRU order */
+	uint64_t used_s;              /* monotonic seconds of the last use */
+	uint64_t hits;
 	struct idx_loc loc;
 	struct entry *hnext;          /* hash bucket chain */
-	struct entry *older, *newer;  /* LRU list */
+	struct link l[2];             /* LRU_ALL, LRU_USER; while on_lru */
+	int on_lru;
 	uint32_t tokens[];            /* (block_tokens) */
 };
 
@@ -42,22 +86,42 @@ struct lease {
 	struct entry *blocks[];       /* (n) */
 };
 
+struct pin {
+	struct entry *e;
+	uint64_t expires_s;           /* 0: never */
+	struct pin *next;
+};
+
 #define LEASE_BUCKETS 1024
+#define NBUCKETS (1u << 16)
+/* Entries one listing or eviction round looks at under the lock: a few
+ * hundred microseconds at most (docs/DESIGN.md). */
+#define ROUND_ENTRIES 4096
 
 struct pd_index {
 	pthread_mutex_t lock;
 	uint32_t block_tokens;
 	int key_bytes;
-	struct idx_store store;
-	struct entry **buckets;       /* (nbuckets) */
-	size_t nbuckets;
-	struct entry *oldest, *newest;
+	struct idx_limits lim;
+	struct entry *buckets[NBUCKETS];
+	struct list lru;              /* every evictable block */
+	uint64_t clock;
+	struct idx_group *groups;
+	struct user *users;
+	struct pin *pins;
 	struct lease *leases[LEASE_BUCKETS];
 	uint64_t next_lease;
 	struct idx_stats st;
 };
 
-int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_store *store,
+static uint64_t now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec;
+}
+
+int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	    struct pd_index **out)
 {
 	if (!block_tokens || key_bytes < 1 || key_bytes > IDX_HASH_BYTES)
@@ -65,16 +129,10 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_store *store,
 	struct pd_index *x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
-	x->nbuckets = 1 << 16;
-	x->buckets = calloc(x->nbuckets, sizeof(*x->buckets));
-	if (!x->buckets) {
-		free(x);
-		return -ENOMEM;
-	}
 	pthread_mutex_init(&x->lock, NULL);
 	x->block_tokens = block_tokens;
 	x->key_bytes = key_bytes;
-	x->store = *store;
+	x->lim = *lim;
 	x->next_lease = 1;
 	*out = x;
 	return 0;
@@ -90,16 +148,108 @@ void idx_free(struct pd_index *x)
 			x->leases[b] = l->next;
 			free(l);
 		}
-	struct entry *e = x->oldest;
-	while (e) {
-		struct entry *n = e->newer;
-		x->store.free(x->store.ctx, e->loc);
-		free(e);
-		e = n;
+	while (x->pins) {
+		struct pin *p = x->pins;
+		x->pins = p->next;
+		free(p);
 	}
-	free(x->buckets);
+	for (size_t b = 0; b < NBUCKETS; b++)
+		while (x->buckets[b]) {
+			struct entry *e = x->buckets[b];
+			x->buckets[b] = e->hnext;
+			e->g->store.free(e->g->store.ctx, e->loc, true);
+			free(e);
+		}
+	while (x->groups) {
+		struct idx_group *g = x->groups;
+		x->groups = g->next;
+		free(g);
+	}
+	while (x->users) {
+		struct user *u = x->users;
+		x->users = u->next;
+		free(u);
+	}
 	pthread_mutex_destroy(&x->lock);
 	free(x);
+}
+
+/* ==== LRU lists of evictable entries (caller holds lock) ==== */
+
+static struct list *list_of(struct pd_index *x, const struct entry *e, int w)
+{
+	return w == LRU_ALL ? &x->lru : &e->g->user->lru;
+}
+
+static void list_unlink(struct list *L, struct entry *e, int w)
+{
+	struct link *k = &e->l[w];
+	if (k->older)
+		k->older->l[w].newer = k->newer;
+	else
+		L->oldest = k->newer;
+	if (k->newer)
+		k->newer->l[w].older = k->older;
+	else
+		L->newest = k->older;
+	k->older = k->newer = NULL;
+}
+
+/* Inserts e in use order, walking from the nearer end. */
+static void list_insert(struct list *L, struct entry *e, int w)
+{
+	struct entry *after = NULL; /* e goes just after this one (NULL: first) */
+	if (!L->newest || L->newest->use <= e->use) {
+		after = L->newest;
+	} else if (e->use - L->oldest->use < L->newest->use - e->use) {
+		for (struct entry *o = L->oldest; o && o->use <= e->use; o = o->l[w].newer)
+			after = o;
+	} else {
+		after = L->newest;
+		while (after && after->use > e->use)
+			after = after->l[w].older;
+	}
+	struct entry *before = after ? after->l[w].newer : L->oldest;
+	e->l[w].older = after;
+	e->l[w].newer = before;
+	if (after)
+		after->l[w].newer = e;
+	else
+		L->oldest = e;
+	if (before)
+		before->l[w].older = e;
+	else
+		L->newest = e;
+}
+
+static int evictable(const struct entry *e)
+{
+	return !e->children && !e->leases && !e->pins;
+}
+
+/* Puts e on or off the LRU lists after its state changed. */
+static void do_update(struct pd_index *x, struct entry *e)
+{
+	int want = evictable(e);
+	if (want == e->on_lru)
+		return;
+	for (int w = 0; w < 2; w++) {
+		if (want)
+			list_insert(list_of(x, e, w), e, w);
+		else
+			list_unlink(list_of(x, e, w), e, w);
+	}
+	e->on_lru = want;
+}
+
+static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
+{
+	e->use = ++x->clock;
+	e->used_s = now;
+	for (int w = 0; e->on_lru && w < 2; w++) {
+		list_unlink(list_of(x, e, w), e, w);
+		list_insert(list_of(x, e, w), e, w);
+	}
 }
 
 /* ==== Entries (caller holds lock) ==== */
@@ -115,97 +265,179 @@ static size_t bucket_of(const struct pd_index *x, uint32_t ns, const uint8_t *ke
 	uint64_t h = ns * 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < x->key_bytes; i++)
 		h = (h ^ key[i]) * 0x100000001b3ull;
-	return (size_t)(h ^ h >> 29) & (x->nbuckets - 1);
+	return (size_t)(h ^ h >> 29) & (NBUCKETS - 1);
 }
 
 static struct entry *do_find(const struct pd_index *x, uint32_t ns, const uint8_t *key)
 {
 	for (struct entry *e = x->buckets[bucket_of(x, ns, key)]; e; e = e->hnext)
-		if (e->ns == ns && !memcmp(e->key, key, IDX_HASH_BYTES))
+		if (e->g->ns == ns && !memcmp(e->key, key, IDX_HASH_BYTES))
 			return e;
 	return NULL;
 }
 
 /* The exact test: same tokens, same parent (or same root context). */
 static int do_confirms(const struct pd_index *x, const struct entry *e, const struct entry *parent,
-		       const struct idx_root *root, const uint32_t *tokens)
+		       const struct idx_group *g, const uint32_t *tokens)
 {
 	if (e->parent != parent)
 		return 0;
-	if (!parent && memcmp(e->h0, root->h0, IDX_HASH_BYTES))
+	if (!parent && e->g != g)
 		return 0;
 	return !memcmp(e->tokens, tokens, x->block_tokens * sizeof(uint32_t));
 }
 
-static void lru_unlink(struct pd_index *x, struct entry *e)
+static void lease_add(struct pd_index *x, struct entry *e)
 {
-	if (e->older)
-		e->older->newer = e->newer;
-	else
-		x->oldest = e->newer;
-	if (e->newer)
-		e->newer->older = e->older;
-	else
-		x->newest = e->older;
-	e->older = e->newer = NULL;
+	if (!e->leases++)
+		x->st.leased_bytes += e->g->store.slot_bytes;
+	do_update(x, e);
 }
 
-static void lru_push(struct pd_index *x, struct entry *e)
+static void lease_drop(struct pd_index *x, struct entry *e)
 {
-	e->older = x->newest;
-	e->newer = NULL;
-	if (x->newest)
-		x->newest->newer = e;
-	else
-		x->oldest = e;
-	x->newest = e;
+	if (!--e->leases)
+		x->st.leased_bytes -= e->g->store.slot_bytes;
+	do_update(x, e);
 }
 
-static void do_touch(struct pd_index *x, struct entry *e)
+static void pin_add(struct pd_index *x, struct entry *e)
 {
-	lru_unlink(x, e);
-	lru_push(x, e);
+	if (!e->pins++) {
+		x->st.pinned_bytes += e->g->store.slot_bytes;
+		e->g->pinned_bytes += e->g->store.slot_bytes;
+	}
+	do_update(x, e);
 }
 
-static void do_remove(struct pd_index *x, struct entry *e)
+static void pin_drop(struct pd_index *x, struct entry *e)
 {
-	struct entry **pp = &x->buckets[bucket_of(x, e->ns, e->key)];
+	if (!--e->pins) {
+		x->st.pinned_bytes -= e->g->store.slot_bytes;
+		e->g->pinned_bytes -= e->g->store.slot_bytes;
+	}
+	do_update(x, e);
+}
+
+static void do_group_gc(struct pd_index *x, struct idx_group *g)
+{
+	if (g->refs || g->blocks)
+		return;
+	struct idx_group **pp = &x->groups;
+	while (*pp != g)
+		pp = &(*pp)->next;
+	*pp = g->next;
+	struct user *u = g->user;
+	free(g);
+	if (--u->groups)
+		return;
+	struct user **up = &x->users;
+	while (*up != u)
+		up = &(*up)->next;
+	*up = u->next;
+	free(u);
+}
+
+/* Removes an evictable entry; its parent may become evictable. */
+static void do_remove(struct pd_index *x, struct entry *e, bool punch)
+{
+	struct idx_group *g = e->g;
+	struct entry **pp = &x->buckets[bucket_of(x, g->ns, e->key)];
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
-	lru_unlink(x, e);
-	if (e->parent)
+	for (int w = 0; e->on_lru && w < 2; w++)
+		list_unlink(list_of(x, e, w), e, w);
+	if (e->parent) {
 		e->parent->children--;
-	x->store.free(x->store.ctx, e->loc);
+		do_update(x, e->parent);
+	}
+	g->store.free(g->store.ctx, e->loc, punch);
 	x->st.blocks--;
+	x->st.bytes -= g->store.slot_bytes;
+	g->user->bytes -= g->store.slot_bytes;
+	g->blocks--;
 	free(e);
+	do_group_gc(x, g);
 }
 
-/* Frees the least recently used block that is neither leased nor a parent. */
-static int do_evict_one(struct pd_index *x)
+/* Evicts the oldest entry of L for group g's next block. Memory moves
+ * between stores only through the budget: a victim of another store
+ * gives its pages back. -ENOENT when L is empty. */
+static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_group *g)
 {
-	for (struct entry *e = x->oldest; e; e = e->newer)
-		if (!e->leases && !e->children) {
-			do_remove(x, e);
-			x->st.evictions++;
-			return 0;
-		}
-	return -ENOSPC;
+	struct entry *v = L->oldest;
+	if (!v)
+		return -ENOENT;
+	v->g->evictions++;
+	x->st.evictions++;
+	do_remove(x, v, v->g->store.ctx != g->store.ctx);
+	return 0;
 }
 
-/* A slot for a new block, evicting as needed; `keep` must survive. */
-static int do_alloc(struct pd_index *x, struct entry *keep, struct idx_loc *loc)
+/* A slot for g's next block, evicting as needed; `keep` must survive. A
+ * user at their quota gives up their own blocks first; anyone's oldest
+ * block goes when the budget is full. */
+static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
+		    struct idx_loc *loc)
 {
+	uint64_t slot = g->store.slot_bytes;
+	struct user *u = g->user;
+	if (slot > x->lim.quota)
+		return x->lim.quota < x->lim.budget ? -EDQUOT : -ENOSPC;
 	int rc;
 	/* The parent we are about to extend must not be evicted meanwhile. */
 	if (keep)
-		keep->leases++;
-	while ((rc = x->store.alloc(x->store.ctx, loc)) == -ENOSPC)
-		if (do_evict_one(x))
+		lease_add(x, keep);
+	for (;;) {
+		/* A user alone at a quota of the whole budget meets the budget:
+		 * say so (the store's -ENOSPC below). */
+		if (u->bytes + slot > x->lim.quota && x->lim.quota < x->lim.budget) {
+			if (do_evict_from(x, &u->lru, g)) {
+				rc = -EDQUOT;
+				break;
+			}
+			continue;
+		}
+		if ((rc = g->store.alloc(g->store.ctx, loc)) != -ENOSPC)
 			break;
+		if (do_evict_from(x, &x->lru, g))
+			break;
+	}
 	if (keep)
-		keep->leases--;
+		lease_drop(x, keep);
 	return rc;
+}
+
+/* ==== Pins (caller holds lock) ==== */
+
+static struct entry *do_find_id(struct pd_index *x, const struct pd_id *id)
+{
+	uint8_t key[IDX_HASH_BYTES];
+	make_key(x, id->key, key);
+	return do_find(x, id->uid, key);
+}
+
+static void do_unpin(struct pd_index *x, struct pin **pp)
+{
+	struct pin *p = *pp;
+	*pp = p->next;
+	for (struct entry *e = p->e; e; e = e->parent)
+		pin_drop(x, e);
+	x->st.pins--;
+	free(p);
+}
+
+static void do_expire(struct pd_index *x, uint64_t now)
+{
+	for (struct pin **pp = &x->pins; *pp;) {
+		if ((*pp)->expires_s && (*pp)->expires_s <= now) {
+			do_unpin(x, pp);
+			x->st.pins_expired++;
+		} else {
+			pp = &(*pp)->next;
+		}
+	}
 }
 
 /* ==== Leases (caller holds lock) ==== */
@@ -218,9 +450,61 @@ static struct lease **do_lease_slot(struct pd_index *x, uint64_t id)
 	return pp;
 }
 
-/* ==== Public calls ==== */
+/* ==== Groups ==== */
 
-int idx_match(struct pd_index *x, const struct idx_root *root, const uint8_t *hashes,
+int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t *fingerprint,
+		  const struct idx_store *store, struct idx_group **out)
+{
+	int rc = 0;
+	pthread_mutex_lock(&x->lock);
+	struct idx_group *g = x->groups;
+	while (g && (g->ns != root->ns || memcmp(g->h0, root->h0, IDX_HASH_BYTES)))
+		g = g->next;
+	if (!g) {
+		struct user *u = x->users;
+		while (u && u->uid != root->ns)
+			u = u->next;
+		if (!u && (u = calloc(1, sizeof(*u)))) {
+			u->uid = root->ns;
+			u->next = x->users;
+			x->users = u;
+		}
+		if (u && (g = calloc(1, sizeof(*g)))) {
+			g->ns = root->ns;
+			memcpy(g->h0, root->h0, IDX_HASH_BYTES);
+			memcpy(g->fp, fingerprint, PD_FP_SIZE);
+			g->store = *store;
+			g->user = u;
+			u->groups++;
+			g->next = x->groups;
+			x->groups = g;
+		} else if (u && !u->groups) {
+			x->users = u->next;
+			free(u);
+		}
+	}
+	if (g)
+		g->refs++;
+	else
+		rc = -ENOMEM;
+	pthread_mutex_unlock(&x->lock);
+	*out = g;
+	return rc;
+}
+
+void idx_group_put(struct pd_index *x, struct idx_group *g)
+{
+	if (!g)
+		return;
+	pthread_mutex_lock(&x->lock);
+	g->refs--;
+	do_group_gc(x, g);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* ==== Requests ==== */
+
+int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
 	      uint32_t *hit)
 {
@@ -230,14 +514,15 @@ int idx_match(struct pd_index *x, const struct idx_root *root, const uint8_t *ha
 	uint8_t key[IDX_HASH_BYTES];
 	struct entry *parent = NULL;
 	uint32_t n = 0;
+	uint64_t now = now_s();
 	pthread_mutex_lock(&x->lock);
 	for (; n < count; n++) {
 		make_key(x, hashes + (size_t)n * IDX_HASH_BYTES, key);
-		struct entry *e = do_find(x, root->ns, key);
+		struct entry *e = do_find(x, g->ns, key);
 		const uint32_t *t = tokens + (size_t)n * x->block_tokens;
 		if (!e)
 			break;
-		if (!do_confirms(x, e, parent, root, t)) {
+		if (!do_confirms(x, e, parent, g, t)) {
 			x->st.collisions++;
 			break;
 		}
@@ -247,10 +532,13 @@ int idx_match(struct pd_index *x, const struct idx_root *root, const uint8_t *ha
 	}
 	*hit = n;
 	*lease = 0;
+	x->st.query_blocks += count;
+	g->query_blocks += count;
 	if (n) {
 		for (uint32_t i = 0; i < n; i++) {
-			l->blocks[i]->leases++;
-			do_touch(x, l->blocks[i]);
+			l->blocks[i]->hits++;
+			lease_add(x, l->blocks[i]);
+			do_touch(x, l->blocks[i], now);
 		}
 		l->id = x->next_lease++;
 		l->n = n;
@@ -261,6 +549,8 @@ int idx_match(struct pd_index *x, const struct idx_root *root, const uint8_t *ha
 		x->st.leases++;
 		x->st.hits++;
 		x->st.hit_blocks += n;
+		g->hits++;
+		g->hit_blocks += n;
 		l = NULL;
 	} else {
 		x->st.misses++;
@@ -276,8 +566,9 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	struct lease **pp = do_lease_slot(x, lease), *l = *pp;
 	if (l) {
 		*pp = l->next;
-		for (uint32_t i = 0; i < l->n; i++)
-			l->blocks[i]->leases--;
+		/* Leaf first: each block then enters the LRU after its child. */
+		for (uint32_t i = l->n; i-- > 0;)
+			lease_drop(x, l->blocks[i]);
 		x->st.leases--;
 	}
 	pthread_mutex_unlock(&x->lock);
@@ -285,7 +576,7 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	return l ? 0 : -ENOENT;
 }
 
-int idx_publish(struct pd_index *x, const struct idx_root *root, uint64_t lease,
+int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup)
@@ -293,7 +584,9 @@ int idx_publish(struct pd_index *x, const struct idx_root *root, uint64_t lease,
 	int rc = 0;
 	*stored = *dedup = 0;
 	size_t esize = sizeof(struct entry) + x->block_tokens * sizeof(uint32_t);
+	uint64_t now = now_s();
 	pthread_mutex_lock(&x->lock);
+	do_expire(x, now);
 	struct entry *parent = NULL;
 	if (lease) {
 		struct lease *l = *do_lease_slot(x, lease);
@@ -307,47 +600,55 @@ int idx_publish(struct pd_index *x, const struct idx_root *root, uint64_t lease,
 		uint8_t key[IDX_HASH_BYTES];
 		const uint32_t *t = tokens + (size_t)i * x->block_tokens;
 		make_key(x, hashes + (size_t)i * IDX_HASH_BYTES, key);
-		struct entry *e = do_find(x, root->ns, key);
+		struct entry *e = do_find(x, g->ns, key);
 		if (e) {
-			if (!do_confirms(x, e, parent, root, t)) {
+			if (!do_confirms(x, e, parent, g, t)) {
 				x->st.collisions++;
 				rc = -EEXIST;
 				break;
 			}
 			(*dedup)++;
 			x->st.dedup++;
-			do_touch(x, e);
+			do_touch(x, e, now);
 			parent = e;
 			continue;
 		}
 		struct idx_loc loc;
-		if ((rc = do_alloc(x, parent, &loc)))
+		if ((rc = do_alloc(x, g, parent, &loc))) {
+			x->st.refused_blocks += count - i;
 			break;
+		}
 		/* Copy before the entry is visible: nobody can match a half block. */
 		if ((rc = fill(ctx, i, loc))) {
-			x->store.free(x->store.ctx, loc);
+			g->store.free(g->store.ctx, loc, true);
 			break;
 		}
 		e = calloc(1, esize);
 		if (!e) {
-			x->store.free(x->store.ctx, loc);
+			g->store.free(g->store.ctx, loc, true);
 			rc = -ENOMEM;
 			break;
 		}
 		memcpy(e->key, key, IDX_HASH_BYTES);
-		e->ns = root->ns;
-		if (!parent)
-			memcpy(e->h0, root->h0, IDX_HASH_BYTES);
+		e->g = g;
 		e->parent = parent;
-		if (parent)
-			parent->children++;
+		e->depth = parent ? parent->depth + 1 : 1;
 		e->loc = loc;
 		memcpy(e->tokens, t, x->block_tokens * sizeof(uint32_t));
-		size_t b = bucket_of(x, e->ns, e->key);
+		size_t b = bucket_of(x, g->ns, e->key);
 		e->hnext = x->buckets[b];
 		x->buckets[b] = e;
-		lru_push(x, e);
+		if (parent) {
+			parent->children++;
+			do_update(x, parent);
+		}
+		e->use = ++x->clock;
+		e->used_s = now;
+		do_update(x, e);
+		g->blocks++;
+		g->user->bytes += g->store.slot_bytes;
 		x->st.blocks++;
+		x->st.bytes += g->store.slot_bytes;
 		x->st.published++;
 		(*stored)++;
 		parent = e;
@@ -360,6 +661,286 @@ out:
 void idx_get_stats(struct pd_index *x, struct idx_stats *out)
 {
 	pthread_mutex_lock(&x->lock);
+	do_expire(x, now_s());
 	*out = x->st;
+	pthread_mutex_unlock(&x->lock);
+}
+
+int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
+{
+	pthread_mutex_lock(&x->lock);
+	size_t cap = 0;
+	for (struct idx_group *g = x->groups; g; g = g->next)
+		cap++;
+	struct pd_usage *r = calloc(cap ? cap : 1, sizeof(*r));
+	uint32_t k = 0;
+	/* Groups of one (user, model) differ by salt or layout: one row. */
+	for (struct idx_group *g = x->groups; r && g && k < PD_MAX_ROWS; g = g->next) {
+		uint32_t i = 0;
+		while (i < k && (r[i].uid != g->ns || memcmp(r[i].fp, g->fp, PD_FP_SIZE)))
+			i++;
+		if (i == k) {
+			r[k].uid = g->ns;
+			memcpy(r[k].fp, g->fp, PD_FP_SIZE);
+			k++;
+		}
+		r[i].blocks += g->blocks;
+		r[i].bytes += g->blocks * g->store.slot_bytes;
+		r[i].pinned_bytes += g->pinned_bytes;
+		r[i].hits += g->hits;
+		r[i].hit_tokens += g->hit_blocks * x->block_tokens;
+		r[i].query_tokens += g->query_blocks * x->block_tokens;
+		r[i].evictions += g->evictions;
+	}
+	pthread_mutex_unlock(&x->lock);
+	*rows = r;
+	*n = k;
+	return r ? 0 : -ENOMEM;
+}
+
+/* ==== Admin ==== */
+
+static const struct pin *do_pin_of(const struct pd_index *x, const struct entry *e)
+{
+	for (const struct pin *p = x->pins; p; p = p->next)
+		if (p->e == e)
+			return p;
+	return NULL;
+}
+
+static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now,
+		   struct pd_chain_row *r)
+{
+	const struct idx_group *g = e->g;
+	memset(r, 0, sizeof(*r));
+	memcpy(r->id.key, e->key, IDX_HASH_BYTES);
+	r->id.uid = g->ns;
+	memcpy(r->fp, g->fp, PD_FP_SIZE);
+	r->blocks = e->depth;
+	r->tokens = e->depth * x->block_tokens;
+	r->leases = e->leases;
+	r->bytes = (uint64_t)e->depth * g->store.slot_bytes;
+	r->hits = e->hits;
+	r->idle_s = now > e->used_s ? (uint32_t)(now - e->used_s) : 0;
+	r->flags = PD_CHAIN_MEMORY | (e->pins ? PD_CHAIN_PINNED : 0);
+	const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
+	if (p && p->expires_s)
+		r->pin_ttl_s = p->expires_s > now ? (uint32_t)(p->expires_s - now) : 0;
+}
+
+void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
+	      uint32_t *nrows, uint64_t *next)
+{
+	/* The cursor: bucket in the high half, position in its chain below. */
+	uint64_t b = req->cursor >> 32, pos = req->cursor & 0xffffffffu;
+	uint32_t n = 0, seen = 0;
+	uint64_t now = now_s();
+	pthread_mutex_lock(&x->lock);
+	do_expire(x, now);
+	for (; b < NBUCKETS; b++, pos = 0) {
+		uint64_t i = 0;
+		for (const struct entry *e = x->buckets[b]; e; e = e->hnext, i++) {
+			if (i < pos)
+				continue;
+			if (n == req->max_rows || seen == ROUND_ENTRIES)
+				goto page;
+			seen++;
+			if (e->children)
+				continue;
+			if ((req->flags & PD_LIST_USER) && e->g->ns != req->uid)
+				continue;
+			if ((req->flags & PD_LIST_MODEL) && memcmp(e->g->fp, req->fp, PD_FP_SIZE))
+				continue;
+			do_row(x, e, now, &rows[n++]);
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+	*nrows = n;
+	*next = 0;
+	return;
+page:
+	pthread_mutex_unlock(&x->lock);
+	*nrows = n;
+	*next = b << 32 | pos;
+	/* (0, 0) is the start: a page never ends there, it always advances. */
+	if (!*next)
+		*next = 1;
+}
+
+static int selected(const struct entry *e, const struct pd_evict *sel, uint64_t now)
+{
+	switch (sel->by) {
+	case PD_EVICT_MODEL: return !memcmp(e->g->fp, sel->key, PD_FP_SIZE);
+	case PD_EVICT_USER: return e->g->ns == sel->uid;
+	case PD_EVICT_IDLE: return now >= e->used_s && now - e->used_s >= sel->idle_s;
+	default: return 1;
+	}
+}
+
+static void do_admin_remove(struct pd_index *x, struct entry *e, struct pd_evict_reply *out)
+{
+	out->blocks++;
+	out->bytes += e->g->store.slot_bytes;
+	x->st.admin_evictions++;
+	do_remove(x, e, true);
+}
+
+/* Evicts e and then its selected ancestors as they become leaves. */
+static void do_evict_chain(struct pd_index *x, struct entry *e, const struct pd_evict *sel,
+			   uint64_t now, struct pd_evict_reply *out)
+{
+	while (e && evictable(e) && selected(e, sel, now)) {
+		struct entry *p = e->parent;
+		do_admin_remove(x, e, out);
+		e = p;
+	}
+}
+
+/* One round: the selected leaves of buckets [*b, ...), up to ROUND_ENTRIES
+ * entries looked at. Only leaves are collected, and only ancestors are
+ * removed besides them, so no collected entry is freed before its turn. */
+static void do_evict_round(struct pd_index *x, const struct pd_evict *sel, uint64_t *b,
+			   uint64_t now, struct pd_evict_reply *out)
+{
+	struct entry *found[ROUND_ENTRIES];
+	uint32_t n = 0, seen = 0;
+	while (*b < NBUCKETS && seen < ROUND_ENTRIES) {
+		uint32_t before = n;
+		for (struct entry *e = x->buckets[*b]; e; e = e->hnext, seen++) {
+			if (!evictable(e) || !selected(e, sel, now))
+				continue;
+			if (n == ROUND_ENTRIES) {
+				/* This bucket again next round, whole (or what is
+				 * left of it, when it alone fills a round). */
+				n = before ? before : n;
+				goto evict;
+			}
+			found[n++] = e;
+		}
+		(*b)++;
+	}
+evict:
+	for (uint32_t i = 0; i < n; i++)
+		do_evict_chain(x, found[i], sel, now, out);
+}
+
+static void do_count_kept(const struct entry *e, struct pd_evict_reply *out)
+{
+	if (e->leases)
+		out->kept_leased++;
+	else if (e->pins)
+		out->kept_pinned++;
+	else
+		out->kept_parent++;
+}
+
+int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out)
+{
+	memset(out, 0, sizeof(*out));
+	uint64_t now = now_s();
+	if (sel->by == PD_EVICT_ID) {
+		pthread_mutex_lock(&x->lock);
+		do_expire(x, now);
+		struct pd_id id = { .uid = sel->uid };
+		memcpy(id.key, sel->key, IDX_HASH_BYTES);
+		struct entry *e = do_find_id(x, &id);
+		if (!e) {
+			pthread_mutex_unlock(&x->lock);
+			return -ENOENT;
+		}
+		/* The chain's own blocks, leaf up; a block another chain
+		 * continues stays for it. */
+		while (e && evictable(e)) {
+			struct entry *p = e->parent;
+			do_admin_remove(x, e, out);
+			e = p;
+		}
+		for (; e; e = e->parent)
+			do_count_kept(e, out);
+		pthread_mutex_unlock(&x->lock);
+		return 0;
+	}
+	/* Rounds over the buckets, so that MATCHes get the lock in between. */
+	for (uint64_t b = 0; b < NBUCKETS;) {
+		pthread_mutex_lock(&x->lock);
+		do_expire(x, now);
+		do_evict_round(x, sel, &b, now, out);
+		pthread_mutex_unlock(&x->lock);
+	}
+	/* What stays of the selection, and why. */
+	for (uint64_t b = 0; b < NBUCKETS;) {
+		pthread_mutex_lock(&x->lock);
+		for (uint32_t seen = 0; b < NBUCKETS && seen < ROUND_ENTRIES; b++)
+			for (const struct entry *e = x->buckets[b]; e; e = e->hnext, seen++)
+				if (selected(e, sel, now))
+					do_count_kept(e, out);
+		pthread_mutex_unlock(&x->lock);
+	}
+	return 0;
+}
+
+int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
+{
+	int rc = 0;
+	uint64_t now = now_s();
+	pthread_mutex_lock(&x->lock);
+	do_expire(x, now);
+	struct entry *e = do_find_id(x, id);
+	struct pin *p = NULL;
+	uint64_t add = 0;
+	if (!e) {
+		rc = -ENOENT;
+		goto out;
+	}
+	for (struct pin *q = x->pins; q && !p; q = q->next)
+		if (q->e == e)
+			p = q;
+	if (!p) {
+		for (const struct entry *a = e; a; a = a->parent)
+			if (!a->pins)
+				add += a->g->store.slot_bytes;
+		if (x->st.pinned_bytes + add > x->lim.pin_max) {
+			rc = -E2BIG;
+			goto out;
+		}
+		if (!(p = calloc(1, sizeof(*p)))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		p->e = e;
+		p->next = x->pins;
+		x->pins = p;
+		x->st.pins++;
+		for (struct entry *a = e; a; a = a->parent)
+			pin_add(x, a);
+	}
+	p->expires_s = ttl_s ? now + ttl_s : 0;
+	add = 0;
+out:
+	*pinned_bytes = x->st.pinned_bytes + add;
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
+int idx_unpin(struct pd_index *x, const struct pd_id *id)
+{
+	int rc = -ENOENT;
+	pthread_mutex_lock(&x->lock);
+	do_expire(x, now_s());
+	struct entry *e = do_find_id(x, id);
+	for (struct pin **pp = &x->pins; e && *pp; pp = &(*pp)->next)
+		if ((*pp)->e == e) {
+			do_unpin(x, pp);
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
+void idx_expire(struct pd_index *x)
+{
+	pthread_mutex_lock(&x->lock);
+	do_expire(x, now_s());
 	pthread_mutex_unlock(&x->lock);
 }

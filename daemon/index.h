@@ -1,17 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The prefix index: (namespace, chain hash) -> stored block. A hit is only
- * ever confirmed by exact comparison: a block's tokens must equal the
- * client's, and its parent must be the block confirmed just before it (for
- * the first block, the namespace's root context). Leased blocks are never
- * evicted; eviction takes unleased leaves, least recently used first.
+ * The prefix index: (namespace, chain hash) -> stored block, for every
+ * user and model of one daemon. A hit is only ever confirmed by exact
+ * comparison: a block's tokens must equal the client's, and its parent
+ * must be the block confirmed just before it (for the first block, the
+ * group's root context). Blocks are grouped by chain root (a user's
+ * namespace and h0: model, layout, salt); a group's blocks live in its
+ * store. One memory budget for all stores, a quota per user and a bound on
+ * pins (struct idx_limits).
  *
- * Thread-safe: one mutex guards the whole index (see docs/DESIGN.md).
+ * Eviction takes unleased, unpinned leaves, least recently used first,
+ * across every group: a user at their quota gives up their own oldest
+ * block, otherwise the oldest block of anyone goes.
+ *
+ * Thread-safe: one mutex guards the whole index (docs/DESIGN.md). Store
+ * callbacks run under it, so stores need no lock of their own.
  */
 #ifndef PD_INDEX_H
 #define PD_INDEX_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "wire.h"
 
 #define IDX_HASH_BYTES 32
 
@@ -20,12 +31,15 @@ struct idx_loc {
 	uint64_t offset;
 };
 
-/* Where block bytes live. The index decides which slots are used; the
- * store owns the memory and the budget (alloc fails with -ENOSPC). */
+/* Where a group's block bytes live. alloc takes a slot or fails with
+ * -ENOSPC when the budget is full; free returns one, and with punch gives
+ * its memory back to the budget (without, the store keeps it for its next
+ * alloc). */
 struct idx_store {
 	int (*alloc)(void *ctx, struct idx_loc *loc);
-	void (*free)(void *ctx, struct idx_loc loc);
+	void (*free)(void *ctx, struct idx_loc loc, bool punch);
 	void *ctx;
+	uint64_t slot_bytes;    /* what one block holds of the budget */
 };
 
 /* The context every chain of one client starts from: namespace (from the
@@ -35,17 +49,35 @@ struct idx_root {
 	uint8_t h0[IDX_HASH_BYTES];
 };
 
+struct idx_limits {
+	uint64_t quota;         /* most bytes one user's blocks may hold; none
+				 * when it is the whole budget (the stores') */
+	uint64_t pin_max;       /* most bytes pinned blocks may hold */
+	uint64_t budget;        /* what the stores may hold in all */
+};
+
 struct idx_stats {
-	uint64_t blocks, hits, misses, hit_blocks, published, dedup, evictions, collisions, leases;
+	uint64_t blocks, bytes, hits, misses, hit_blocks, query_blocks, published, dedup,
+		evictions, admin_evictions, collisions, leases, leased_bytes, pinned_bytes, pins,
+		refused_blocks, pins_expired;
 };
 
 struct pd_index;
+struct idx_group;
 
 /* key_bytes < 32 truncates keys (a test-only weak hash). 0 or -errno. */
-int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_store *store,
+int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	    struct pd_index **out);
-/* Frees every block through the store. Leases must have been released. */
+/* Frees every block through its store. Groups must have been put. */
 void idx_free(struct pd_index *x);
+
+/* The group of a root, made on first use, with the model's fingerprint
+ * and the store of its blocks; one reference for the caller. 0 or
+ * -ENOMEM. */
+int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t *fingerprint,
+		  const struct idx_store *store, struct idx_group **out);
+/* Drops a reference; a group without references or blocks goes. */
+void idx_group_put(struct pd_index *x, struct idx_group *g);
 
 /*
  * Longest confirmed run of leading blocks. hashes: count x 32 bytes,
@@ -53,7 +85,7 @@ void idx_free(struct pd_index *x);
  * lease on the hit blocks and locs[0 .. *hit) their places; *lease is 0
  * when nothing hit. Returns 0 or -ENOMEM.
  */
-int idx_match(struct pd_index *x, const struct idx_root *root, const uint8_t *hashes,
+int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
 	      uint32_t *hit);
 /* Ends a lease: 0, or -ENOENT if there is no such lease. */
@@ -64,16 +96,44 @@ int idx_release(struct pd_index *x, uint64_t lease);
  * For each block already present with the same tokens and parent, counts a
  * dedup; otherwise takes a slot (evicting as needed) and calls
  * fill(ctx, i, loc) to copy its bytes before it becomes visible. Stops at
- * the first block that cannot be placed: -ENOSPC when every block left is
- * leased or a parent, -EEXIST when its key is taken by another prompt (a
- * collision), -ENOENT for an unknown lease. *stored and *dedup count what
- * was done before any stop.
+ * the first block that cannot be placed: -ENOSPC when the budget is full of
+ * leased or pinned blocks, -EDQUOT when the user's quota is, -EEXIST when
+ * its key is taken by another prompt (a collision), -ENOENT for an unknown
+ * lease, fill's error. *stored and *dedup count what was done before.
  */
-int idx_publish(struct pd_index *x, const struct idx_root *root, uint64_t lease,
+int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup);
 
 void idx_get_stats(struct pd_index *x, struct idx_stats *out);
+/* One row per (user, model), malloc'd into *rows (free it). 0 or -ENOMEM. */
+int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n);
+
+/* ==== Admin ==== */
+
+/*
+ * Up to req->max_rows chains ending at a leaf, from req->cursor on; *next
+ * is where the next page starts, 0 when there is none. Each call holds the
+ * lock for a bounded number of entries, so listing never stalls MATCHes
+ * for long; a listing is not a snapshot (blocks may come and go between
+ * pages).
+ */
+void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
+	      uint32_t *nrows, uint64_t *next);
+/* Evicts the unleased, unpinned blocks a selector names and counts the
+ * ones kept. 0, or -ENOENT for an unknown chain id. */
+int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out);
+/* Pins a chain (the block id names and every block before it) against
+ * eviction, for ttl_s seconds (0: until unpinned); pinning a pinned chain
+ * sets its TTL anew. 0 and *pinned_bytes what pins hold now; -ENOENT; or
+ * -E2BIG when that would pass pin_max (*pinned_bytes is then what pins
+ * would hold with this one). */
+int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes);
+/* 0, or -ENOENT when no such chain is pinned. */
+int idx_unpin(struct pd_index *x, const struct pd_id *id);
+/* Ends the pins whose TTL has run out (also done by every admin call and
+ * publish; the daemon calls it once a second). */
+void idx_expire(struct pd_index *x);
 
 #endif

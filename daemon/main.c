@@ -16,20 +16,27 @@
 #include "server.h"
 #include "sock.h"
 
+#include "wire.h"
+
 #define DEFAULT_MEMORY (2ull << 30)
-#define DEFAULT_BLOCK_TOKENS 64
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: prefixd [--socket PATH] [--memory SIZE] [--threads N] [--block-tokens B]\n"
-		"               [--group GROUP]\n"
+		"usage: prefixd [--socket PATH] [--memory SIZE] [--quota SIZE] [--pin-max SIZE]\n"
+		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
 		"  --socket PATH       Unix socket to listen on (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
 		"                      else /run/prefixd.sock)\n"
-		"  --memory SIZE       memory for KV blocks, e.g. 512M, 4G (default: 2G); never exceeded\n"
+		"  --memory SIZE       memory for KV blocks, e.g. 512M, 4G (default: 2G); never exceeded.\n"
+		"                      Full, the least recently used unleased, unpinned blocks of any\n"
+		"                      user and model make room, and their memory goes back\n"
+		"  --quota SIZE        the most one user's blocks may hold (default: all of --memory);\n"
+		"                      a user at their quota gives up their own oldest blocks first\n"
+		"  --pin-max SIZE      the most pinned chains may hold (default: a quarter of --memory);\n"
+		"                      pins past it are refused (prefixctl pin)\n"
 		"  --threads N         worker threads (default: the number of cores)\n"
 		"  --block-tokens B    tokens per block, a power of two up to 4096 (default: 64);\n"
 		"                      clients must use the same\n"
@@ -94,6 +101,8 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "memory", required_argument, NULL, 'm' },
+		{ "quota", required_argument, NULL, 'q' },
+		{ "pin-max", required_argument, NULL, 'p' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "block-tokens", required_argument, NULL, 'b' },
 		{ "group", required_argument, NULL, 'g' },
@@ -103,8 +112,9 @@ int main(int argc, char **argv)
 	};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	struct server_cfg cfg = { .memory = DEFAULT_MEMORY, .threads = cores > 0 ? (int)cores : 1,
-				  .block_tokens = DEFAULT_BLOCK_TOKENS, .key_bytes = 32 };
+				  .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS, .key_bytes = 32 };
 	char socket_buf[256];
+	const char *quota = NULL, *pin_max = NULL;
 	long v;
 	int o;
 	opterr = 0;
@@ -117,14 +127,20 @@ int main(int argc, char **argv)
 			if (parse_size(optarg, &cfg.memory) || cfg.memory < (64u << 10))
 				return bad("--memory: '%s' is not a size of at least 64K (e.g. 512M, 4G)", optarg);
 			break;
+		case 'q':
+			quota = optarg;
+			break;
+		case 'p':
+			pin_max = optarg;
+			break;
 		case 't':
 			if (parse_int(optarg, 1, 256, &v))
 				return bad("--threads: '%s' is not a number from 1 to 256", optarg);
 			cfg.threads = (int)v;
 			break;
 		case 'b':
-			if (parse_int(optarg, 1, 4096, &v) || (v & (v - 1)))
-				return bad("--block-tokens: '%s' is not a power of two from 1 to 4096", optarg);
+			if (parse_int(optarg, 1, PREFIXD_MAX_BLOCK_TOKENS, &v) || (v & (v - 1)))
+				return bad("--block-tokens: '%s' is not a power of two from 1 to %d", optarg, PREFIXD_MAX_BLOCK_TOKENS);
 			cfg.block_tokens = (uint32_t)v;
 			break;
 		case 'g': {
@@ -152,6 +168,15 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad("unexpected argument '%s'", argv[optind]);
+	/* Read once --memory is known, whatever the order of the flags. */
+	cfg.quota = cfg.memory;
+	cfg.pin_max = cfg.memory / 4;
+	if (quota && (parse_size(quota, &cfg.quota) || !cfg.quota || cfg.quota > cfg.memory))
+		return bad("--quota: '%s' is not a size from 1 to --memory (%llu bytes)", quota,
+			   (unsigned long long)cfg.memory);
+	if (pin_max && (parse_size(pin_max, &cfg.pin_max) || cfg.pin_max > cfg.memory))
+		return bad("--pin-max: '%s' is not a size from 0 to --memory (%llu bytes)", pin_max,
+			   (unsigned long long)cfg.memory);
 	if (!cfg.socket_path) {
 		if (pd_default_socket(socket_buf, sizeof(socket_buf))) {
 			fprintf(stderr, "prefixd: $XDG_RUNTIME_DIR is too long for a socket path; use --socket\n");

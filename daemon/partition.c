@@ -6,14 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
-void partitions_init(struct partitions *ps, uint64_t budget, uint32_t block_tokens,
-		     int key_bytes, uint64_t arena_bytes)
+void partitions_init(struct partitions *ps, uint64_t budget, uint64_t arena_bytes)
 {
 	memset(ps, 0, sizeof(*ps));
 	pthread_mutex_init(&ps->lock, NULL);
 	ps->budget.limit = budget;
-	ps->block_tokens = block_tokens;
-	ps->key_bytes = key_bytes;
 	ps->arena_bytes = arena_bytes;
 }
 
@@ -22,7 +19,6 @@ void partitions_destroy(struct partitions *ps)
 	while (ps->head) {
 		struct partition *p = ps->head;
 		ps->head = p->next;
-		idx_free(p->idx);
 		store_free(p->store);
 		free(p);
 	}
@@ -45,12 +41,6 @@ static int make(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 	slots = slots < 1 ? 1 : slots > UINT32_MAX ? UINT32_MAX : slots;
 	int rc = store_new(block_bytes, &ps->budget, (uint32_t)slots, &p->store);
 	if (rc) {
-		free(p);
-		return rc;
-	}
-	struct idx_store ops = { store_alloc, store_release, p->store };
-	if ((rc = idx_new(ps->block_tokens, ps->key_bytes, &ops, &p->idx))) {
-		store_free(p->store);
 		free(p);
 		return rc;
 	}
@@ -78,30 +68,15 @@ int partitions_get(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 	return rc;
 }
 
-void partitions_stats(struct partitions *ps, struct idx_stats *st, uint64_t *bytes_used,
-		      uint64_t *arenas)
+void partitions_usage(struct partitions *ps, uint64_t *charged, uint64_t *arenas)
 {
-	memset(st, 0, sizeof(*st));
-	uint64_t used = 0, n = 0;
+	uint64_t c = 0, n = 0;
 	pthread_mutex_lock(&ps->lock);
 	for (struct partition *p = ps->head; p; p = p->next) {
-		struct idx_stats s;
-		idx_get_stats(p->idx, &s);
-		st->blocks += s.blocks;
-		st->hits += s.hits;
-		st->misses += s.misses;
-		st->hit_blocks += s.hit_blocks;
-		st->published += s.published;
-		st->dedup += s.dedup;
-		st->evictions += s.evictions;
-		st->collisions += s.collisions;
-		st->leases += s.leases;
-		used += store_bytes_used(p->store);
+		c += store_bytes_charged(p->store);
 		n += store_arenas(p->store);
 	}
 	pthread_mutex_unlock(&ps->lock);
-	if (bytes_used)
-		*bytes_used = used;
-	if (arenas)
-		*arenas = n;
+	*charged = c;
+	*arenas = n;
 }

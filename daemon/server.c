@@ -3,7 +3,7 @@
  * Listener and workers. The listener owns nothing but the listening socket:
  * an accepted connection goes to a worker's queue, and from then on only
  * that worker touches it (no lock on a connection). Workers share the
- * partitions, whose indexes lock themselves.
+ * index and the partitions, which lock themselves.
  */
 #include "server.h"
 
@@ -271,9 +271,14 @@ static void accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, uns
 
 int server_run(const struct server_cfg *cfg)
 {
-	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid() };
-	partitions_init(&d.parts, cfg->memory, cfg->block_tokens, cfg->key_bytes,
-			 arena_bytes(cfg->memory));
+	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid(),
+			    .lim = { cfg->quota, cfg->pin_max, cfg->memory } };
+	partitions_init(&d.parts, cfg->memory, arena_bytes(cfg->memory));
+	if (idx_new(cfg->block_tokens, cfg->key_bytes, &d.lim, &d.idx)) {
+		pd_log("out of memory");
+		partitions_destroy(&d.parts);
+		return 1;
+	}
 	int rc = 1, nw = 0, lfd = -1, sfd = -1, epfd = -1;
 	struct worker *ws = calloc((size_t)cfg->threads, sizeof(*ws));
 	sigset_t sigs;
@@ -298,12 +303,15 @@ int server_run(const struct server_cfg *cfg)
 	for (; nw < cfg->threads; nw++)
 		if (worker_start(&ws[nw], &d))
 			goto out;
-	pd_log("listening on %s: %.1f MiB for KV blocks of %u tokens, %d workers", cfg->socket_path,
-	       (double)cfg->memory / (1 << 20), cfg->block_tokens, cfg->threads);
+	pd_log("listening on %s: %.1f MiB for KV blocks of %u tokens (quota %.1f MiB a user, pins up to %.1f MiB), %d workers",
+	       cfg->socket_path, (double)cfg->memory / (1 << 20), cfg->block_tokens,
+	       (double)cfg->quota / (1 << 20), (double)cfg->pin_max / (1 << 20), cfg->threads);
 	unsigned next = 0;
 	for (;;) {
 		struct epoll_event e;
-		int n = epoll_wait(epfd, &e, 1, -1);
+		/* A tick a second ends the pins whose TTL ran out. */
+		int n = epoll_wait(epfd, &e, 1, 1000);
+		idx_expire(d.idx);
 		if (n < 0 && errno != EINTR) {
 			pd_log("epoll_wait: %s", strerror(errno));
 			goto out;
@@ -329,12 +337,13 @@ out:
 	reaper_stop();
 	if (rc == 0) {
 		struct idx_stats s;
-		partitions_stats(&d.parts, &s, NULL, NULL);
+		idx_get_stats(d.idx, &s);
 		pd_log("stopped: %llu blocks cached, %llu hits, %llu misses, %llu published, %llu evicted",
 		       (unsigned long long)s.blocks, (unsigned long long)s.hits,
 		       (unsigned long long)s.misses, (unsigned long long)s.published,
 		       (unsigned long long)s.evictions);
 	}
+	idx_free(d.idx);
 	partitions_destroy(&d.parts);
 	if (sfd >= 0)
 		close(sfd);

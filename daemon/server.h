@@ -13,6 +13,8 @@
 struct server_cfg {
 	const char *socket_path;
 	uint64_t memory;        /* budget for KV blocks, in bytes */
+	uint64_t quota;         /* most one user's blocks may hold */
+	uint64_t pin_max;       /* most pinned blocks may hold */
 	int threads;            /* workers */
 	uint32_t block_tokens;
 	int key_bytes;          /* 32; fewer only for tests (weak keys) */

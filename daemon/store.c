@@ -27,7 +27,7 @@ struct pd_store {
 	/* Changed under the index lock; atomic so statistics read them freely. */
 	_Atomic uint32_t narenas;
 	_Atomic uint64_t used_slots;
-	_Atomic uint64_t touched_slots; /* what this store charged to the budget */
+	_Atomic uint64_t charged_slots; /* resident: used, or freed without a punch */
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
@@ -53,7 +53,7 @@ void store_free(struct pd_store *s)
 {
 	if (!s)
 		return;
-	atomic_fetch_sub(&s->budget->charged, s->touched_slots * s->slot_bytes);
+	atomic_fetch_sub(&s->budget->charged, s->charged_slots * s->slot_bytes);
 	for (uint32_t i = 0; i < s->narenas; i++)
 		shm_arena_free(s->arenas[i]);
 	free(s);
@@ -72,7 +72,7 @@ static bool charge(struct store_budget *b, uint64_t bytes)
 int store_alloc(void *store, struct idx_loc *loc)
 {
 	struct pd_store *s = store;
-	/* A slot used before: its memory is charged already. */
+	/* A slot freed without a punch: its memory is charged already. */
 	for (uint32_t i = 0; i < s->narenas; i++)
 		if (!shm_arena_slot_reuse(s->arenas[i], &loc->offset)) {
 			loc->arena = i;
@@ -82,6 +82,14 @@ int store_alloc(void *store, struct idx_loc *loc)
 	if (!charge(s->budget, s->slot_bytes))
 		return -ENOSPC;
 	uint32_t last = s->narenas - 1;
+	/* Punched-out slots of any arena, then untouched ones of the last. */
+	for (uint32_t i = 0; i + 1 < s->narenas; i++)
+		if (!shm_arena_slot_new(s->arenas[i], &loc->offset)) {
+			loc->arena = i;
+			s->used_slots++;
+			s->charged_slots++;
+			return 0;
+		}
 	if (!s->narenas || shm_arena_slot_new(s->arenas[last], &loc->offset)) {
 		int rc = s->narenas < MAX_ARENAS ? shm_arena_create(s->narenas, s->slot_bytes,
 								    s->slots_per_arena,
@@ -96,15 +104,23 @@ int store_alloc(void *store, struct idx_loc *loc)
 	}
 	loc->arena = last;
 	s->used_slots++;
-	s->touched_slots++;
+	s->charged_slots++;
 	return 0;
 }
 
-void store_release(void *store, struct idx_loc loc)
+void store_release(void *store, struct idx_loc loc, bool punch)
 {
 	struct pd_store *s = store;
-	if (loc.arena < s->narenas && !shm_arena_slot_free(s->arenas[loc.arena], loc.offset))
-		s->used_slots--;
+	if (loc.arena >= s->narenas)
+		return;
+	int rc = shm_arena_slot_free(s->arenas[loc.arena], loc.offset, punch);
+	if (rc == -EINVAL)
+		return;
+	s->used_slots--;
+	if (punch && !rc) {
+		s->charged_slots--;
+		atomic_fetch_sub(&s->budget->charged, s->slot_bytes);
+	}
 }
 
 uint8_t *store_slot(struct pd_store *s, struct idx_loc loc)
@@ -129,5 +145,7 @@ uint64_t store_bytes_used(const struct pd_store *s)
 
 uint64_t store_bytes_charged(const struct pd_store *s)
 {
-	return s->touched_slots * s->slot_bytes;
+	return s->charged_slots * s->slot_bytes;
 }
+
+uint64_t store_slot_bytes(const struct pd_store *s) { return s->slot_bytes; }

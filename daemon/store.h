@@ -6,6 +6,7 @@
 #ifndef PD_STORE_H
 #define PD_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,31 +16,34 @@
 struct pd_store;
 
 /* Memory that several stores (one per partition) draw their slots from:
- * the bytes of all slots ever used never exceed limit. */
+ * the bytes of all resident slots never exceed limit. */
 struct store_budget {
 	_Atomic uint64_t charged;
 	uint64_t limit;
 };
 
 /* Slots of block_bytes (rounded to pages) in arenas of slots_per_arena
- * slots, each slot charged to the budget when first used. 0 or -errno
- * (-ENOSPC when not even one slot fits). */
+ * slots, each slot charged to the budget while its pages are resident. 0
+ * or -errno (-ENOSPC when not even one slot fits). */
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
 	      struct pd_store **out);
 void store_free(struct pd_store *s);
 
-/* idx_store callbacks: a slot (one used before if any, else a new one if
- * the budget allows), or -ENOSPC; and its return. */
+/* idx_store callbacks: a slot (a resident free one if any, else a new one
+ * if the budget allows), or -ENOSPC; and its return, with punch giving its
+ * memory back to the budget. */
 int store_alloc(void *store, struct idx_loc *loc);
-void store_release(void *store, struct idx_loc loc);
+void store_release(void *store, struct idx_loc loc, bool punch);
 
 /* The daemon's writable view of a slot; NULL for a place outside the arenas. */
 uint8_t *store_slot(struct pd_store *s, struct idx_loc loc);
 /* Arena by id (ids are 0 .. store_arenas() - 1), for sending to clients. */
 struct shm_arena *store_arena(struct pd_store *s, uint32_t id);
 uint32_t store_arenas(const struct pd_store *s);
-/* Bytes of blocks stored, and of slots ever used (what it holds of the budget). */
+/* Bytes of blocks stored, and of resident slots (what it holds of the budget). */
 uint64_t store_bytes_used(const struct pd_store *s);
 uint64_t store_bytes_charged(const struct pd_store *s);
+/* What one block holds of the budget: block_bytes rounded up to pages. */
+uint64_t store_slot_bytes(const struct pd_store *s);
 
 #endif

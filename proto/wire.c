@@ -173,6 +173,8 @@ size_t pd_hello_reply_encode(const struct pd_hello_reply *m, uint8_t *out, size_
 	wr_le(&w, 0, 2);
 	wr_le(&w, m->max_hashes, 4);
 	wr_le(&w, m->budget_bytes, 8);
+	wr_le(&w, m->quota_bytes, 8);
+	wr_le(&w, m->pin_max_bytes, 8);
 	return wr_done(&w);
 }
 
@@ -183,10 +185,22 @@ int pd_hello_reply_decode(const uint8_t *body, size_t len, struct pd_hello_reply
 	uint16_t pad = rd_u16(&r);
 	m->max_hashes = rd_u32(&r);
 	m->budget_bytes = rd_u64(&r);
+	m->quota_bytes = rd_u64(&r);
+	m->pin_max_bytes = rd_u64(&r);
 	return rd_done(&r) || pad ? PD_E_MALFORMED : 0;
 }
 
 /* ==== MATCH and PUBLISH ==== */
+
+size_t pd_chain_body_size(uint32_t count, uint32_t block_tokens)
+{
+	return 4 + (size_t)count * (PD_HASH_SIZE + 4 * (size_t)block_tokens);
+}
+
+size_t pd_match_reply_size(uint32_t hit, uint32_t new_arenas)
+{
+	return PD_MATCH_REPLY_FIXED + PD_PLACE_SIZE * ((size_t)hit + new_arenas);
+}
 
 static int hashes_and_tokens(struct rd *r, uint32_t count, uint32_t block_tokens,
 			     const uint8_t **hashes, const uint8_t **tokens)
@@ -277,15 +291,16 @@ int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply
 		return PD_E_MALFORMED;
 	if (m->hit > PD_MAX_HASHES || m->new_arenas > PD_MAX_FDS)
 		return PD_E_LIMIT;
-	m->places = rd_take(&r, (size_t)m->hit * 16);
-	m->arenas = rd_take(&r, (size_t)m->new_arenas * 16);
+	m->places = rd_take(&r, (size_t)m->hit * PD_PLACE_SIZE);
+	m->arenas = rd_take(&r, (size_t)m->new_arenas * PD_PLACE_SIZE);
 	int rc = rd_done(&r);
 	if (rc)
 		return rc;
 	if (!m->hit != !m->lease)
 		return PD_E_MALFORMED;
 	for (uint32_t i = 0; i < m->hit + m->new_arenas; i++) {
-		const uint8_t *e = i < m->hit ? m->places + 16 * i : m->arenas + 16 * (i - m->hit);
+		const uint8_t *e = i < m->hit ? m->places + PD_PLACE_SIZE * i
+					      : m->arenas + PD_PLACE_SIZE * (i - m->hit);
 		if (e[4] | e[5] | e[6] | e[7])
 			return PD_E_MALFORMED;
 	}
@@ -294,7 +309,7 @@ int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply
 
 static struct pd_place entry(const uint8_t *e)
 {
-	struct rd r = { e, 16, 0, 0 };
+	struct rd r = { e, PD_PLACE_SIZE, 0, 0 };
 	struct pd_place p;
 	p.arena = rd_u32(&r);
 	rd_u32(&r);
@@ -304,12 +319,12 @@ static struct pd_place entry(const uint8_t *e)
 
 struct pd_place pd_place_at(const struct pd_match_reply *m, uint32_t i)
 {
-	return entry(m->places + 16 * (size_t)i);
+	return entry(m->places + PD_PLACE_SIZE * (size_t)i);
 }
 
 struct pd_arena_desc pd_arena_at(const struct pd_match_reply *m, uint32_t i)
 {
-	struct pd_place p = entry(m->arenas + 16 * (size_t)i);
+	struct pd_place p = entry(m->arenas + PD_PLACE_SIZE * (size_t)i);
 	return (struct pd_arena_desc){ p.arena, p.offset };
 }
 
@@ -340,6 +355,8 @@ size_t pd_publish_reply_encode(const struct pd_publish_reply *m, uint8_t *out, s
 	struct wr w = { out, cap, 0, 0 };
 	wr_le(&w, m->stored, 4);
 	wr_le(&w, m->deduplicated, 4);
+	wr_le(&w, m->stop, 4);
+	wr_le(&w, 0, 4);
 	return wr_done(&w);
 }
 
@@ -348,22 +365,253 @@ int pd_publish_reply_decode(const uint8_t *body, size_t len, struct pd_publish_r
 	struct rd r = { body, len, 0, 0 };
 	m->stored = rd_u32(&r);
 	m->deduplicated = rd_u32(&r);
-	return rd_done(&r);
+	m->stop = rd_u32(&r);
+	uint32_t pad = rd_u32(&r);
+	return rd_done(&r) || pad || m->stop > PD_STOP_MAX ? PD_E_MALFORMED : 0;
 }
 
-size_t pd_stats_reply_encode(const uint64_t in[PD_STATS_COUNT], uint8_t *out, size_t cap)
+size_t pd_stats_reply_encode(const uint64_t v[PD_STATS_COUNT], const struct pd_usage *rows,
+			     uint32_t nrows, uint8_t *out, size_t cap)
 {
-	struct wr w = { out, cap, 0, 0 };
+	struct wr w = { out, cap, 0, nrows > PD_MAX_ROWS };
+	wr_le(&w, PD_STATS_COUNT, 4);
+	wr_le(&w, nrows, 4);
 	for (int i = 0; i < PD_STATS_COUNT; i++)
-		wr_le(&w, in[i], 8);
+		wr_le(&w, v[i], 8);
+	for (uint32_t i = 0; i < nrows && !w.bad; i++) {
+		const struct pd_usage *u = &rows[i];
+		wr_le(&w, u->uid, 4);
+		wr_le(&w, 0, 4);
+		wr_bytes(&w, u->fp, PD_FP_SIZE);
+		wr_le(&w, u->blocks, 8);
+		wr_le(&w, u->bytes, 8);
+		wr_le(&w, u->pinned_bytes, 8);
+		wr_le(&w, u->hits, 8);
+		wr_le(&w, u->hit_tokens, 8);
+		wr_le(&w, u->query_tokens, 8);
+		wr_le(&w, u->evictions, 8);
+	}
 	return wr_done(&w);
 }
 
-int pd_stats_reply_decode(const uint8_t *body, size_t len, uint64_t out[PD_STATS_COUNT])
+int pd_stats_reply_decode(const uint8_t *body, size_t len, struct pd_stats_reply *m)
 {
 	struct rd r = { body, len, 0, 0 };
-	for (int i = 0; i < PD_STATS_COUNT; i++)
-		out[i] = rd_u64(&r);
+	memset(m, 0, sizeof(*m));
+	m->ncounters = rd_u32(&r);
+	m->nrows = rd_u32(&r);
+	if (r.bad)
+		return PD_E_MALFORMED;
+	if (m->ncounters > PD_MAX_COUNTERS || m->nrows > PD_MAX_ROWS)
+		return PD_E_LIMIT;
+	/* A newer daemon may count more: keep the ones this side knows. */
+	for (uint32_t i = 0; i < m->ncounters; i++) {
+		uint64_t v = rd_u64(&r);
+		if (i < PD_STATS_COUNT)
+			m->v[i] = v;
+	}
+	m->rows = rd_take(&r, (size_t)m->nrows * PD_USAGE_SIZE);
+	if (rd_done(&r))
+		return PD_E_MALFORMED;
+	for (uint32_t i = 0; i < m->nrows; i++)
+		if (memcmp(m->rows + (size_t)i * PD_USAGE_SIZE + 4, "\0\0\0\0", 4))
+			return PD_E_MALFORMED;
+	return 0;
+}
+
+struct pd_usage pd_usage_at(const struct pd_stats_reply *m, uint32_t i)
+{
+	struct rd r = { m->rows + (size_t)i * PD_USAGE_SIZE, PD_USAGE_SIZE, 0, 0 };
+	struct pd_usage u;
+	u.uid = rd_u32(&r);
+	rd_u32(&r);
+	memcpy(u.fp, rd_take(&r, PD_FP_SIZE), PD_FP_SIZE);
+	u.blocks = rd_u64(&r);
+	u.bytes = rd_u64(&r);
+	u.pinned_bytes = rd_u64(&r);
+	u.hits = rd_u64(&r);
+	u.hit_tokens = rd_u64(&r);
+	u.query_tokens = rd_u64(&r);
+	u.evictions = rd_u64(&r);
+	return u;
+}
+
+/* ==== Admin: LIST, EVICT, PIN, UNPIN ==== */
+
+size_t pd_list_encode(const struct pd_list *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->cursor, 8);
+	wr_le(&w, m->max_rows, 4);
+	wr_le(&w, m->flags, 4);
+	wr_le(&w, m->uid, 4);
+	wr_le(&w, 0, 4);
+	wr_bytes(&w, m->fp, PD_FP_SIZE);
+	return wr_done(&w);
+}
+
+int pd_list_decode(const uint8_t *body, size_t len, struct pd_list *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->cursor = rd_u64(&r);
+	m->max_rows = rd_u32(&r);
+	m->flags = rd_u32(&r);
+	m->uid = rd_u32(&r);
+	uint32_t pad = rd_u32(&r);
+	const uint8_t *fp = rd_take(&r, PD_FP_SIZE);
+	if (rd_done(&r) || pad || (m->flags & ~(uint32_t)(PD_LIST_USER | PD_LIST_MODEL)))
+		return PD_E_MALFORMED;
+	if (!m->max_rows || m->max_rows > PD_MAX_ROWS)
+		return PD_E_LIMIT;
+	memcpy(m->fp, fp, PD_FP_SIZE);
+	return 0;
+}
+
+size_t pd_list_reply_encode(uint64_t next, const struct pd_chain_row *rows, uint32_t nrows,
+			    uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, nrows > PD_MAX_ROWS };
+	wr_le(&w, next, 8);
+	wr_le(&w, nrows, 4);
+	wr_le(&w, 0, 4);
+	for (uint32_t i = 0; i < nrows && !w.bad; i++) {
+		const struct pd_chain_row *c = &rows[i];
+		wr_bytes(&w, c->id.key, PD_HASH_SIZE);
+		wr_le(&w, c->id.uid, 4);
+		wr_le(&w, c->blocks, 4);
+		wr_bytes(&w, c->fp, PD_FP_SIZE);
+		wr_le(&w, c->tokens, 4);
+		wr_le(&w, c->leases, 4);
+		wr_le(&w, c->bytes, 8);
+		wr_le(&w, c->hits, 8);
+		wr_le(&w, c->idle_s, 4);
+		wr_le(&w, c->flags, 4);
+		wr_le(&w, c->pin_ttl_s, 4);
+		wr_le(&w, 0, 4);
+	}
+	return wr_done(&w);
+}
+
+int pd_list_reply_decode(const uint8_t *body, size_t len, struct pd_list_reply *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->next = rd_u64(&r);
+	m->nrows = rd_u32(&r);
+	uint32_t pad = rd_u32(&r);
+	if (r.bad || pad)
+		return PD_E_MALFORMED;
+	if (m->nrows > PD_MAX_ROWS)
+		return PD_E_LIMIT;
+	m->rows = rd_take(&r, (size_t)m->nrows * PD_CHAIN_SIZE);
+	if (rd_done(&r))
+		return PD_E_MALFORMED;
+	for (uint32_t i = 0; i < m->nrows; i++) {
+		struct pd_chain_row c = pd_chain_at(m, i);
+		const uint8_t *last = m->rows + (size_t)(i + 1) * PD_CHAIN_SIZE - 4;
+		if ((c.flags & ~(uint32_t)(PD_CHAIN_PINNED | PD_CHAIN_MEMORY)) || !c.blocks ||
+		    (last[0] | last[1] | last[2] | last[3]))
+			return PD_E_MALFORMED;
+	}
+	return 0;
+}
+
+struct pd_chain_row pd_chain_at(const struct pd_list_reply *m, uint32_t i)
+{
+	struct rd r = { m->rows + (size_t)i * PD_CHAIN_SIZE, PD_CHAIN_SIZE, 0, 0 };
+	struct pd_chain_row c;
+	memcpy(c.id.key, rd_take(&r, PD_HASH_SIZE), PD_HASH_SIZE);
+	c.id.uid = rd_u32(&r);
+	c.blocks = rd_u32(&r);
+	memcpy(c.fp, rd_take(&r, PD_FP_SIZE), PD_FP_SIZE);
+	c.tokens = rd_u32(&r);
+	c.leases = rd_u32(&r);
+	c.bytes = rd_u64(&r);
+	c.hits = rd_u64(&r);
+	c.idle_s = rd_u32(&r);
+	c.flags = rd_u32(&r);
+	c.pin_ttl_s = rd_u32(&r);
+	return c;
+}
+
+size_t pd_evict_encode(const struct pd_evict *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->by, 4);
+	wr_le(&w, m->uid, 4);
+	wr_le(&w, m->idle_s, 8);
+	wr_bytes(&w, m->key, PD_HASH_SIZE);
+	return wr_done(&w);
+}
+
+int pd_evict_decode(const uint8_t *body, size_t len, struct pd_evict *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->by = rd_u32(&r);
+	m->uid = rd_u32(&r);
+	m->idle_s = rd_u64(&r);
+	const uint8_t *key = rd_take(&r, PD_HASH_SIZE);
+	if (rd_done(&r) || m->by < PD_EVICT_ALL || m->by > PD_EVICT_MAX)
+		return PD_E_MALFORMED;
+	memcpy(m->key, key, PD_HASH_SIZE);
+	return 0;
+}
+
+size_t pd_evict_reply_encode(const struct pd_evict_reply *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->blocks, 8);
+	wr_le(&w, m->bytes, 8);
+	wr_le(&w, m->kept_leased, 8);
+	wr_le(&w, m->kept_pinned, 8);
+	wr_le(&w, m->kept_parent, 8);
+	return wr_done(&w);
+}
+
+int pd_evict_reply_decode(const uint8_t *body, size_t len, struct pd_evict_reply *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->blocks = rd_u64(&r);
+	m->bytes = rd_u64(&r);
+	m->kept_leased = rd_u64(&r);
+	m->kept_pinned = rd_u64(&r);
+	m->kept_parent = rd_u64(&r);
+	return rd_done(&r);
+}
+
+size_t pd_pin_encode(const struct pd_pin *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_bytes(&w, m->id.key, PD_HASH_SIZE);
+	wr_le(&w, m->id.uid, 4);
+	wr_le(&w, m->ttl_s, 4);
+	return wr_done(&w);
+}
+
+int pd_pin_decode(const uint8_t *body, size_t len, struct pd_pin *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	const uint8_t *key = rd_take(&r, PD_HASH_SIZE);
+	m->id.uid = rd_u32(&r);
+	m->ttl_s = rd_u32(&r);
+	if (rd_done(&r))
+		return PD_E_MALFORMED;
+	memcpy(m->id.key, key, PD_HASH_SIZE);
+	return 0;
+}
+
+size_t pd_pin_reply_encode(const struct pd_pin_reply *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->pinned_bytes, 8);
+	wr_le(&w, m->pin_max, 8);
+	return wr_done(&w);
+}
+
+int pd_pin_reply_decode(const uint8_t *body, size_t len, struct pd_pin_reply *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->pinned_bytes = rd_u64(&r);
+	m->pin_max = rd_u64(&r);
 	return rd_done(&r);
 }
 

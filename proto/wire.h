@@ -11,17 +11,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prefixd_proto.h"
+
 #define PD_MAGIC 0x44584650u        /* "PFXD" as little-endian bytes */
-#define PD_VERSION 1
+#define PD_VERSION 2
 #define PD_HDR_SIZE 32
-#define PD_HASH_SIZE 32             /* BLAKE2b-256 */
-#define PD_FP_SIZE 32               /* model fingerprint */
+#define PD_HASH_SIZE PREFIXD_HASH_BYTES
+#define PD_FP_SIZE PREFIXD_FINGERPRINT_BYTES
 
 /* Limits, checked before any allocation. */
 #define PD_MAX_BODY (4u << 20)
 #define PD_MAX_HASHES 4096          /* blocks in one MATCH or PUBLISH */
-#define PD_MAX_BLOCK_TOKENS 4096
-#define PD_MAX_SALT 64
+#define PD_MAX_BLOCK_TOKENS PREFIXD_MAX_BLOCK_TOKENS
+#define PD_MAX_SALT PREFIXD_MAX_SALT
+#define PD_MAX_ROWS 4096            /* rows of one LIST or STATS reply */
+#define PD_MAX_COUNTERS 256         /* counters a STATS reply may carry */
 #define PD_MAX_MESSAGE 256          /* error text */
 #define PD_MAX_FDS 16               /* descriptors with one reply */
 
@@ -31,7 +35,11 @@ enum pd_op {
 	PD_OP_RELEASE = 3,
 	PD_OP_PUBLISH = 4,
 	PD_OP_STATS = 5,
-	PD_OP_MAX = PD_OP_STATS,
+	PD_OP_LIST = 6,      /* admin: cached chains */
+	PD_OP_EVICT = 7,     /* admin */
+	PD_OP_PIN = 8,       /* admin */
+	PD_OP_UNPIN = 9,     /* admin */
+	PD_OP_MAX = PD_OP_UNPIN,
 };
 
 enum pd_flag {
@@ -54,6 +62,29 @@ enum pd_status {
 	PD_E_DENIED = 9,       /* an admin request from another user */
 	PD_STATUS_MAX = PD_E_DENIED,
 };
+
+/* Sizes of fixed bodies and entries, said once. */
+enum pd_size {
+	PD_HELLO_REPLY_SIZE = 32,
+	PD_PLACE_SIZE = 16,          /* a MATCH reply's place or arena entry */
+	PD_MATCH_REPLY_FIXED = 16,
+	PD_RELEASE_SIZE = 8,
+	PD_PUBLISH_REPLY_SIZE = 16,
+	PD_STATS_REPLY_FIXED = 8,
+	PD_USAGE_SIZE = 96,          /* a STATS reply's row */
+	PD_LIST_SIZE = 56,
+	PD_LIST_REPLY_FIXED = 16,
+	PD_CHAIN_SIZE = 112,         /* a LIST reply's row */
+	PD_EVICT_SIZE = 48,
+	PD_EVICT_REPLY_SIZE = 40,
+	PD_PIN_SIZE = 40,            /* PIN and UNPIN */
+	PD_PIN_REPLY_SIZE = 16,
+};
+
+/* Bytes of a MATCH or PUBLISH body of count blocks (PUBLISH: + 8). */
+size_t pd_chain_body_size(uint32_t count, uint32_t block_tokens);
+/* Bytes of a MATCH reply with hit places and n new arenas. */
+size_t pd_match_reply_size(uint32_t hit, uint32_t new_arenas);
 
 struct pd_hdr {
 	uint32_t magic;
@@ -81,6 +112,8 @@ struct pd_hello_reply {
 	uint16_t version;
 	uint32_t max_hashes;
 	uint64_t budget_bytes;
+	uint64_t quota_bytes;    /* most one user's blocks may hold */
+	uint64_t pin_max_bytes;
 };
 
 /* MATCH: the hash chain of a prompt's full blocks and their tokens. */
@@ -125,17 +158,105 @@ struct pd_publish {
 	const uint8_t *tokens;   /* count x block_tokens x u32 LE */
 };
 
-struct pd_publish_reply {
-	uint32_t stored, deduplicated;
+/* Why a PUBLISH stopped before its last block. */
+enum pd_stop {
+	PD_STOP_NONE = 0,       /* every block stored or already there */
+	PD_STOP_COLLISION = 1,  /* a block's key is another prompt's */
+	PD_STOP_BUDGET = 2,     /* the memory budget is full of leased or pinned blocks */
+	PD_STOP_QUOTA = 3,      /* the user's quota is full of their leased or pinned blocks */
+	PD_STOP_MAX = PD_STOP_QUOTA,
 };
 
-#define PD_STATS_COUNT 16
-/* STATS reply: PD_STATS_COUNT u64 counters, in this order. */
-enum pd_stat {
-	PD_ST_HITS, PD_ST_MISSES, PD_ST_HIT_TOKENS, PD_ST_BLOCKS, PD_ST_BYTES_USED,
-	PD_ST_BUDGET, PD_ST_PUBLISHED, PD_ST_DEDUP, PD_ST_EVICTIONS, PD_ST_CONNECTIONS,
-	PD_ST_LEASES, PD_ST_MATCHES, PD_ST_ERRORS, PD_ST_ARENAS, PD_ST_COLLISIONS,
-	PD_ST_RESERVED,
+struct pd_publish_reply {
+	uint32_t stored, deduplicated;
+	uint32_t stop;           /* enum pd_stop */
+};
+
+/* STATS reply: counters (PREFIXD_COUNTERS order), then one row of usage
+ * per (user, model). */
+#define PD_ST_ENUM_(name, kind, help) PD_ST_##name,
+enum pd_stat { PREFIXD_COUNTERS(PD_ST_ENUM_) PD_STATS_COUNT };
+#undef PD_ST_ENUM_
+
+struct pd_usage {
+	uint32_t uid;
+	uint8_t fp[PD_FP_SIZE];
+	uint64_t blocks, bytes, pinned_bytes, hits, hit_tokens, query_tokens, evictions;
+};
+
+struct pd_stats_reply {
+	uint32_t ncounters;      /* as sent; counters past PD_STATS_COUNT are ignored */
+	uint64_t v[PD_STATS_COUNT]; /* those not sent are 0 */
+	uint32_t nrows;
+	const uint8_t *rows;     /* nrows x PD_USAGE_SIZE */
+};
+
+/* A chain, as LIST names it: its last block's hash in the user's namespace. */
+struct pd_id {
+	uint8_t key[PD_HASH_SIZE];
+	uint32_t uid;
+};
+
+enum pd_list_flag {
+	PD_LIST_USER = 1u << 0,
+	PD_LIST_MODEL = 1u << 1,
+};
+
+/* LIST: chains ending at a leaf, a page at a time. */
+struct pd_list {
+	uint64_t cursor;         /* 0 to start; then the reply's next */
+	uint32_t max_rows;       /* 1 .. PD_MAX_ROWS */
+	uint32_t flags;          /* enum pd_list_flag */
+	uint32_t uid;
+	uint8_t fp[PD_FP_SIZE];
+};
+
+enum pd_chain_flag {
+	PD_CHAIN_PINNED = 1u << 0,
+	PD_CHAIN_MEMORY = 1u << 1,
+};
+
+struct pd_chain_row {
+	struct pd_id id;
+	uint8_t fp[PD_FP_SIZE];
+	uint32_t blocks, tokens, leases, idle_s, flags, pin_ttl_s;
+	uint64_t bytes, hits;
+};
+
+struct pd_list_reply {
+	uint64_t next;           /* 0: no more */
+	uint32_t nrows;
+	const uint8_t *rows;     /* nrows x PD_CHAIN_SIZE */
+};
+
+enum pd_evict_by {
+	PD_EVICT_ALL = 1,
+	PD_EVICT_ID = 2,
+	PD_EVICT_MODEL = 3,
+	PD_EVICT_USER = 4,
+	PD_EVICT_IDLE = 5,
+	PD_EVICT_MAX = PD_EVICT_IDLE,
+};
+
+struct pd_evict {
+	uint32_t by;             /* enum pd_evict_by */
+	uint32_t uid;            /* USER, and ID's namespace */
+	uint64_t idle_s;         /* IDLE */
+	uint8_t key[PD_HASH_SIZE]; /* ID: the chain's key; MODEL: the fingerprint */
+};
+
+struct pd_evict_reply {
+	uint64_t blocks, bytes;  /* evicted */
+	uint64_t kept_leased, kept_pinned, kept_parent; /* selected blocks that stay */
+};
+
+struct pd_pin {
+	struct pd_id id;
+	uint32_t ttl_s;          /* PIN: 0 for no end */
+};
+
+struct pd_pin_reply {
+	uint64_t pinned_bytes, pin_max;
 };
 
 struct pd_error {
@@ -165,7 +286,13 @@ int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply
 int pd_release_decode(const uint8_t *body, size_t len, struct pd_release *m);
 int pd_publish_decode(const uint8_t *body, size_t len, uint32_t block_tokens, struct pd_publish *m);
 int pd_publish_reply_decode(const uint8_t *body, size_t len, struct pd_publish_reply *m);
-int pd_stats_reply_decode(const uint8_t *body, size_t len, uint64_t out[PD_STATS_COUNT]);
+int pd_stats_reply_decode(const uint8_t *body, size_t len, struct pd_stats_reply *m);
+int pd_list_decode(const uint8_t *body, size_t len, struct pd_list *m);
+int pd_list_reply_decode(const uint8_t *body, size_t len, struct pd_list_reply *m);
+int pd_evict_decode(const uint8_t *body, size_t len, struct pd_evict *m);
+int pd_evict_reply_decode(const uint8_t *body, size_t len, struct pd_evict_reply *m);
+int pd_pin_decode(const uint8_t *body, size_t len, struct pd_pin *m);
+int pd_pin_reply_decode(const uint8_t *body, size_t len, struct pd_pin_reply *m);
 int pd_error_decode(const uint8_t *body, size_t len, struct pd_error *m);
 
 /* Encoders write into out (capacity cap) and return the body length, or 0
@@ -179,12 +306,25 @@ size_t pd_match_reply_encode(uint64_t lease, uint32_t hit, const struct pd_place
 size_t pd_release_encode(const struct pd_release *m, uint8_t *out, size_t cap);
 size_t pd_publish_encode(const struct pd_publish *m, uint32_t block_tokens, uint8_t *out, size_t cap);
 size_t pd_publish_reply_encode(const struct pd_publish_reply *m, uint8_t *out, size_t cap);
-size_t pd_stats_reply_encode(const uint64_t in[PD_STATS_COUNT], uint8_t *out, size_t cap);
+/* rows: nrows usages (the body is PD_STATS_REPLY_FIXED + 8 x PD_STATS_COUNT
+ * + nrows x PD_USAGE_SIZE bytes). */
+size_t pd_stats_reply_encode(const uint64_t v[PD_STATS_COUNT], const struct pd_usage *rows,
+			     uint32_t nrows, uint8_t *out, size_t cap);
+size_t pd_list_encode(const struct pd_list *m, uint8_t *out, size_t cap);
+size_t pd_list_reply_encode(uint64_t next, const struct pd_chain_row *rows, uint32_t nrows,
+			    uint8_t *out, size_t cap);
+size_t pd_evict_encode(const struct pd_evict *m, uint8_t *out, size_t cap);
+size_t pd_evict_reply_encode(const struct pd_evict_reply *m, uint8_t *out, size_t cap);
+size_t pd_pin_encode(const struct pd_pin *m, uint8_t *out, size_t cap);
+size_t pd_pin_reply_encode(const struct pd_pin_reply *m, uint8_t *out, size_t cap);
 size_t pd_error_encode(const char *msg, uint8_t *out, size_t cap);
 
 /* Entry i of a MATCH reply's places or arenas array. */
 struct pd_place pd_place_at(const struct pd_match_reply *m, uint32_t i);
 struct pd_arena_desc pd_arena_at(const struct pd_match_reply *m, uint32_t i);
+/* Row i of a STATS or LIST reply. */
+struct pd_usage pd_usage_at(const struct pd_stats_reply *m, uint32_t i);
+struct pd_chain_row pd_chain_at(const struct pd_list_reply *m, uint32_t i);
 /* Token t of block b of a MATCH or PUBLISH token array. */
 uint32_t pd_token_at(const uint8_t *tokens, uint32_t block_tokens, uint32_t b, uint32_t t);
 

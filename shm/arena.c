@@ -5,16 +5,24 @@
  * descriptor the daemon sends.
  *
  * Protection, in layers:
- *  - F_SEAL_SHRINK | F_SEAL_GROW: the size is fixed, so a mapping can never
- *    fault on truncation (a client cannot be killed by another's ftruncate);
- *  - F_SEAL_FUTURE_WRITE, set after the daemon's own writable mapping: no
- *    new writable mapping or write(2) through any descriptor;
+ *  - F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL: the size is fixed, so a
+ *    mapping can never fault on truncation (a client cannot be killed by
+ *    another's ftruncate);
  *  - clients receive a descriptor reopened O_RDONLY, which cannot be mapped
- *    PROT_WRITE (or mprotect'ed to it) even without the seal.
+ *    PROT_WRITE, mprotect'ed to it, or written with write(2);
+ *  - the memfd's mode is then cleared: a memfd is made 0777, and anyone who
+ *    holds a descriptor of it could otherwise reopen it read-write through
+ *    /proc/self/fd. With mode 0 only its owner (the daemon's user, who can
+ *    change the mode back) and root can; other users cannot.
  *
- * An arena's pages are resident only once written, and the seals forbid
- * punching them out again, so slots a block has used are told apart from
- * slots never touched: reusing the former costs no new memory.
+ * F_SEAL_FUTURE_WRITE would also stop the owner, but it forbids punching
+ * pages out (FALLOC_FL_PUNCH_HOLE), and evicted blocks must give their
+ * memory back to the budget, whichever partition publishes next
+ * (docs/DESIGN.md, "Giving memory back"). Clients of the daemon's own user
+ * are trusted no less than the daemon is: they could ptrace it.
+ *
+ * An arena's pages are resident only once written. A freed slot is either
+ * kept resident (the store reuses it at once) or punched out.
  */
 #include "arena.h"
 
@@ -27,7 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 struct shm_arena {
 	uint32_t id;
@@ -35,9 +43,11 @@ struct shm_arena {
 	int ro_fd;                /* read-only, duplicated for each client */
 	uint8_t *base;            /* (size) read-write, the daemon's view */
 	size_t size, slot_bytes;
-	uint32_t nslots, nfree;
+	uint32_t nslots;
 	uint32_t touched;         /* slots [0, touched) have been handed out */
-	uint32_t *free_list;      /* (nslots) stack of freed slot indices */
+	/* Freed slots, a stack each: still resident, and punched out. */
+	uint32_t nresident, nholes;
+	uint32_t *resident, *holes; /* (nslots) */
 	uint8_t *used;            /* (nslots) 1 when allocated */
 };
 
@@ -58,9 +68,10 @@ int shm_arena_create(uint32_t id, size_t slot_bytes, uint32_t nslots, struct shm
 	a->nslots = nslots;
 	a->size = slot_bytes * nslots;
 	/* Large arenas have large tables; pages of them untouched stay free. */
-	a->free_list = malloc(nslots * sizeof(*a->free_list));
+	a->resident = malloc(nslots * sizeof(*a->resident));
+	a->holes = malloc(nslots * sizeof(*a->holes));
 	a->used = calloc(nslots, 1);
-	if (!a->free_list || !a->used) {
+	if (!a->resident || !a->holes || !a->used) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -84,7 +95,7 @@ int shm_arena_create(uint32_t id, size_t slot_bytes, uint32_t nslots, struct shm
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", a->fd);
 	a->ro_fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (a->ro_fd < 0) {
+	if (a->ro_fd < 0 || fchmod(a->fd, 0)) {
 		rc = -errno;
 		goto fail;
 	}
@@ -105,7 +116,8 @@ void shm_arena_free(struct shm_arena *a)
 		close(a->fd);
 	if (a->ro_fd >= 0)
 		close(a->ro_fd);
-	free(a->free_list);
+	free(a->resident);
+	free(a->holes);
 	free(a->used);
 	free(a);
 }
@@ -113,7 +125,12 @@ void shm_arena_free(struct shm_arena *a)
 uint32_t shm_arena_id(const struct shm_arena *a) { return a->id; }
 size_t shm_arena_size(const struct shm_arena *a) { return a->size; }
 size_t shm_arena_slot_bytes(const struct shm_arena *a) { return a->slot_bytes; }
-uint32_t shm_arena_slots_free(const struct shm_arena *a) { return a->nfree + a->nslots - a->touched; }
+uint32_t shm_arena_slots_free(const struct shm_arena *a)
+{
+	return a->nresident + a->nholes + a->nslots - a->touched;
+}
+
+uint32_t shm_arena_slots_resident_free(const struct shm_arena *a) { return a->nresident; }
 uint8_t *shm_arena_base(const struct shm_arena *a) { return a->base; }
 
 int shm_arena_ro_fd(const struct shm_arena *a)
@@ -122,27 +139,32 @@ int shm_arena_ro_fd(const struct shm_arena *a)
 	return fd < 0 ? -errno : fd;
 }
 
+static uint64_t take(struct shm_arena *a, uint32_t s)
+{
+	a->used[s] = 1;
+	return (uint64_t)s * a->slot_bytes;
+}
+
 int shm_arena_slot_reuse(struct shm_arena *a, uint64_t *offset)
 {
-	if (!a->nfree)
+	if (!a->nresident)
 		return -ENOSPC;
-	uint32_t s = a->free_list[--a->nfree];
-	a->used[s] = 1;
-	*offset = (uint64_t)s * a->slot_bytes;
+	*offset = take(a, a->resident[--a->nresident]);
 	return 0;
 }
 
 int shm_arena_slot_new(struct shm_arena *a, uint64_t *offset)
 {
-	if (a->touched == a->nslots)
+	if (a->nholes)
+		*offset = take(a, a->holes[--a->nholes]);
+	else if (a->touched < a->nslots)
+		*offset = take(a, a->touched++);
+	else
 		return -ENOSPC;
-	uint32_t s = a->touched++;
-	a->used[s] = 1;
-	*offset = (uint64_t)s * a->slot_bytes;
 	return 0;
 }
 
-int shm_arena_slot_free(struct shm_arena *a, uint64_t offset)
+int shm_arena_slot_free(struct shm_arena *a, uint64_t offset, bool punch)
 {
 	if (offset % a->slot_bytes || offset / a->slot_bytes >= a->nslots)
 		return -EINVAL;
@@ -150,8 +172,14 @@ int shm_arena_slot_free(struct shm_arena *a, uint64_t offset)
 	if (!a->used[s])
 		return -EINVAL;
 	a->used[s] = 0;
-	a->free_list[a->nfree++] = s;
-	return 0;
+	/* A failed punch leaves the pages resident: the slot is kept as such. */
+	if (punch && !fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
+				(off_t)a->slot_bytes)) {
+		a->holes[a->nholes++] = s;
+		return 0;
+	}
+	a->resident[a->nresident++] = s;
+	return punch ? -errno : 0;
 }
 
 int shm_map_ro(int fd, size_t size, const void **out)

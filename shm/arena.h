@@ -7,6 +7,7 @@
 #ifndef SHM_ARENA_H
 #define SHM_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,8 +16,8 @@ struct shm_arena;
 /*
  * Creates an arena of nslots slots of slot_bytes each, mapped read-write for
  * the caller, sealed so its size can never change (no client mapping can
- * fault on truncation) and so no new writable mapping can be made. Returns 0
- * or -errno.
+ * fault on truncation), its mode cleared so that no other user can reopen a
+ * read-only descriptor for writing. Returns 0 or -errno.
  */
 int shm_arena_create(uint32_t id, size_t slot_bytes, uint32_t nslots, struct shm_arena **out);
 void shm_arena_free(struct shm_arena *a);
@@ -25,6 +26,8 @@ uint32_t shm_arena_id(const struct shm_arena *a);
 size_t shm_arena_size(const struct shm_arena *a);
 size_t shm_arena_slot_bytes(const struct shm_arena *a);
 uint32_t shm_arena_slots_free(const struct shm_arena *a);
+/* Free slots whose pages are still resident. */
+uint32_t shm_arena_slots_resident_free(const struct shm_arena *a);
 /* The writable view: only the daemon has it. */
 uint8_t *shm_arena_base(const struct shm_arena *a);
 
@@ -35,13 +38,16 @@ int shm_arena_ro_fd(const struct shm_arena *a);
 /*
  * Takes a slot: 0 and its byte offset, or -ENOSPC. Not thread-safe: the
  * owner of the arena serialises slot changes. _reuse takes only a slot
- * freed before (its pages already resident), _new only one never handed
- * out (its pages become resident when written).
+ * freed with its pages resident, _new only one whose pages are not (never
+ * handed out, or punched out; they become resident when written).
  */
 int shm_arena_slot_reuse(struct shm_arena *a, uint64_t *offset);
 int shm_arena_slot_new(struct shm_arena *a, uint64_t *offset);
-/* Returns a slot; -EINVAL for an offset that is not a used slot. */
-int shm_arena_slot_free(struct shm_arena *a, uint64_t offset);
+/* Returns a slot; with punch, its pages are punched out and their memory
+ * freed, even while clients map the arena (they read zeros there). -EINVAL
+ * for an offset that is not a used slot; -errno when the punch failed (the
+ * slot is then free and resident). */
+int shm_arena_slot_free(struct shm_arena *a, uint64_t offset, bool punch);
 
 /*
  * Client side: checks that fd is a sealed arena of at least size bytes and

@@ -336,7 +336,8 @@ Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
 	/* Everything is leased: a new block has nowhere to go. */
 	uint32_t t[TD_BLOCK_TOKENS * 8];
 	prompt(t, 8, 900000);
-	cr_expect_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), -ENOSPC);
+	int prc = td_publish(a, 0, t, 0, 1, &stored, &dedup);
+	cr_expect_eq(prc, -ENOSPC, "rc %d: %s", prc, prefixd_errmsg());
 	cr_expect(strstr(prefixd_errmsg(), "budget"), "a clear message: %s", prefixd_errmsg());
 	cr_assert_eq(prefixd_match(b, big, 64, &lease, &hit, kv), 0);
 	for (uint32_t i = 0; i < 64; i++)

@@ -8,23 +8,37 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "index.h"
 
 enum { B = 4 };
 
-/* A store of `cap` slots that records which prompt's block each slot holds. */
-struct store {
+/* Memory several stores share: cap slots at most are resident. */
+struct pool {
 	int cap, used;
+};
+
+/* A store that records which prompt's block each slot holds. A slot freed
+ * without a punch stays resident (charged) and is the next one taken. */
+struct store {
+	struct pool *pool;
+	int used, resident;
 	uint8_t taken[4096];
 	uint32_t owner[4096];      /* what fill() wrote: a tag of the block */
 };
 
+static struct pool one_pool;
+
 static int st_alloc(void *ctx, struct idx_loc *loc)
 {
 	struct store *s = ctx;
-	if (s->used == s->cap)
+	if (s->resident)
+		s->resident--;
+	else if (s->pool->used == s->pool->cap)
 		return -ENOSPC;
+	else
+		s->pool->used++;
 	for (uint32_t i = 0; i < 4096; i++)
 		if (!s->taken[i]) {
 			s->taken[i] = 1;
@@ -35,12 +49,16 @@ static int st_alloc(void *ctx, struct idx_loc *loc)
 	return -ENOSPC;
 }
 
-static void st_free(void *ctx, struct idx_loc loc)
+static void st_free(void *ctx, struct idx_loc loc, bool punch)
 {
 	struct store *s = ctx;
 	cr_assert(s->taken[loc.offset], "double free of slot %lu", (unsigned long)loc.offset);
 	s->taken[loc.offset] = 0;
 	s->used--;
+	if (punch)
+		s->pool->used--;
+	else
+		s->resident++;
 }
 
 struct fill_ctx {
@@ -55,14 +73,30 @@ static int fill(void *ctx, uint32_t i, struct idx_loc loc)
 	return 0;
 }
 
+static const struct idx_limits unlimited = { UINT64_MAX, UINT64_MAX, UINT64_MAX };
+
+/* An index over one store of `cap` slots; each slot costs 1 byte of the
+ * limits. */
 static struct pd_index *index_with(struct store *s, int cap, int key_bytes)
 {
 	memset(s, 0, sizeof(*s));
-	s->cap = cap;
-	struct idx_store ops = { st_alloc, st_free, s };
+	one_pool = (struct pool){ cap, 0 };
+	s->pool = &one_pool;
 	struct pd_index *x;
-	cr_assert_eq(idx_new(B, key_bytes, &ops, &x), 0);
+	cr_assert_eq(idx_new(B, key_bytes, &unlimited, &x), 0);
 	return x;
+}
+
+/* The group of (namespace, root byte) on store s, model fp. */
+static struct idx_group *group(struct pd_index *x, struct store *s, uint32_t ns, uint8_t root,
+			       uint8_t fp)
+{
+	struct idx_root r = { ns, { root } };
+	uint8_t f[PD_FP_SIZE] = { fp };
+	struct idx_store ops = { st_alloc, st_free, s, 1 };
+	struct idx_group *g;
+	cr_assert_eq(idx_group_get(x, &r, f, &ops, &g), 0);
+	return g;
 }
 
 /* A prompt: blocks of tokens seed*100 + j, hashes from its token prefix. */
@@ -90,7 +124,7 @@ static void make_prompt(struct prompt *p, uint32_t seed, uint32_t n, uint32_t sh
 	}
 }
 
-static uint32_t publish(struct pd_index *x, struct store *s, const struct idx_root *r, uint64_t lease,
+static uint32_t publish(struct pd_index *x, struct store *s, struct idx_group *r, uint64_t lease,
 			const struct prompt *p, uint32_t from, uint32_t n, int *rc)
 {
 	struct fill_ctx f = { s, p->tags + from };
@@ -100,7 +134,7 @@ static uint32_t publish(struct pd_index *x, struct store *s, const struct idx_ro
 	return stored;
 }
 
-static uint32_t match(struct pd_index *x, const struct idx_root *r, const struct prompt *p, uint64_t *lease,
+static uint32_t match(struct pd_index *x, struct idx_group *r, const struct prompt *p, uint64_t *lease,
 		      struct idx_loc *locs)
 {
 	uint32_t hit;
@@ -108,20 +142,38 @@ static uint32_t match(struct pd_index *x, const struct idx_root *r, const struct
 	return hit;
 }
 
-static const struct idx_root root1 = { 1, { 1 } }, root1b = { 1, { 2 } }, root2 = { 2, { 1 } };
+/* Groups of the tests: namespace 1 with two roots, namespace 2. */
+static struct idx_group *root1, *root1b, *root2;
+
+static struct pd_index *start(struct store *s, int cap, int key_bytes)
+{
+	struct pd_index *x = index_with(s, cap, key_bytes);
+	root1 = group(x, s, 1, 1, 1);
+	root1b = group(x, s, 1, 2, 1);
+	root2 = group(x, s, 2, 1, 1);
+	return x;
+}
+
+static void finish(struct pd_index *x)
+{
+	idx_group_put(x, root1);
+	idx_group_put(x, root1b);
+	idx_group_put(x, root2);
+	idx_free(x);
+}
 
 Test(index, hits_are_confirmed_exactly)
 {
 	struct store s;
-	struct pd_index *x = index_with(&s, 100, 32);
+	struct pd_index *x = start(&s, 100, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 3, 0, 0);
 	int rc;
-	cr_assert_eq(publish(x, &s, &root1, 0, &a, 0, 3, &rc), 3);
+	cr_assert_eq(publish(x, &s, root1, 0, &a, 0, 3, &rc), 3);
 	cr_assert_eq(rc, 0);
 	uint64_t lease;
 	struct idx_loc locs[64];
-	cr_expect_eq(match(x, &root1, &a, &lease, locs), 3);
+	cr_expect_eq(match(x, root1, &a, &lease, locs), 3);
 	for (int i = 0; i < 3; i++)
 		cr_expect_eq(s.owner[locs[i].offset], a.tags[i], "block %d served from the right slot", i);
 	cr_expect_eq(idx_release(x, lease), 0);
@@ -129,100 +181,100 @@ Test(index, hits_are_confirmed_exactly)
 	/* The same hashes with one token changed in block 1: only block 0 hits. */
 	b = a;
 	b.tokens[B + 2]++;
-	cr_expect_eq(match(x, &root1, &b, &lease, locs), 1);
+	cr_expect_eq(match(x, root1, &b, &lease, locs), 1);
 	idx_release(x, lease);
 	/* Another namespace or another root (model, layout, salt) never hits. */
-	cr_expect_eq(match(x, &root2, &a, &lease, locs), 0);
+	cr_expect_eq(match(x, root2, &a, &lease, locs), 0);
 	cr_expect_eq(lease, 0);
-	cr_expect_eq(match(x, &root1b, &a, &lease, locs), 0);
+	cr_expect_eq(match(x, root1b, &a, &lease, locs), 0);
 	/* Publishing the same blocks again is a dedup. */
 	uint32_t stored, dedup;
 	struct fill_ctx f = { &s, a.tags };
-	cr_expect_eq(idx_publish(x, &root1, 0, a.hashes, a.tokens, 3, fill, &f, &stored, &dedup), 0);
+	cr_expect_eq(idx_publish(x, root1, 0, a.hashes, a.tokens, 3, fill, &f, &stored, &dedup), 0);
 	cr_expect_eq(stored, 0);
 	cr_expect_eq(dedup, 3);
 	struct idx_stats st;
 	idx_get_stats(x, &st);
 	cr_expect_eq(st.blocks, 3);
 	cr_expect_eq(st.dedup, 3);
-	idx_free(x);
+	finish(x);
 	cr_expect_eq(s.used, 0, "every slot returned to the store");
 }
 
 Test(index, publish_continues_a_lease)
 {
 	struct store s;
-	struct pd_index *x = index_with(&s, 100, 32);
+	struct pd_index *x = start(&s, 100, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 2, 0, 0);
 	make_prompt(&b, 2, 4, 1, 2); /* shares a's two blocks, then its own */
 	int rc;
-	publish(x, &s, &root1, 0, &a, 0, 2, &rc);
+	publish(x, &s, root1, 0, &a, 0, 2, &rc);
 	uint64_t lease;
 	struct idx_loc locs[64];
-	cr_assert_eq(match(x, &root1, &b, &lease, locs), 2);
-	cr_expect_eq(publish(x, &s, &root1, lease, &b, 2, 2, &rc), 2);
+	cr_assert_eq(match(x, root1, &b, &lease, locs), 2);
+	cr_expect_eq(publish(x, &s, root1, lease, &b, 2, 2, &rc), 2);
 	cr_expect_eq(rc, 0);
 	idx_release(x, lease);
-	cr_expect_eq(match(x, &root1, &b, &lease, locs), 4);
+	cr_expect_eq(match(x, root1, &b, &lease, locs), 4);
 	cr_expect_eq(s.owner[locs[3].offset], b.tags[3]);
 	idx_release(x, lease);
 	uint32_t stored, dedup;
 	struct fill_ctx f = { &s, b.tags };
-	cr_expect_eq(idx_publish(x, &root1, 12345, b.hashes, b.tokens, 1, fill, &f, &stored, &dedup),
+	cr_expect_eq(idx_publish(x, root1, 12345, b.hashes, b.tokens, 1, fill, &f, &stored, &dedup),
 		     -ENOENT);
-	idx_free(x);
+	finish(x);
 }
 
 Test(index, leases_block_eviction_and_budget_holds)
 {
 	struct store s;
-	struct pd_index *x = index_with(&s, 3, 32);
+	struct pd_index *x = start(&s, 3, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 3, 0, 0);
 	make_prompt(&b, 2, 1, 0, 0);
 	int rc;
-	publish(x, &s, &root1, 0, &a, 0, 3, &rc);
+	publish(x, &s, root1, 0, &a, 0, 3, &rc);
 	uint64_t lease;
 	struct idx_loc locs[64];
-	cr_assert_eq(match(x, &root1, &a, &lease, locs), 3);
-	cr_expect_eq(publish(x, &s, &root1, 0, &b, 0, 1, &rc), 0);
+	cr_assert_eq(match(x, root1, &a, &lease, locs), 3);
+	cr_expect_eq(publish(x, &s, root1, 0, &b, 0, 1, &rc), 0);
 	cr_expect_eq(rc, -ENOSPC, "everything is leased: refused, not evicted");
 	cr_expect_eq(s.used, 3);
 	idx_release(x, lease);
-	cr_expect_eq(publish(x, &s, &root1, 0, &b, 0, 1, &rc), 1);
+	cr_expect_eq(publish(x, &s, root1, 0, &b, 0, 1, &rc), 1);
 	cr_expect_eq(rc, 0);
 	cr_expect_eq(s.used, 3, "the budget is never exceeded");
 	/* The leaf went, not the root or the middle block. */
-	cr_expect_eq(match(x, &root1, &a, &lease, locs), 2);
+	cr_expect_eq(match(x, root1, &a, &lease, locs), 2);
 	idx_release(x, lease);
 	struct idx_stats st;
 	idx_get_stats(x, &st);
 	cr_expect_eq(st.evictions, 1);
-	idx_free(x);
+	finish(x);
 }
 
 Test(index, eviction_is_lru_among_leaves)
 {
 	struct store s;
-	struct pd_index *x = index_with(&s, 3, 32);
+	struct pd_index *x = start(&s, 3, 32);
 	struct prompt p[4];
 	int rc;
 	for (uint32_t i = 0; i < 3; i++) {
 		make_prompt(&p[i], i + 1, 1, 0, 0);
-		publish(x, &s, &root1, 0, &p[i], 0, 1, &rc);
+		publish(x, &s, root1, 0, &p[i], 0, 1, &rc);
 	}
 	uint64_t lease;
 	struct idx_loc locs[64];
 	/* Use prompt 0 again: prompt 1 becomes the least recently used. */
-	cr_assert_eq(match(x, &root1, &p[0], &lease, locs), 1);
+	cr_assert_eq(match(x, root1, &p[0], &lease, locs), 1);
 	idx_release(x, lease);
 	make_prompt(&p[3], 9, 1, 0, 0);
-	cr_expect_eq(publish(x, &s, &root1, 0, &p[3], 0, 1, &rc), 1);
-	cr_expect_eq(match(x, &root1, &p[1], &lease, locs), 0, "LRU block evicted");
-	cr_expect_eq(match(x, &root1, &p[0], &lease, locs), 1);
+	cr_expect_eq(publish(x, &s, root1, 0, &p[3], 0, 1, &rc), 1);
+	cr_expect_eq(match(x, root1, &p[1], &lease, locs), 0, "LRU block evicted");
+	cr_expect_eq(match(x, root1, &p[0], &lease, locs), 1);
 	idx_release(x, lease);
-	idx_free(x);
+	finish(x);
 }
 
 /* With one-byte keys, hundreds of prompts collide; none is ever served
@@ -230,13 +282,13 @@ Test(index, eviction_is_lru_among_leaves)
 Test(index, tiny_hash_collisions_are_never_served)
 {
 	struct store s;
-	struct pd_index *x = index_with(&s, 4000, 1);
+	struct pd_index *x = start(&s, 4000, 1);
 	static struct prompt p[300];
 	int rc;
 	for (uint32_t i = 0; i < 300; i++) {
 		/* Every third prompt shares its first block with prompt 0. */
 		make_prompt(&p[i], i + 1, 3, 1, i % 3 == 0 ? 1 : 0);
-		publish(x, &s, &root1, 0, &p[i], 0, 3, &rc);
+		publish(x, &s, root1, 0, &p[i], 0, 3, &rc);
 		cr_assert(rc == 0 || rc == -EEXIST, "rc %d", rc);
 	}
 	struct idx_stats st;
@@ -245,7 +297,7 @@ Test(index, tiny_hash_collisions_are_never_served)
 	for (uint32_t i = 0; i < 300; i++) {
 		uint64_t lease;
 		struct idx_loc locs[64];
-		uint32_t hit = match(x, &root1, &p[i], &lease, locs);
+		uint32_t hit = match(x, root1, &p[i], &lease, locs);
 		for (uint32_t b = 0; b < hit; b++)
 			cr_assert_eq(s.owner[locs[b].offset], p[i].tags[b],
 				     "prompt %u block %u served another prompt's KV", i, b);
@@ -253,5 +305,322 @@ Test(index, tiny_hash_collisions_are_never_served)
 		if (lease)
 			idx_release(x, lease);
 	}
+	finish(x);
+}
+
+/* ==== One budget for every user and model ==== */
+
+static struct pd_index *index_limits(int cap, uint64_t quota, uint64_t pin_max)
+{
+	one_pool = (struct pool){ cap, 0 };
+	struct idx_limits lim = { quota, pin_max, (uint64_t)cap };
+	struct pd_index *x;
+	cr_assert_eq(idx_new(B, 32, &lim, &x), 0);
+	return x;
+}
+
+static void store_on(struct store *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->pool = &one_pool;
+}
+
+Test(index, eviction_chooses_across_groups_and_gives_memory_back)
+{
+	struct store sa, sb;
+	struct pd_index *x = index_limits(4, UINT64_MAX, UINT64_MAX);
+	store_on(&sa);
+	store_on(&sb);
+	struct idx_group *ga = group(x, &sa, 1, 1, 1), *gb = group(x, &sb, 2, 1, 2);
+	struct prompt p[6];
+	int rc;
+	for (uint32_t i = 0; i < 4; i++) {
+		make_prompt(&p[i], i + 1, 1, 0, 0);
+		cr_assert_eq(publish(x, &sa, ga, 0, &p[i], 0, 1, &rc), 1);
+	}
+	/* Another user's other model: A's oldest blocks make room. */
+	make_prompt(&p[4], 50, 2, 0, 0);
+	cr_expect_eq(publish(x, &sb, gb, 0, &p[4], 0, 2, &rc), 2);
+	cr_expect_eq(rc, 0);
+	cr_expect_eq(one_pool.used, 4, "the budget holds");
+	cr_expect_eq(sa.resident, 0, "a victim of another store gives its memory back");
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, ga, &p[0], &lease, locs), 0, "the oldest went");
+	cr_expect_eq(match(x, ga, &p[1], &lease, locs), 0);
+	cr_expect_eq(match(x, ga, &p[2], &lease, locs), 1);
+	idx_release(x, lease);
+	struct pd_usage *rows;
+	uint32_t n;
+	cr_assert_eq(idx_usage(x, &rows, &n), 0);
+	cr_assert_eq(n, 2);
+	for (uint32_t i = 0; i < n; i++) {
+		cr_expect_eq(rows[i].evictions, rows[i].uid == 1 ? 2 : 0);
+		cr_expect_eq(rows[i].blocks, 2);
+		cr_expect_eq(rows[i].fp[0], rows[i].uid);
+	}
+	free(rows);
+	idx_group_put(x, ga);
+	idx_group_put(x, gb);
+	idx_free(x);
+	cr_expect_eq(one_pool.used, 0);
+}
+
+Test(index, a_user_at_quota_gives_up_their_own_blocks_and_never_another_users)
+{
+	struct store s1, s2;
+	struct pd_index *x = index_limits(4, 2, UINT64_MAX);
+	store_on(&s1);
+	store_on(&s2);
+	struct idx_group *g1 = group(x, &s1, 1, 1, 1), *g2 = group(x, &s2, 2, 1, 1);
+	struct prompt p[6];
+	int rc;
+	for (uint32_t i = 0; i < 3; i++) {
+		make_prompt(&p[i], i + 1, 1, 0, 0);
+		cr_assert_eq(publish(x, &s1, g1, 0, &p[i], 0, 1, &rc), 1);
+	}
+	cr_expect_eq(s1.used, 2, "user 1 holds its quota, no more");
+	make_prompt(&p[3], 40, 2, 0, 0);
+	cr_expect_eq(publish(x, &s2, g2, 0, &p[3], 0, 2, &rc), 2);
+	cr_expect_eq(s1.used, 2, "user 2 took free memory, nothing of user 1's");
+	/* User 1 leases everything it has: its next block is refused. */
+	uint64_t l1, l2;
+	struct idx_loc locs[64];
+	cr_assert_eq(match(x, g1, &p[1], &l1, locs), 1);
+	cr_assert_eq(match(x, g1, &p[2], &l2, locs), 1);
+	make_prompt(&p[4], 60, 1, 0, 0);
+	cr_expect_eq(publish(x, &s1, g1, 0, &p[4], 0, 1, &rc), 0);
+	cr_expect_eq(rc, -EDQUOT);
+	cr_expect_eq(s2.used, 2, "user 2's blocks are untouched");
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.refused_blocks, 1);
+	idx_release(x, l1);
+	idx_release(x, l2);
+	idx_group_put(x, g1);
+	idx_group_put(x, g2);
+	idx_free(x);
+}
+
+static struct pd_id id_of(const struct prompt *p, uint32_t ns)
+{
+	struct pd_id id = { .uid = ns };
+	memcpy(id.key, p->hashes + (p->n - 1) * 32, 32);
+	return id;
+}
+
+Test(index, pinned_chains_survive_a_flood_and_pins_are_bounded)
+{
+	struct store s;
+	struct pd_index *x = index_limits(4, UINT64_MAX, 2);
+	store_on(&s);
+	struct idx_group *g = group(x, &s, 1, 1, 1);
+	struct prompt sys, other, flood;
+	int rc;
+	make_prompt(&sys, 7, 2, 0, 0);
+	make_prompt(&other, 8, 1, 0, 0);
+	publish(x, &s, g, 0, &sys, 0, 2, &rc);
+	publish(x, &s, g, 0, &other, 0, 1, &rc);
+	struct pd_id id = id_of(&sys, 1), oid = id_of(&other, 1), none = { .uid = 9 };
+	uint64_t pinned;
+	cr_assert_eq(idx_pin(x, &id, 0, &pinned), 0);
+	cr_expect_eq(pinned, 2);
+	cr_expect_eq(idx_pin(x, &oid, 0, &pinned), -E2BIG, "past pin_max");
+	cr_expect_eq(pinned, 3);
+	cr_expect_eq(idx_pin(x, &none, 0, &pinned), -ENOENT);
+	for (uint32_t i = 0; i < 20; i++) {
+		make_prompt(&flood, 100 + i, 1, 0, 0);
+		cr_expect_eq(publish(x, &s, g, 0, &flood, 0, 1, &rc), 1);
+	}
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, g, &sys, &lease, locs), 2, "the pinned chain survived");
+	idx_release(x, lease);
+	struct pd_evict all = { .by = PD_EVICT_ALL };
+	struct pd_evict_reply r;
+	cr_assert_eq(idx_evict(x, &all, &r), 0);
+	cr_expect_eq(r.blocks, 2, "the two flood blocks left");
+	cr_expect_eq(r.kept_pinned, 2);
+	cr_expect_eq(idx_unpin(x, &id), 0);
+	cr_expect_eq(idx_unpin(x, &id), -ENOENT, "unpinned once");
+	cr_assert_eq(idx_evict(x, &all, &r), 0);
+	cr_expect_eq(r.blocks, 2);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, a_pin_with_a_ttl_ends_by_itself)
+{
+	struct store s;
+	struct pd_index *x = index_limits(8, UINT64_MAX, UINT64_MAX);
+	store_on(&s);
+	struct idx_group *g = group(x, &s, 1, 1, 1);
+	struct prompt p;
+	int rc;
+	make_prompt(&p, 3, 2, 0, 0);
+	publish(x, &s, g, 0, &p, 0, 2, &rc);
+	struct pd_id id = id_of(&p, 1);
+	uint64_t pinned;
+	cr_assert_eq(idx_pin(x, &id, 1, &pinned), 0);
+	struct pd_list req = { .max_rows = 8 };
+	struct pd_chain_row row;
+	uint32_t n;
+	uint64_t next;
+	idx_list(x, &req, &row, &n, &next);
+	cr_assert_eq(n, 1);
+	cr_expect(row.flags & PD_CHAIN_PINNED);
+	cr_expect_leq(row.pin_ttl_s, 1);
+	struct idx_stats st;
+	usleep(2100 * 1000);
+	idx_expire(x);
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.pins, 0);
+	cr_expect_eq(st.pins_expired, 1);
+	cr_expect_eq(st.pinned_bytes, 0);
+	idx_list(x, &req, &row, &n, &next);
+	cr_expect_not(row.flags & PD_CHAIN_PINNED);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, a_chain_leaves_as_one_unit_of_age)
+{
+	struct store s;
+	struct pd_index *x = index_limits(5, UINT64_MAX, UINT64_MAX);
+	store_on(&s);
+	struct idx_group *g = group(x, &s, 1, 1, 1);
+	struct prompt old, mid, fresh[3];
+	int rc;
+	make_prompt(&old, 1, 3, 0, 0);
+	make_prompt(&mid, 2, 1, 0, 0);
+	publish(x, &s, g, 0, &old, 0, 3, &rc);
+	publish(x, &s, g, 0, &mid, 0, 1, &rc);
+	for (uint32_t i = 0; i < 3; i++) {
+		make_prompt(&fresh[i], 10 + i, 1, 0, 0);
+		publish(x, &s, g, 0, &fresh[i], 0, 1, &rc);
+	}
+	/* Three new blocks needed room for two: the old chain's leaf, then
+	 * its middle, not the newer single block. */
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, g, &old, &lease, locs), 1);
+	if (lease)
+		idx_release(x, lease);
+	cr_expect_eq(match(x, g, &mid, &lease, locs), 1);
+	idx_release(x, lease);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, listing_pages_through_every_leaf_once)
+{
+	struct store s;
+	struct pd_index *x = index_limits(400, UINT64_MAX, UINT64_MAX);
+	store_on(&s);
+	struct idx_group *g = group(x, &s, 1, 1, 1), *h = group(x, &s, 2, 1, 2);
+	static struct prompt p[50];
+	int rc;
+	for (uint32_t i = 0; i < 50; i++) {
+		make_prompt(&p[i], i + 1, 1 + i % 4, 0, 0);
+		publish(x, &s, i % 2 ? h : g, 0, &p[i], 0, p[i].n, &rc);
+	}
+	int seen[50] = { 0 };
+	struct pd_list req = { .max_rows = 7 };
+	struct pd_chain_row rows[7];
+	uint32_t n, pages = 0;
+	do {
+		uint64_t next;
+		idx_list(x, &req, rows, &n, &next);
+		for (uint32_t r = 0; r < n; r++)
+			for (uint32_t i = 0; i < 50; i++)
+				if (!memcmp(rows[r].id.key, p[i].hashes + (p[i].n - 1) * 32, 32)) {
+					seen[i]++;
+					cr_expect_eq(rows[r].blocks, p[i].n);
+					cr_expect_eq(rows[r].tokens, p[i].n * B);
+					cr_expect_eq(rows[r].id.uid, i % 2 ? 2u : 1u);
+					cr_expect_eq(rows[r].fp[0], i % 2 ? 2 : 1);
+				}
+		req.cursor = next;
+		pages++;
+	} while (req.cursor);
+	for (uint32_t i = 0; i < 50; i++)
+		cr_expect_eq(seen[i], 1, "chain %u listed %d times", i, seen[i]);
+	cr_expect_geq(pages, 8);
+	/* Filtered by user. */
+	req = (struct pd_list){ .max_rows = 7, .flags = PD_LIST_USER, .uid = 2 };
+	uint32_t total = 0;
+	do {
+		uint64_t next;
+		idx_list(x, &req, rows, &n, &next);
+		for (uint32_t r = 0; r < n; r++)
+			cr_expect_eq(rows[r].id.uid, 2);
+		total += n;
+		req.cursor = next;
+	} while (req.cursor);
+	cr_expect_eq(total, 25);
+	idx_group_put(x, g);
+	idx_group_put(x, h);
+	idx_free(x);
+}
+
+Test(index, evict_by_each_selector_keeps_leased_and_pinned_blocks)
+{
+	struct store s;
+	struct pd_index *x = index_limits(100, UINT64_MAX, UINT64_MAX);
+	store_on(&s);
+	struct idx_group *a1 = group(x, &s, 1, 1, 1), *b1 = group(x, &s, 1, 2, 2),
+			 *a2 = group(x, &s, 2, 1, 1);
+	struct prompt pa, pb, pc, pd2;
+	int rc;
+	make_prompt(&pa, 1, 3, 0, 0);
+	make_prompt(&pb, 2, 2, 0, 0);
+	make_prompt(&pc, 3, 2, 0, 0);
+	make_prompt(&pd2, 4, 4, 1, 3); /* continues pa's three blocks */
+	publish(x, &s, a1, 0, &pa, 0, 3, &rc);
+	publish(x, &s, a1, 0, &pd2, 0, 4, &rc);
+	publish(x, &s, b1, 0, &pb, 0, 2, &rc);
+	publish(x, &s, a2, 0, &pc, 0, 2, &rc);
+	uint64_t lease;
+	struct idx_loc locs[64];
+	struct pd_evict_reply r;
+	/* By id: pa's chain is continued by pd2's, so nothing of it goes. */
+	struct pd_evict sel = { .by = PD_EVICT_ID, .uid = 1 };
+	memcpy(sel.key, pa.hashes + 2 * 32, 32);
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 0);
+	cr_expect_eq(r.kept_parent, 3);
+	memcpy(sel.key, pd2.hashes + 3 * 32, 32);
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 4, "pd2's last block, then pa's three");
+	sel.uid = 2;
+	cr_expect_eq(idx_evict(x, &sel, &r), -ENOENT, "another user's namespace");
+	/* By model, with a lease: the leased blocks stay. */
+	cr_assert_eq(match(x, a2, &pc, &lease, locs), 2);
+	sel = (struct pd_evict){ .by = PD_EVICT_MODEL, .key = { 1 } };
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 0);
+	cr_expect_eq(r.kept_leased, 2);
+	idx_release(x, lease);
+	/* By user: only user 1's model 2. */
+	sel = (struct pd_evict){ .by = PD_EVICT_USER, .uid = 1 };
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 2);
+	cr_expect_eq(match(x, a2, &pc, &lease, locs), 2, "user 2 kept theirs");
+	idx_release(x, lease);
+	/* By idle time: nothing is 100 s idle; everything is 0 s idle. */
+	sel = (struct pd_evict){ .by = PD_EVICT_IDLE, .idle_s = 100 };
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 0);
+	sel.idle_s = 0;
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 2);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.blocks, 0);
+	cr_expect_eq(st.admin_evictions, 8);
+	cr_expect_eq(s.pool->used, 0, "every evicted block gave its memory back");
+	idx_group_put(x, a1);
+	idx_group_put(x, b1);
+	idx_group_put(x, a2);
 	idx_free(x);
 }

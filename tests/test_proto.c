@@ -160,13 +160,22 @@ Test(proto, small_messages)
 	n = pd_release_encode(&r, buf, sizeof(buf));
 	cr_expect_eq(pd_release_decode(buf, n, &rg), PD_E_MALFORMED);
 
-	uint64_t st[PD_STATS_COUNT], sg[PD_STATS_COUNT];
+	uint64_t st[PD_STATS_COUNT];
+	struct pd_stats_reply sg;
 	for (int i = 0; i < PD_STATS_COUNT; i++)
 		st[i] = (uint64_t)i << 40;
-	n = pd_stats_reply_encode(st, buf, sizeof(buf));
-	cr_assert_eq(pd_stats_reply_decode(buf, n, sg), 0);
-	cr_expect_eq(memcmp(st, sg, sizeof(st)), 0);
-	cr_expect_eq(pd_stats_reply_decode(buf, n - 8, sg), PD_E_MALFORMED);
+	struct pd_usage u = { .uid = 7, .fp = { 9 }, .blocks = 3, .bytes = 4, .pinned_bytes = 5,
+			      .hits = 6, .hit_tokens = 7, .query_tokens = 8, .evictions = 9 };
+	n = pd_stats_reply_encode(st, &u, 1, buf, sizeof(buf));
+	cr_assert_eq(n, PD_STATS_REPLY_FIXED + 8 * PD_STATS_COUNT + PD_USAGE_SIZE);
+	cr_assert_eq(pd_stats_reply_decode(buf, n, &sg), 0);
+	cr_expect_eq(memcmp(st, sg.v, sizeof(st)), 0);
+	cr_expect_eq(sg.nrows, 1);
+	struct pd_usage ug = pd_usage_at(&sg, 0);
+	cr_expect(ug.uid == 7 && ug.fp[0] == 9 && ug.blocks == 3 && ug.bytes == 4 &&
+		  ug.pinned_bytes == 5 && ug.hits == 6 && ug.hit_tokens == 7 &&
+		  ug.query_tokens == 8 && ug.evictions == 9);
+	cr_expect_eq(pd_stats_reply_decode(buf, n - 8, &sg), PD_E_MALFORMED);
 
 	struct pd_error e;
 	n = pd_error_encode("budget full", buf, sizeof(buf));
@@ -176,7 +185,7 @@ Test(proto, small_messages)
 	uint32_t huge = 1u << 30;
 	memcpy(buf, &huge, 4);
 	cr_expect_eq(pd_error_decode(buf, n, &e), PD_E_LIMIT);
-	cr_expect_eq(pd_hello_reply_encode(&(struct pd_hello_reply){ 1, 4096, 1 << 30 }, buf, 3), 0,
+	cr_expect_eq(pd_hello_reply_encode(&(struct pd_hello_reply){ 1, 4096, 1 << 30, 1, 1 }, buf, 3), 0,
 		     "encoders refuse a buffer too small");
 }
 
@@ -201,7 +210,13 @@ Test(proto, garbage_bytes)
 		struct pd_publish pu;
 		struct pd_publish_reply pr;
 		struct pd_error er;
-		uint64_t st[PD_STATS_COUNT];
+		struct pd_stats_reply st;
+		struct pd_list li;
+		struct pd_list_reply lr;
+		struct pd_evict ev;
+		struct pd_evict_reply evr;
+		struct pd_pin pi;
+		struct pd_pin_reply pir;
 		if (len >= PD_HDR_SIZE)
 			pd_hdr_decode(buf, &h);
 		pd_hello_decode(buf, len, &he);
@@ -214,7 +229,17 @@ Test(proto, garbage_bytes)
 		pd_publish_decode(buf, len, 16, &pu);
 		pd_publish_reply_decode(buf, len, &pr);
 		pd_error_decode(buf, len, &er);
-		pd_stats_reply_decode(buf, len, st);
+		if (!pd_stats_reply_decode(buf, len, &st))
+			for (uint32_t i = 0; i < st.nrows; i++)
+				pd_usage_at(&st, i);
+		pd_list_decode(buf, len, &li);
+		if (!pd_list_reply_decode(buf, len, &lr))
+			for (uint32_t i = 0; i < lr.nrows; i++)
+				pd_chain_at(&lr, i);
+		pd_evict_decode(buf, len, &ev);
+		pd_evict_reply_decode(buf, len, &evr);
+		pd_pin_decode(buf, len, &pi);
+		pd_pin_reply_decode(buf, len, &pir);
 	}
 }
 

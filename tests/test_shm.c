@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,8 +110,6 @@ Test(shm, size_is_sealed)
 	cr_expect_eq(ftruncate(rw, 4096), -1);
 	cr_expect_eq(errno, EPERM);
 	cr_expect_eq(ftruncate(rw, (off_t)shm_arena_size(a) * 2), -1);
-	cr_expect_eq(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0), MAP_FAILED,
-		     "no new writable mapping, even of the daemon's descriptor");
 	cr_expect_eq(fcntl(rw, F_ADD_SEALS, 0), -1, "seals are sealed");
 	close(fd);
 	shm_arena_free(a);
@@ -140,15 +139,79 @@ Test(shm, slots)
 	cr_expect(off[0] != off[1] && off[1] != off[2] && off[0] != off[2]);
 	cr_expect_eq(shm_arena_slot_new(a, &extra), -ENOSPC);
 	cr_expect_eq(shm_arena_slot_reuse(a, &extra), -ENOSPC, "none freed yet");
-	cr_expect_eq(shm_arena_slot_free(a, off[1] + 1), -EINVAL, "not a slot boundary");
-	cr_expect_eq(shm_arena_slot_free(a, shm_arena_size(a)), -EINVAL, "past the end");
-	cr_expect_eq(shm_arena_slot_free(a, off[1]), 0);
-	cr_expect_eq(shm_arena_slot_free(a, off[1]), -EINVAL, "double free");
+	cr_expect_eq(shm_arena_slot_free(a, off[1] + 1, false), -EINVAL, "not a slot boundary");
+	cr_expect_eq(shm_arena_slot_free(a, shm_arena_size(a), false), -EINVAL, "past the end");
+	cr_expect_eq(shm_arena_slot_free(a, off[1], false), 0);
+	cr_expect_eq(shm_arena_slot_free(a, off[1], false), -EINVAL, "double free");
 	cr_expect_eq(shm_arena_slots_free(a), 1);
 	cr_expect_eq(shm_arena_slot_new(a, &extra), -ENOSPC, "every slot was used once");
 	cr_assert_eq(shm_arena_slot_reuse(a, &extra), 0);
 	cr_expect_eq(extra, off[1]);
 	cr_expect_eq(shm_arena_slot_reuse(a, &extra), -ENOSPC);
+	shm_arena_free(a);
+}
+
+/* Without F_SEAL_FUTURE_WRITE (it forbids punching pages out), the mode
+ * keeps other users from reopening a client's descriptor read-write
+ * through /proc: a memfd is made 0777. */
+Test(shm, another_user_cannot_reopen_an_arena_for_writing)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to become another user");
+	struct shm_arena *a = arena(2);
+	int fd = shm_arena_ro_fd(a);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+			_exit(3);
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		int rw = open(path, O_RDWR);
+		if (rw >= 0)
+			_exit(1); /* it could write the arena */
+		_exit(fchmod(fd, 0666) ? 0 : 2); /* nor may it change the mode */
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another user reopened or chmod'ed (status %d)", st);
+	close(fd);
+	shm_arena_free(a);
+}
+
+static long resident_kib(int fd)
+{
+	struct stat sb;
+	return fstat(fd, &sb) ? -1 : (long)sb.st_blocks / 2;
+}
+
+/* A slot freed with a punch gives its pages back, even while a client maps
+ * the arena; one freed without keeps them for the next block. */
+Test(shm, a_punched_slot_gives_its_memory_back)
+{
+	struct shm_arena *a;
+	cr_assert_eq(shm_arena_create(0, 64 << 10, 4, &a), 0);
+	int fd = shm_arena_ro_fd(a);
+	const void *ro;
+	cr_assert_eq(shm_map_ro(fd, shm_arena_size(a), &ro), 0);
+	uint64_t off[2];
+	cr_assert_eq(shm_arena_slot_new(a, &off[0]), 0);
+	cr_assert_eq(shm_arena_slot_new(a, &off[1]), 0);
+	memset(shm_arena_base(a) + off[0], 7, 64 << 10);
+	memset(shm_arena_base(a) + off[1], 7, 64 << 10);
+	cr_expect_eq(((const char *)ro)[off[0]], 7);
+	cr_expect_eq(resident_kib(fd), 128);
+	cr_assert_eq(shm_arena_slot_free(a, off[0], true), 0);
+	cr_expect_eq(resident_kib(fd), 64, "the punched slot's pages are gone");
+	cr_assert_eq(shm_arena_slot_free(a, off[1], false), 0);
+	cr_expect_eq(resident_kib(fd), 64, "the other slot stays resident");
+	cr_expect_eq(shm_arena_slots_resident_free(a), 1);
+	uint64_t again;
+	cr_assert_eq(shm_arena_slot_reuse(a, &again), 0);
+	cr_expect_eq(again, off[1], "a resident slot is reused first");
+	cr_assert_eq(shm_arena_slot_new(a, &again), 0);
+	cr_expect_eq(again, off[0], "then a punched one");
+	shm_unmap(ro, shm_arena_size(a));
+	close(fd);
 	shm_arena_free(a);
 }
 

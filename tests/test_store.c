@@ -22,7 +22,7 @@ Test(store, budget_is_charged_by_slot)
 	cr_expect_eq(store_bytes_charged(s), 40960);
 	cr_expect_eq(b.charged, 40960);
 	cr_expect_eq(store_bytes_used(s), 10 * 4096);
-	store_release(s, loc[3]);
+	store_release(s, loc[3], false);
 	cr_expect_eq(store_bytes_used(s), 9 * 4096);
 	cr_expect_eq(b.charged, 40960, "a freed slot's pages stay resident");
 	cr_expect_eq(store_alloc(s, &loc[10]), 0);
@@ -66,7 +66,7 @@ Test(store, block_sizes_share_one_budget)
 	cr_expect_eq(store_alloc(s1, &loc), -ENOSPC);
 	cr_expect_eq(store_alloc(s2, &loc), -ENOSPC);
 	cr_expect_eq(store_bytes_charged(s1) + store_bytes_charged(s2), 8 * 4096);
-	store_release(s1, first);
+	store_release(s1, first, false);
 	cr_expect_eq(store_alloc(s2, &loc), -ENOSPC, "s1's freed slot stays s1's");
 	cr_expect_eq(store_alloc(s1, &loc), 0);
 	store_free(s1);
@@ -90,17 +90,21 @@ Test(store, index_blocks_reach_a_read_only_client)
 	struct pd_store *s;
 	struct store_budget b = { .limit = 1 << 20 };
 	cr_assert_eq(store_new(8192, &b, 8, &s), 0);
-	struct idx_store ops = { store_alloc, store_release, s };
+	struct idx_store ops = { store_alloc, store_release, s, store_slot_bytes(s) };
+	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX };
 	struct pd_index *x;
-	cr_assert_eq(idx_new(2, 32, &ops, &x), 0);
-	struct idx_root root = { 1000, { 7 } };
+	cr_assert_eq(idx_new(2, 32, &lim, &x), 0);
+	struct idx_root r = { 1000, { 7 } };
+	uint8_t fp[PD_FP_SIZE] = { 1 };
+	struct idx_group *root;
+	cr_assert_eq(idx_group_get(x, &r, fp, &ops, &root), 0);
 	uint8_t hash[32] = { 42 };
 	uint32_t tokens[2] = { 5, 6 }, stored, dedup, hit;
 	struct fill_ctx f = { s, "block zero KV" };
-	cr_assert_eq(idx_publish(x, &root, 0, hash, tokens, 1, fill, &f, &stored, &dedup), 0);
+	cr_assert_eq(idx_publish(x, root, 0, hash, tokens, 1, fill, &f, &stored, &dedup), 0);
 	uint64_t lease;
 	struct idx_loc loc;
-	cr_assert_eq(idx_match(x, &root, hash, tokens, 1, &lease, &loc, &hit), 0);
+	cr_assert_eq(idx_match(x, root, hash, tokens, 1, &lease, &loc, &hit), 0);
 	cr_assert_eq(hit, 1);
 	struct shm_arena *a = store_arena(s, loc.arena);
 	int fd = shm_arena_ro_fd(a);
@@ -110,6 +114,7 @@ Test(store, index_blocks_reach_a_read_only_client)
 	shm_unmap(ro, shm_arena_size(a));
 	close(fd);
 	idx_release(x, lease);
+	idx_group_put(x, root);
 	idx_free(x);
 	store_free(s);
 }

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The requests of a client: HELLO introduces its layout, MATCH leases the
+ * cached run of a prompt, RELEASE ends a lease, PUBLISH stores blocks. A
+ * connection's leases live here too.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chain.h"
+#include "peer.h"
+
+/* Leases one connection may hold at once: each pins blocks and costs the
+ * index memory, so an endless MATCH loop must not. */
+#define MAX_LEASES 1024
+
+
+int req_hello(struct conn *c)
+{
+	struct daemon *d = c->d;
+	if (c->group)
+		return conn_fail(c, PD_E_STATE, "HELLO was already sent on this connection");
+	struct pd_hello m;
+	int rc = pd_hello_decode(c->body, c->h.body_len, &m);
+	if (rc)
+		return conn_fail(c, rc, "%s", conn_decode_error(rc));
+	if (m.version_min > PD_VERSION || m.version_max < PD_VERSION)
+		return conn_fail(c, PD_E_VERSION, "this daemon speaks protocol version %d; the client offers %u to %u",
+			    PD_VERSION, m.version_min, m.version_max);
+	if (m.layout != 1)
+		return conn_fail(c, PD_E_LAYOUT, "KV layout %u is not supported (1: [layer][k|v][kv_head][token][head_dim] f32)",
+			    m.layout);
+	if (m.block_tokens != d->block_tokens)
+		return conn_fail(c, PD_E_LAYOUT, "this daemon stores blocks of %u tokens, the client's are %u tokens: start prefixd with --block-tokens %u or the client with %u-token blocks",
+			    d->block_tokens, m.block_tokens, m.block_tokens, d->block_tokens);
+	if (m.block_bytes % ((uint64_t)m.block_tokens * 4))
+		return conn_fail(c, PD_E_LAYOUT, "a block of %llu bytes is not a whole number of f32 values per token",
+			    (unsigned long long)m.block_bytes);
+	if (m.block_bytes > d->lim.quota)
+		return conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than a user's quota (%llu bytes)",
+				 (unsigned long long)m.block_bytes, (unsigned long long)d->lim.quota);
+	struct partition *p;
+	if ((rc = partitions_get(&d->parts, c->cred.uid, m.block_bytes, &p)))
+		return rc == -ENOSPC ? conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than the memory budget (%llu bytes)",
+						 (unsigned long long)m.block_bytes,
+						 (unsigned long long)d->parts.budget.limit)
+		       : rc == -EMFILE ? conn_fail(c, PD_E_LIMIT, "this daemon already serves %d (user, block size) pairs",
+						   PARTITIONS_MAX)
+				       : conn_fail(c, PD_E_INTERNAL, "out of memory");
+	/* The namespace comes from the peer's credentials, never the client. */
+	struct idx_root root = { .ns = c->cred.uid };
+	pd_chain_root(&m, root.h0);
+	struct idx_store ops = { store_alloc, store_release, p->store, store_slot_bytes(p->store) };
+	if (idx_group_get(d->idx, &root, m.fingerprint, &ops, &c->group))
+		return conn_fail(c, PD_E_INTERNAL, "out of memory");
+	c->part = p;
+	memcpy(c->h0, root.h0, PD_HASH_SIZE);
+	struct pd_hello_reply r = { PD_VERSION, PD_MAX_HASHES, d->parts.budget.limit, d->lim.quota,
+				    d->lim.pin_max };
+	uint8_t *b = conn_reply(c, PD_OK, PD_HELLO_REPLY_SIZE);
+	return b && pd_hello_reply_encode(&r, b, PD_HELLO_REPLY_SIZE) == PD_HELLO_REPLY_SIZE ? 0 : -1;
+}
+
+/* Tokens of a MATCH or PUBLISH body in host order: in place on a
+ * little-endian host (the body is malloc'd and they start at a multiple of
+ * 4), else in a copy left in *owned to free. NULL when out of memory. */
+static const uint32_t *tokens_of(const uint8_t *le, uint32_t count, uint32_t block_tokens,
+				 uint32_t **owned)
+{
+	*owned = NULL;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	(void)count;
+	(void)block_tokens;
+	return (const uint32_t *)(const void *)le;
+#else
+	size_t n = (size_t)count * block_tokens;
+	uint32_t *t = *owned = malloc(n * sizeof(*t) + 1);
+	for (size_t i = 0; t && i < n; i++)
+		t[i] = pd_token_at(le, block_tokens, (uint32_t)(i / block_tokens),
+				   (uint32_t)(i % block_tokens));
+	return t;
+#endif
+}
+
+static bool was_sent(const struct conn *c, uint32_t arena)
+{
+	return arena / 8 < c->sent_bytes && (c->sent[arena / 8] >> arena % 8 & 1);
+}
+
+static int mark_sent(struct conn *c, uint32_t arena)
+{
+	if (arena / 8 >= c->sent_bytes) {
+		size_t n = arena / 8 + 64;
+		uint8_t *s = realloc(c->sent, n);
+		if (!s)
+			return -1;
+		memset(s + c->sent_bytes, 0, n - c->sent_bytes);
+		c->sent = s;
+		c->sent_bytes = n;
+	}
+	c->sent[arena / 8] |= (uint8_t)(1u << arena % 8);
+	return 0;
+}
+
+/* Arenas among locs[0 .. *hit) this connection has not received, at most
+ * PD_MAX_FDS of them; *hit is cut to the blocks they cover. */
+static uint32_t new_arenas(const struct conn *c, const struct idx_loc *locs, uint32_t *hit,
+			   uint32_t ids[PD_MAX_FDS])
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < *hit; i++) {
+		uint32_t a = locs[i].arena;
+		bool listed = was_sent(c, a);
+		for (uint32_t j = 0; j < n && !listed; j++)
+			listed = ids[j] == a;
+		if (listed)
+			continue;
+		if (n == PD_MAX_FDS) {
+			*hit = i;
+			break;
+		}
+		ids[n++] = a;
+	}
+	return n;
+}
+
+static int add_lease(struct conn *c, uint64_t id, const uint8_t *last)
+{
+	if (c->nleases == c->cap_leases) {
+		size_t cap = c->cap_leases ? 2 * c->cap_leases : 8;
+		struct held_lease *l = realloc(c->leases, cap * sizeof(*l));
+		if (!l)
+			return -1;
+		c->leases = l;
+		c->cap_leases = cap;
+	}
+	c->leases[c->nleases].id = id;
+	memcpy(c->leases[c->nleases].last, last, PD_HASH_SIZE);
+	c->nleases++;
+	return 0;
+}
+
+static struct held_lease *find_lease(struct conn *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->nleases; i++)
+		if (c->leases[i].id == id)
+			return &c->leases[i];
+	return NULL;
+}
+
+static int match_reply(struct conn *c, uint64_t lease, uint32_t hit, const struct idx_loc *locs,
+		       uint32_t nnew, const uint32_t *ids)
+{
+	struct pd_place places[PD_MAX_HASHES];
+	struct pd_arena_desc arenas[PD_MAX_FDS];
+	struct pd_store *s = c->part->store;
+	for (uint32_t i = 0; i < hit; i++)
+		places[i] = (struct pd_place){ locs[i].arena, locs[i].offset };
+	for (uint32_t i = 0; i < nnew; i++) {
+		struct shm_arena *a = store_arena(s, ids[i]);
+		int fd = shm_arena_ro_fd(a);
+		if (fd < 0) {
+			conn_close_fds(c->out_fds, &c->out_nfds);
+			if (hit) { /* the lease just taken, last in the list */
+				idx_release(c->d->idx, lease);
+				c->nleases--;
+			}
+			return conn_fail(c, PD_E_INTERNAL, "cannot open arena %u read-only: %s", ids[i],
+				    strerror(-fd));
+		}
+		c->out_fds[c->out_nfds++] = fd;
+		arenas[i] = (struct pd_arena_desc){ ids[i], shm_arena_size(a) };
+	}
+	size_t n = pd_match_reply_size(hit, nnew);
+	uint8_t *b = conn_reply(c, PD_OK, n);
+	if (!b || pd_match_reply_encode(lease, hit, places, nnew, arenas, b, n) != n)
+		return -1;
+	for (uint32_t i = 0; i < nnew; i++)
+		if (mark_sent(c, ids[i]))
+			return -1;
+	return 0;
+}
+
+int req_match(struct conn *c)
+{
+	if (!c->group)
+		return conn_fail(c, PD_E_STATE, "MATCH before HELLO");
+	uint32_t bt = c->d->block_tokens;
+	struct pd_match m;
+	int rc = pd_match_decode(c->body, c->h.body_len, bt, &m);
+	if (rc)
+		return conn_fail(c, rc, "%s (at most %d blocks of %u tokens)", conn_decode_error(rc),
+			    PD_MAX_HASHES, bt);
+	if (c->nleases >= MAX_LEASES)
+		return conn_fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
+			    MAX_LEASES);
+	atomic_fetch_add(&c->d->matches, 1);
+	uint32_t *owned;
+	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
+	struct idx_loc locs[PD_MAX_HASHES];
+	uint64_t lease = 0;
+	uint32_t hit = 0, count = m.count, ids[PD_MAX_FDS], nnew = 0;
+	rc = tokens ? 0 : -ENOMEM;
+	/* More new arenas than one reply carries: lease a shorter run. */
+	while (!rc && count) {
+		if ((rc = idx_match(c->d->idx, c->group, m.hashes, tokens, count, &lease, locs,
+				    &hit)))
+			break;
+		uint32_t fit = hit;
+		nnew = new_arenas(c, locs, &fit, ids);
+		if (fit == hit)
+			break;
+		idx_release(c->d->idx, lease);
+		lease = 0;
+		hit = 0;
+		count = fit;
+	}
+	free(owned);
+	if (!rc && hit && add_lease(c, lease, m.hashes + (size_t)(hit - 1) * PD_HASH_SIZE))
+		rc = -ENOMEM;
+	if (rc) {
+		if (lease)
+			idx_release(c->d->idx, lease);
+		return conn_fail(c, PD_E_INTERNAL, "out of memory");
+	}
+	return match_reply(c, lease, hit, locs, nnew, ids);
+}
+
+int req_release(struct conn *c)
+{
+	if (!c->group)
+		return conn_fail(c, PD_E_STATE, "RELEASE before HELLO");
+	struct pd_release m;
+	int rc = pd_release_decode(c->body, c->h.body_len, &m);
+	if (rc)
+		return conn_fail(c, rc, "%s", conn_decode_error(rc));
+	struct held_lease *l = find_lease(c, m.lease);
+	if (!l)
+		return conn_fail(c, PD_E_NOTFOUND, "lease %llu is not held by this connection",
+			    (unsigned long long)m.lease);
+	idx_release(c->d->idx, m.lease);
+	*l = c->leases[--c->nleases];
+	return conn_reply(c, PD_OK, 0) ? 0 : -1;
+}
+
+struct staging {
+	int fd;
+	uint64_t block_bytes;
+	struct pd_store *store;
+};
+
+/* Copies block i from the publisher's staging memory into its slot. Runs
+ * under the index lock: pread from shmem never blocks on a peer. */
+static int fill_from_staging(void *ctx, uint32_t i, struct idx_loc loc)
+{
+	struct staging *st = ctx;
+	uint8_t *dst = store_slot(st->store, loc);
+	uint64_t done = 0;
+	while (done < st->block_bytes) {
+		ssize_t r = pread(st->fd, dst + done, st->block_bytes - done,
+				  (off_t)(i * st->block_bytes + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -EIO; /* the publisher shrank its memory meanwhile */
+		done += (uint64_t)r;
+	}
+	return 0;
+}
+
+int req_publish(struct conn *c)
+{
+	if (!c->group)
+		return conn_fail(c, PD_E_STATE, "PUBLISH before HELLO");
+	uint32_t bt = c->d->block_tokens;
+	uint64_t bb = c->part->block_bytes;
+	struct pd_publish m;
+	int rc = pd_publish_decode(c->body, c->h.body_len, bt, &m);
+	if (rc)
+		return conn_fail(c, rc, "%s (at most %d blocks of %u tokens)", conn_decode_error(rc),
+			    PD_MAX_HASHES, bt);
+	if (c->nfds != 1 || c->extra_fds)
+		return conn_fail(c, PD_E_MALFORMED, "PUBLISH carries exactly one descriptor (the staging memory)");
+	struct stat sb;
+	/* Only shared memory: a read from it cannot block the daemon. */
+	if (fcntl(c->fds[0], F_GET_SEALS) < 0 || fstat(c->fds[0], &sb))
+		return conn_fail(c, PD_E_MALFORMED, "the staging descriptor is not a memfd");
+	if ((uint64_t)sb.st_size < m.count * bb)
+		return conn_fail(c, PD_E_MALFORMED, "the staging memory holds %lld bytes; %u blocks need %llu",
+			    (long long)sb.st_size, m.count, (unsigned long long)(m.count * bb));
+	const uint8_t *prev = c->h0;
+	if (m.lease) {
+		struct held_lease *l = find_lease(c, m.lease);
+		if (!l)
+			return conn_fail(c, PD_E_NOTFOUND, "lease %llu is not held by this connection",
+				    (unsigned long long)m.lease);
+		prev = l->last;
+	}
+	uint32_t *owned;
+	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
+	if (!tokens)
+		return conn_fail(c, PD_E_INTERNAL, "out of memory");
+	/* A block is filed under its hash: it must be the chain's, or one
+	 * client could squat on the key of another's prompt. */
+	uint8_t h[PD_HASH_SIZE];
+	for (uint32_t i = 0; i < m.count; i++) {
+		pd_chain_next(prev, tokens + (size_t)i * bt, bt, h);
+		prev = m.hashes + (size_t)i * PD_HASH_SIZE;
+		if (memcmp(h, prev, PD_HASH_SIZE)) {
+			free(owned);
+			return conn_fail(c, PD_E_MALFORMED, "the hash of block %u does not follow the chain", i);
+		}
+	}
+	struct staging st = { c->fds[0], bb, c->part->store };
+	uint32_t stored, dedup;
+	rc = idx_publish(c->d->idx, c->group, m.lease, m.hashes, tokens, m.count,
+			 fill_from_staging, &st, &stored, &dedup);
+	free(owned);
+	/* A validated memfd: closing it cannot block, and it must not
+	 * outlive the request (reaper.h is for descriptors of any kind). */
+	close(c->fds[0]);
+	c->nfds = 0;
+	if (rc == -EIO)
+		return conn_fail(c, PD_E_MALFORMED, "the staging memory shrank while it was read: %u of %u blocks stored",
+				 stored + dedup, m.count);
+	uint32_t stop = !rc ? PD_STOP_NONE
+		      : rc == -EEXIST ? PD_STOP_COLLISION
+		      : rc == -ENOSPC ? PD_STOP_BUDGET
+		      : rc == -EDQUOT ? PD_STOP_QUOTA : PD_STOP_MAX + 1;
+	if (stop > PD_STOP_MAX)
+		return conn_fail(c, PD_E_INTERNAL, "%s", strerror(-rc));
+	if (stop == PD_STOP_BUDGET || stop == PD_STOP_QUOTA)
+		pd_log("pid %d uid %u: PUBLISH: %u of %u blocks stored: the %s is full of leased or pinned blocks",
+		       (int)c->cred.pid, (unsigned)c->cred.uid, stored + dedup, m.count,
+		       stop == PD_STOP_BUDGET ? "memory budget" : "user's quota");
+	/* A collision stops a publish too: the client has lost nothing. */
+	struct pd_publish_reply r = { stored, dedup, stop };
+	uint8_t *b = conn_reply(c, PD_OK, PD_PUBLISH_REPLY_SIZE);
+	return b && pd_publish_reply_encode(&r, b, PD_PUBLISH_REPLY_SIZE) == PD_PUBLISH_REPLY_SIZE ? 0 : -1;
+}
+
+void req_end(struct conn *c)
+{
+	for (size_t i = 0; i < c->nleases; i++)
+		idx_release(c->d->idx, c->leases[i].id);
+	c->nleases = 0;
+	idx_group_put(c->d->idx, c->group);
+	c->group = NULL;
+}

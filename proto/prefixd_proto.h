@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Facts of the prefixd protocol that its public API shows too: sizes and
+ * limits that the daemon, libprefixd and the model runtime must agree on,
+ * and the list of the daemon's counters. One list, so that the wire
+ * encoder and decoder, struct prefixd_stats, prefixctl's labels and the
+ * Prometheus names can never disagree. Installed with prefixd.h.
+ */
+#ifndef PREFIXD_PROTO_H
+#define PREFIXD_PROTO_H
+
+#define PREFIXD_HASH_BYTES 32            /* BLAKE2b-256: chain hashes and ids */
+#define PREFIXD_FINGERPRINT_BYTES 32     /* a model's fingerprint */
+#define PREFIXD_MAX_SALT 64
+#define PREFIXD_DEFAULT_BLOCK_TOKENS 64  /* prefixd --block-tokens and the runtime's default */
+#define PREFIXD_MAX_BLOCK_TOKENS 4096
+
+/*
+ * The daemon's counters, in their order on the wire (new ones go at the
+ * end): X(field, kind, help). kind is "counter" (only grows while the
+ * daemon runs) or "gauge" (a current value).
+ */
+#define PREFIXD_COUNTERS(X)                                                            \
+	X(hits, counter, "MATCH requests with a hit")                                  \
+	X(misses, counter, "MATCH requests without a hit")                             \
+	X(hit_tokens, counter, "prompt tokens served from the cache")                  \
+	X(blocks, gauge, "blocks cached")                                              \
+	X(bytes_used, gauge, "bytes of cached blocks in memory")                       \
+	X(budget, gauge, "memory budget in bytes")                                     \
+	X(published, counter, "blocks published")                                     \
+	X(dedup, counter, "blocks published that were there already")                  \
+	X(evictions, counter, "blocks evicted to make room")                           \
+	X(connections, gauge, "connections open")                                     \
+	X(leases, gauge, "leases held")                                                \
+	X(matches, counter, "MATCH requests")                                          \
+	X(errors, counter, "requests refused")                                         \
+	X(arenas, gauge, "shared-memory arenas")                                       \
+	X(collisions, counter, "hash collisions caught")                               \
+	X(query_tokens, counter, "prompt tokens asked for (full blocks)")              \
+	X(quota, gauge, "most bytes one user's blocks may hold")                       \
+	X(pin_max, gauge, "most bytes pins may hold")                                  \
+	X(pinned_bytes, gauge, "bytes of pinned blocks")                               \
+	X(pins, gauge, "pinned chains")                                                \
+	X(idle_bytes, gauge, "bytes of blocks no lease holds")                         \
+	X(refused_blocks, counter, "blocks not stored: budget or quota full")          \
+	X(admin_evictions, counter, "blocks evicted by prefixctl evict")               \
+	X(pins_expired, counter, "pins whose TTL ended")
+
+#endif
