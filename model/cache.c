@@ -20,6 +20,8 @@ struct pfx_cache {
 	atomic_int refs;
 	struct prefixd *c;
 	const struct pfx_model *m;
+	struct prefixd_layout layout; /* its salt points into salt[] */
+	uint8_t salt[PREFIXD_MAX_SALT];
 };
 
 struct kv_lease {
@@ -56,6 +58,11 @@ int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, si
 	}
 	atomic_init(&c->refs, 1);
 	c->m = m;
+	/* A chain's ids cover the salt: keep a copy for pfx_cache_pin. */
+	c->layout = l;
+	if (salt_len)
+		memcpy(c->salt, salt, salt_len);
+	c->layout.salt = c->salt;
 	*out = c;
 	return 0;
 }
@@ -158,15 +165,37 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 		const void **kv = malloc((full - (size_t)hit) * sizeof(*kv));
 		for (size_t i = (size_t)hit; kv && i < full; i++)
 			kv[i - (size_t)hit] = s->blocks[i]->data;
-		int prc = kv ? prefixd_publish(c->c, lease, ids, (uint32_t)hit,
-					       (uint32_t)(full - (size_t)hit), kv, &info->published,
-					       &info->deduplicated)
+		uint32_t todo = (uint32_t)(full - (size_t)hit);
+		int prc = kv ? prefixd_publish(c->c, lease, ids, (uint32_t)hit, todo, kv,
+					       &info->published, &info->deduplicated)
 			     : -ENOMEM;
+		info->unpublished = todo - info->published - info->deduplicated;
 		if (prc)
-			info->cache_rc = pfx_errorf(cache_err, prc, "publishing: %s",
-						    prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
+			info->publish_rc = pfx_errorf(cache_err, prc, "%s",
+						      prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
 		free(kv);
 	}
 	free(ids);
 	return 0;
+}
+
+int pfx_cache_pin(struct pfx_cache *c, const int32_t *tokens, size_t n, uint32_t ttl_s,
+		  uint64_t *pinned_bytes, struct pfx_error *err)
+{
+	struct prefixd_prompt *p;
+	struct prefixd_id id;
+	int rc = prefixd_prompt_new(&c->layout, &p);
+	if (rc)
+		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
+	/* Token ids were checked against the vocabulary by the prefill. */
+	for (size_t i = 0; !rc && i < n; i++) {
+		uint32_t t = (uint32_t)tokens[i];
+		rc = prefixd_prompt_append(p, &t, 1);
+	}
+	if (!rc)
+		rc = prefixd_prompt_id(p, &id);
+	prefixd_prompt_free(p);
+	if (!rc)
+		rc = prefixd_pin(c->c, &id, ttl_s, pinned_bytes);
+	return rc ? pfx_errorf(err, rc, "%s", prefixd_errmsg()) : 0;
 }

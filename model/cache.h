@@ -32,7 +32,11 @@ struct pfx_prefill_info {
 	size_t attached;            /* prompt tokens attached from the cache */
 	size_t computed;            /* prompt tokens computed here */
 	uint32_t published, deduplicated; /* new full blocks handed to the daemon */
-	int cache_rc;               /* 0, or why the cache could not be used (err has the text) */
+	uint32_t unpublished;       /* new full blocks the daemon did not store */
+	int cache_rc;               /* 0, or why the cache could not be used (cache_err says) */
+	int publish_rc;             /* 0, or why blocks went unpublished: -ENOSPC (the
+				     * daemon's budget), -EDQUOT (this user's quota) or
+				     * another error (cache_err says) */
 };
 
 /*
@@ -42,12 +46,20 @@ struct pfx_prefill_info {
  * new full blocks. Attached tokens are frozen. want: PFX_LOGITS_LAST, or
  * PFX_LOGITS_ALL for rows of positions info->attached .. n - 1 only.
  * A cache failure is not an error: the prompt is computed alone and
- * info->cache_rc and cache_err say why. On a session that is not empty,
- * this is pfx_session_append.
+ * info->cache_rc and cache_err say why; a publish the daemon cut short
+ * leaves the prompt's result untouched, and info->publish_rc and cache_err
+ * say why. On a session that is not empty, this is pfx_session_append.
  */
 int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			size_t n, enum pfx_logits want, float *logits,
 			struct pfx_prefill_info *info, struct pfx_error *cache_err,
 			struct pfx_error *err);
+
+/* Pins the chain of the prompt's full blocks in the daemon against
+ * eviction, for ttl_s seconds (0: until unpinned). Only the daemon's own
+ * user and root may pin (-EACCES otherwise). *pinned_bytes: what pins hold
+ * in the daemon now. */
+int pfx_cache_pin(struct pfx_cache *c, const int32_t *tokens, size_t n, uint32_t ttl_s,
+		  uint64_t *pinned_bytes, struct pfx_error *err);
 
 #endif

@@ -35,6 +35,11 @@ static const char usage[] =
 	"  demo      [--model DIR] [--prefix N] [--suffix N] [--suffixes N]\n"
 	"                                         a shared frozen prefix and several suffixes,\n"
 	"                                         timed against recomputing from scratch\n"
+	"  warm      --model DIR --tokens IDS [--pin [--ttl SECS]]\n"
+	"                                         computes a prefix (a system prompt) and\n"
+	"                                         publishes it to prefixd ahead of time; --pin\n"
+	"                                         keeps it from eviction (the daemon's user and\n"
+	"                                         root only), for SECS seconds with --ttl\n"
 	"  random-model --out DIR [--shape demo|smollm]\n"
 	"                                         writes a random-weight Llama checkpoint\n"
 	"                                         (config.json, model.safetensors): the demo's\n"
@@ -58,7 +63,8 @@ enum opt {
 	O_MAXNEW = 1 << 4, O_TEMP = 1 << 5, O_TOPK = 1 << 6, O_TOPP = 1 << 7,
 	O_SEED = 1 << 8, O_THREADS = 1 << 9, O_BLOCK = 1 << 10, O_PREFIX = 1 << 11,
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
-	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_LAST = O_SHAPE,
+	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
+	O_LAST = O_TTL,
 };
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
 
@@ -81,6 +87,8 @@ static const struct option longopts[] = {
 	{ "salt", required_argument, NULL, O_SALT },
 	{ "no-cache", no_argument, NULL, O_NOCACHE },
 	{ "shape", required_argument, NULL, O_SHAPE },
+	{ "pin", no_argument, NULL, O_PIN },
+	{ "ttl", required_argument, NULL, O_TTL },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -97,6 +105,8 @@ static const struct {
 	  O_BLOCK | O_CACHE, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate },
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_THREADS | O_BLOCK, 0, cmd_demo },
 	{ "random-model", O_OUT | O_SHAPE, O_OUT, cmd_random_model },
+	{ "warm", O_MODEL | O_TOKENS | O_THREADS | O_BLOCK | O_SOCKET | O_SALT | O_PIN | O_TTL,
+	  O_MODEL | O_TOKENS, cmd_warm },
 };
 
 static const char *opt_name(int bit)
@@ -184,10 +194,63 @@ struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int 
 void report_prefill(const struct pfx_prefill_info *info, const struct pfx_error *cache_err)
 {
 	if (info->cache_rc)
-		fprintf(stderr, "prefix-run: prefixd failed: %s; computed alone\n", cache_err->msg);
+		fprintf(stderr, "prefix-run: prefixd could not be used: %s; computed alone\n",
+			cache_err->msg);
 	fprintf(stderr, "prefix-run: prompt of %zu tokens: %zu attached from the cache, %zu computed; %u new blocks published, %u already there\n",
 		info->attached + info->computed, info->attached, info->computed, info->published,
 		info->deduplicated);
+	if (info->publish_rc)
+		fprintf(stderr, "prefix-run: %u new blocks not published: %s\n", info->unpublished,
+			cache_err->msg);
+}
+
+int cmd_warm(struct run_args *a)
+{
+	struct pfx_model *m;
+	if (load_model(a, &m))
+		return 1;
+	int rc = 1;
+	size_t B = (size_t)pfx_model_block_tokens(m), full = a->ntokens / B * B;
+	struct pfx_session *s = NULL;
+	struct pfx_prefill_info info;
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *cache = open_cache(a, m, 0);
+	if (!cache) {
+		fprintf(stderr, "prefix-run: warm publishes to prefixd: start one, or give --socket\n");
+		goto out;
+	}
+	if (!full) {
+		fprintf(stderr, "prefix-run: %zu tokens are less than one %zu-token block: nothing to publish\n",
+			a->ntokens, B);
+		goto out;
+	}
+	if (full < a->ntokens)
+		fprintf(stderr, "prefix-run: the last %zu tokens do not fill a block: only the first %zu are published\n",
+			a->ntokens - full, full);
+	if (pfx_session_new(m, &s, &err) ||
+	    pfx_session_prefill(s, cache, a->tokens, a->ntokens, PFX_LOGITS_NONE, NULL, &info, &cerr,
+				&err)) {
+		fprintf(stderr, "prefix-run: %s\n", err.msg[0] ? err.msg : "out of memory");
+		goto out;
+	}
+	report_prefill(&info, &cerr);
+	if (info.cache_rc || info.publish_rc)
+		goto out;
+	if (a->pin) {
+		uint64_t pinned;
+		if (pfx_cache_pin(cache, a->tokens, full, a->ttl, &pinned, &cerr)) {
+			fprintf(stderr, "prefix-run: cannot pin: %s\n", cerr.msg);
+			goto out;
+		}
+		fprintf(stderr, "prefix-run: pinned %zu tokens%s (pins hold %.1f MiB)\n", full,
+			a->ttl ? " until the TTL ends" : "", (double)pinned / (1 << 20));
+	}
+	rc = 0;
+out:
+	pfx_session_free(s);
+	pfx_cache_close(cache);
+	pfx_model_free(m);
+	return rc;
 }
 
 int cmd_logits(struct run_args *a)
@@ -354,6 +417,8 @@ int main(int argc, char **argv)
 		case O_SALT: a.salt = optarg; break;
 		case O_NOCACHE: a.no_cache = 1; break;
 		case O_SHAPE: a.shape = optarg; break;
+		case O_PIN: a.pin = 1; break;
+		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
 		}
 		if (bad)
 			return 2;
@@ -380,6 +445,10 @@ int main(int argc, char **argv)
 	}
 	if (cmd == 1 && a.has_split && (seen & O_SOCKET)) {
 		fprintf(stderr, "prefix-run: logits --split runs the in-process cached path; it excludes --socket\n");
+		return 2;
+	}
+	if ((seen & O_TTL) && !(seen & O_PIN)) {
+		fprintf(stderr, "prefix-run: --ttl needs --pin\n");
 		return 2;
 	}
 	if ((seen & (O_TOPK | O_TOPP | O_SEED)) && !(seen & O_TEMP)) {

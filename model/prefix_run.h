@@ -24,6 +24,8 @@ struct run_args {
 	const char *socket, *salt;
 	const char *shape;
 	int no_cache;
+	int pin;
+	uint32_t ttl;
 };
 
 /* Prints why and returns -1 when the model cannot be loaded. */
@@ -42,5 +44,6 @@ int cmd_logits(struct run_args *a);
 int cmd_generate(struct run_args *a);
 int cmd_demo(struct run_args *a);
 int cmd_random_model(struct run_args *a);
+int cmd_warm(struct run_args *a);
 
 #endif
