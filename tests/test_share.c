@@ -50,7 +50,7 @@ static unsigned long long counter(const char *key)
 	snprintf(cmd, sizeof(cmd), "%s --socket %s stats --json", PREFIXCTL, td.sock);
 	FILE *p = popen(cmd, "r");
 	cr_assert(p);
-	char out[4096];
+	static char out[1 << 16];
 	size_t n = fread(out, 1, sizeof(out) - 1, p);
 	out[n] = 0;
 	cr_assert_eq(pclose(p), 0, "prefixctl failed: %s", out);
@@ -195,4 +195,55 @@ Test(share, generate_finds_a_daemon_at_the_default_socket)
 				  fixtures_dir());
 	cr_expect(strstr(r.out, "no prefixd running at"), "said once when none runs: %s", r.out);
 	unsetenv("XDG_RUNTIME_DIR");
+}
+
+/* A prompt of 1 .. n, comma-separated. */
+static void count_csv(char *out, size_t cap, int n)
+{
+	size_t at = 0;
+	for (int i = 1; i <= n && at < cap; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s%d", i > 1 ? "," : "", i);
+}
+
+/* 20 blocks of 4 tokens against a budget of 16: the run's own chain holds
+ * the memory (a block being extended is never evicted), so 4 blocks are
+ * refused, and the process says so, with the reason, apart from its
+ * result. */
+Test(share, a_publish_cut_short_by_the_budget_says_why)
+{
+	struct test_daemon small;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64K", NULL };
+	cr_assert_eq(td_start_named(&small, "small.sock", args), 0);
+	char csv[512];
+	count_csv(csv, sizeof(csv), 81);
+	struct cmd_result r = run("generate --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --max-new 1",
+				  fixtures_dir(), small.sock, csv);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "16 new blocks published"), "%s", r.out);
+	cr_expect(strstr(r.out, "4 new blocks not published") && strstr(r.out, "memory budget"),
+		  "%s", r.out);
+	cr_expect_not(strstr(r.out, "computed alone"), "the cache was used: %s", r.out);
+	cr_expect_eq(td_stop(&small), 0);
+}
+
+Test(share, warm_publishes_and_pins_a_prefix_ahead_of_time)
+{
+	struct cmd_result r = run("warm --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --pin --ttl 600",
+				  fixtures_dir(), td.sock, csv_head);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "6 new blocks published"), "%s", r.out);
+	cr_expect(strstr(r.out, "pinned 24 tokens"), "%s", r.out);
+	cr_expect_eq(counter("pins"), 1);
+	cr_expect_eq(counter("pinned_bytes"), 6 * 4096);
+	r = run("generate --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --max-new 1",
+		fixtures_dir(), td.sock, csv_all);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "24 attached"), "%s", r.out);
+	r = run("warm --model %s/" MODEL " --block-tokens 4 --socket %s --tokens 1,2,3", fixtures_dir(),
+		td.sock);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "less than one 4-token block"), "%s", r.out);
+	r = run("warm --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --ttl 5",
+		fixtures_dir(), td.sock, csv_head);
+	cr_expect_eq(r.status, 2, "--ttl without --pin: %s", r.out);
 }
