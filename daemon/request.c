@@ -41,7 +41,7 @@ int req_hello(struct conn *c)
 	if (m.block_bytes % ((uint64_t)m.block_tokens * 4))
 		return conn_fail(c, PD_E_LAYOUT, "a block of %llu bytes is not a whole number of f32 values per token",
 			    (unsigned long long)m.block_bytes);
-	if (m.block_bytes > d->lim.quota)
+	if (m.block_bytes > d->lim.quota && d->lim.quota < d->lim.budget)
 		return conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than a user's quota (%llu bytes)",
 				 (unsigned long long)m.block_bytes, (unsigned long long)d->lim.quota);
 	struct partition *p;

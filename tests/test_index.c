@@ -87,16 +87,23 @@ static struct pd_index *index_with(struct store *s, int cap, int key_bytes)
 	return x;
 }
 
-/* The group of (namespace, root byte) on store s, model fp. */
-static struct idx_group *group(struct pd_index *x, struct store *s, uint32_t ns, uint8_t root,
-			       uint8_t fp)
+/* The group of (namespace, root byte) on store s, model fp, its blocks
+ * counting slot_bytes each. */
+static struct idx_group *group_sized(struct pd_index *x, struct store *s, uint32_t ns,
+				     uint8_t root, uint8_t fp, uint64_t slot_bytes)
 {
 	struct idx_root r = { ns, { root } };
 	uint8_t f[PD_FP_SIZE] = { fp };
-	struct idx_store ops = { st_alloc, st_free, s, 1 };
+	struct idx_store ops = { st_alloc, st_free, s, slot_bytes };
 	struct idx_group *g;
 	cr_assert_eq(idx_group_get(x, &r, f, &ops, &g), 0);
 	return g;
+}
+
+static struct idx_group *group(struct pd_index *x, struct store *s, uint32_t ns, uint8_t root,
+			       uint8_t fp)
+{
+	return group_sized(x, s, ns, root, fp, 1);
 }
 
 /* A prompt: blocks of tokens seed*100 + j, hashes from its token prefix. */
@@ -622,5 +629,40 @@ Test(index, evict_by_each_selector_keeps_leased_and_pinned_blocks)
 	idx_group_put(x, a1);
 	idx_group_put(x, b1);
 	idx_group_put(x, a2);
+	idx_free(x);
+}
+
+/* An admin eviction lets MATCHes have the lock every few MiB it punches:
+ * a chain longer than a round goes over several, whole. */
+Test(index, a_chain_longer_than_a_round_is_evicted_whole)
+{
+	struct store s;
+	struct pd_index *x = index_limits(200, UINT64_MAX, UINT64_MAX);
+	store_on(&s);
+	struct idx_group *g = group_sized(x, &s, 1, 1, 1, 1 << 20);
+	struct prompt a, b;
+	int rc;
+	make_prompt(&a, 1, 40, 0, 0);
+	make_prompt(&b, 2, 50, 1, 30); /* shares a's first 30 blocks */
+	publish(x, &s, g, 0, &a, 0, 40, &rc);
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_assert_eq(match(x, g, &b, &lease, locs), 30);
+	publish(x, &s, g, lease, &b, 30, 20, &rc);
+	idx_release(x, lease);
+	struct pd_evict sel = { .by = PD_EVICT_ID, .uid = 1 };
+	memcpy(sel.key, a.hashes + 39 * 32, 32);
+	struct pd_evict_reply r;
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 10, "a's own ten blocks, over three rounds of four");
+	cr_expect_eq(r.kept_parent, 30, "the blocks b continues stay");
+	cr_expect_eq(match(x, g, &b, &lease, locs), 50);
+	idx_release(x, lease);
+	sel = (struct pd_evict){ .by = PD_EVICT_ALL };
+	cr_assert_eq(idx_evict(x, &sel, &r), 0);
+	cr_expect_eq(r.blocks, 50);
+	cr_expect_eq(r.bytes, 50ull << 20);
+	cr_expect_eq(s.used, 0);
+	idx_group_put(x, g);
 	idx_free(x);
 }
