@@ -24,7 +24,7 @@
 
 #include "wire.h"
 
-#define IDX_HASH_BYTES 32
+#define IDX_HASH_BYTES PD_HASH_SIZE
 
 struct idx_loc {
 	uint32_t arena;

@@ -19,7 +19,6 @@
  * index memory, so an endless MATCH loop must not. */
 #define MAX_LEASES 1024
 
-
 int req_hello(struct conn *c)
 {
 	struct daemon *d = c->d;

@@ -309,8 +309,9 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 		return pfx_errorf(err, -EIO, "libsodium failed to initialise");
 	int threads = opts && opts->threads > 0 ? opts->threads : pfx_cpu_count();
 	int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : PFX_DEFAULT_BLOCK_TOKENS;
-	if (bt & (bt - 1) || bt > 4096)
-		return pfx_errorf(err, -EINVAL, "block size %d is not a power of two up to 4096", bt);
+	if (bt & (bt - 1) || bt > PFX_MAX_BLOCK_TOKENS)
+		return pfx_errorf(err, -EINVAL, "block size %d is not a power of two up to %d", bt,
+				  PFX_MAX_BLOCK_TOKENS);
 	struct pfx_model *m = calloc(1, sizeof(*m));
 	if (!m)
 		return pfx_errorf(err, -ENOMEM, "out of memory");

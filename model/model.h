@@ -11,8 +11,9 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "prefixd_proto.h"
 
-#define PFX_FINGERPRINT_BYTES 32
+#define PFX_FINGERPRINT_BYTES PREFIXD_FINGERPRINT_BYTES
 
 enum pfx_act { PFX_ACT_GELU, PFX_ACT_GELU_TANH, PFX_ACT_SILU };
 enum pfx_norm { PFX_NORM_LAYER, PFX_NORM_RMS };
@@ -44,7 +45,9 @@ struct pfx_model_opts {
 	int block_tokens;      /* KV block size (power of two); 0: default */
 };
 
-#define PFX_DEFAULT_BLOCK_TOKENS 64
+/* prefixd's: blocks are shared only with a daemon that uses the same size. */
+#define PFX_DEFAULT_BLOCK_TOKENS PREFIXD_DEFAULT_BLOCK_TOKENS
+#define PFX_MAX_BLOCK_TOKENS PREFIXD_MAX_BLOCK_TOKENS
 
 struct pfx_model;
 

@@ -403,7 +403,7 @@ int main(int argc, char **argv)
 		case O_SEED: bad = cli_long(flag, optarg, 0, __LONG_MAX__, &v); a.seed = (uint64_t)v; break;
 		case O_THREADS: bad = cli_long(flag, optarg, 1, 1024, &v); a.threads = (int)v; break;
 		case O_BLOCK:
-			bad = cli_long(flag, optarg, 1, 4096, &v);
+			bad = cli_long(flag, optarg, 1, PFX_MAX_BLOCK_TOKENS, &v);
 			if (!bad && (v & (v - 1))) {
 				fprintf(stderr, "prefix-run: --block-tokens must be a power of two, not %ld\n", v);
 				bad = -1;
