@@ -63,18 +63,19 @@ static uint8_t *wr_take(struct wr *w, size_t n)
 	return p;
 }
 
-static void wr_le(struct wr *w, uint64_t v, int bytes)
-{
-	uint8_t *p = wr_take(w, (size_t)bytes);
-	for (int i = 0; p && i < bytes; i++, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
 static void wr_bytes(struct wr *w, const void *src, size_t n)
 {
 	uint8_t *p = wr_take(w, n);
 	if (p && n)
 		memcpy(p, src, n);
+}
+
+static void wr_le(struct wr *w, uint64_t v, int bytes)
+{
+	uint8_t le[8];
+	for (int i = 0; i < bytes; i++, v >>= 8)
+		le[i] = (uint8_t)v;
+	wr_bytes(w, le, (size_t)bytes);
 }
 
 static size_t wr_done(const struct wr *w)
