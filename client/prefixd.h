@@ -175,7 +175,7 @@ enum prefixd_where {
 	PREFIXD_ON_DISK = 1u << 1,
 };
 
-/* A chain that ends at a leaf (no cached block continues it). */
+/* A chain that ends at a leaf (no cached block continues it) or at a pin. */
 struct prefixd_chain {
 	struct prefixd_id id;
 	uint8_t model[PREFIXD_FINGERPRINT_BYTES];

@@ -804,7 +804,9 @@ void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row
 			if (n == req->max_rows || seen == ROUND_ENTRIES)
 				goto page;
 			seen++;
-			if (e->children)
+			/* Chains end at leaves, and at pins: a pinned prefix
+			 * that others continue stays visible, to unpin. */
+			if (e->children && !(e->pins && do_pin_of(x, e)))
 				continue;
 			if ((req->flags & PD_LIST_USER) && e->g->ns != req->uid)
 				continue;

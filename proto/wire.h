@@ -54,7 +54,7 @@ enum pd_status {
 	PD_E_MALFORMED = 1,    /* a frame or body that does not decode */
 	PD_E_VERSION = 2,      /* no protocol version in common */
 	PD_E_STATE = 3,        /* e.g. MATCH before HELLO */
-	PD_E_LIMIT = 4,        /* a count or size past the limits above */
+	PD_E_LIMIT = 4,        /* a count or size past the limits above, or --pin-max */
 	PD_E_NOSPACE = 5,      /* the memory budget is full of leased blocks */
 	PD_E_NOTFOUND = 6,     /* unknown lease */
 	PD_E_LAYOUT = 7,       /* KV layout the daemon cannot store */

@@ -490,6 +490,47 @@ Test(index, a_pin_with_a_ttl_ends_by_itself)
 	idx_free(x);
 }
 
+Test(index, a_pinned_chain_stays_listed_when_a_longer_one_continues_it)
+{
+	struct store s;
+	struct pd_index *x = index_limits(8, UINT64_MAX, UINT64_MAX);
+	store_on(&s);
+	struct idx_group *g = group(x, &s, 1, 1, 1);
+	struct prompt sys, longer;
+	int rc;
+	make_prompt(&sys, 3, 2, 0, 0);
+	make_prompt(&longer, 4, 4, 3, 2); /* sys's two blocks, then two more */
+	publish(x, &s, g, 0, &sys, 0, 2, &rc);
+	struct pd_id id = id_of(&sys, 1);
+	uint64_t pinned;
+	cr_assert_eq(idx_pin(x, &id, 0, &pinned), 0);
+	cr_assert_eq(publish(x, &s, g, 0, &longer, 0, 4, &rc), 2, "two blocks added to the pin");
+	struct pd_list req = { .max_rows = 8 };
+	struct pd_chain_row rows[8];
+	uint32_t n;
+	uint64_t next;
+	idx_list(x, &req, rows, &n, &next);
+	cr_assert_eq(n, 2, "the longer chain and the pin");
+	int saw_pin = 0, saw_leaf = 0;
+	for (uint32_t r = 0; r < n; r++) {
+		if (!memcmp(rows[r].id.key, sys.hashes + 32, 32)) {
+			saw_pin = 1;
+			cr_expect_eq(rows[r].blocks, 2);
+			cr_expect(rows[r].flags & PD_CHAIN_PINNED);
+		} else if (!memcmp(rows[r].id.key, longer.hashes + 3 * 32, 32)) {
+			saw_leaf = 1;
+			cr_expect_eq(rows[r].blocks, 4);
+			cr_expect_not(rows[r].flags & PD_CHAIN_PINNED, "only its prefix is");
+		}
+	}
+	cr_expect(saw_pin && saw_leaf);
+	cr_expect_eq(idx_unpin(x, &id), 0);
+	idx_list(x, &req, rows, &n, &next);
+	cr_expect_eq(n, 1, "unpinned, the prefix is part of the longer chain again");
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
 Test(index, a_chain_leaves_as_one_unit_of_age)
 {
 	struct store s;
