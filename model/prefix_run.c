@@ -216,7 +216,7 @@ int cmd_warm(struct run_args *a)
 	struct pfx_error err = { "" }, cerr = { "" };
 	struct pfx_cache *cache = open_cache(a, m, 0);
 	if (!cache) {
-		fprintf(stderr, "prefix-run: warm publishes to prefixd: start one, or give --socket\n");
+		fprintf(stderr, "prefix-run: warm needs prefixd (above): nothing was published\n");
 		goto out;
 	}
 	if (!full) {

@@ -64,4 +64,4 @@ run "$PROCESSES again, no cache" "$tmp/q$PROCESSES" --no-cache
 
 echo
 echo "prefixctl stats:"
-"$bin/client/prefixctl" --socket "$sock" stats
+"$bin/client/ctl/prefixctl" --socket "$sock" stats
