@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <grp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdatomic.h>
@@ -13,7 +14,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon_util.h"
@@ -295,4 +298,356 @@ Test(hostile, one_way_releases_get_no_reply_and_one_way_is_only_for_release)
 	cr_assert_eq(pd_send(fd, &m, zero, NULL, 0), 0);
 	expect_closed(fd);
 	close(fd);
+}
+
+/* ==== Admin messages ==== */
+
+/* A raw request whose reply body the caller keeps (free it); the status. */
+static int raw_body(int fd, int op, const uint8_t *body, size_t len, uint8_t **rb, uint32_t *rlen)
+{
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, (uint8_t)op, 0, 0, 78, (uint32_t)len };
+	cr_assert_eq(pd_send(fd, &h, body, NULL, 0), 0);
+	struct pd_hdr r;
+	cr_assert_eq(pd_recv(fd, &r, rb, NULL, NULL), 0, "a reply, not a close");
+	cr_expect_eq(r.opaque, 78);
+	cr_expect_eq(r.op, op);
+	*rlen = r.body_len;
+	return (int)r.status;
+}
+
+static size_t list_body(uint8_t *b, uint64_t cursor, uint32_t max_rows, uint32_t flags, uint8_t model)
+{
+	struct pd_list m = { cursor, max_rows, flags, 0, { 0 } };
+	memset(m.fp, model, sizeof(m.fp));
+	return pd_list_encode(&m, b, PD_LIST_SIZE);
+}
+
+/* A good LIST on fd: OK with a reply that decodes. */
+static void expect_list_works(int fd)
+{
+	uint8_t body[PD_LIST_SIZE], *rb;
+	uint32_t rlen;
+	list_body(body, 0, 16, 0, 0);
+	cr_assert_eq(raw_body(fd, PD_OP_LIST, body, sizeof(body), &rb, &rlen), PD_OK,
+		     "the connection still serves a good LIST");
+	struct pd_list_reply r;
+	cr_expect_eq(pd_list_reply_decode(rb, rlen, &r), 0);
+	free(rb);
+}
+
+Test(hostile, list_requests_that_do_not_decode_or_ask_too_much)
+{
+	int fd = raw_connect();
+	char msg[300];
+	uint8_t body[PD_LIST_SIZE + 8] = { 0 };
+	list_body(body, 0, 16, 0, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE - 1, NULL, 0, msg),
+		     PD_E_MALFORMED, "a short body");
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE + 1, NULL, 0, msg),
+		     PD_E_MALFORMED, "trailing bytes");
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, NULL, 0, NULL, 0, msg), PD_E_MALFORMED,
+		     "no body");
+	list_body(body, 0, 16, 1u << 2, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "an unknown flag");
+	cr_expect(msg[0], "with a message");
+	list_body(body, 0, 16, 0x80000000u, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "the top flag bit");
+	list_body(body, 0, 16, 0, 0);
+	body[20] = 1; /* the pad after uid */
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "non-zero padding");
+	list_body(body, 0, 0, 0, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE, NULL, 0, msg),
+		     PD_E_LIMIT, "max_rows 0");
+	list_body(body, 0, PD_MAX_ROWS + 1, 0, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE, NULL, 0, msg),
+		     PD_E_LIMIT, "max_rows past 4096");
+	list_body(body, 0, 0xffffffffu, 0, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_LIST, PD_VERSION, body, PD_LIST_SIZE, NULL, 0, msg),
+		     PD_E_LIMIT, "max_rows of 2^32 - 1");
+	expect_list_works(fd);
+	/* A cursor the daemon never gave: an answer, not a crash. */
+	uint8_t *rb;
+	uint32_t rlen;
+	const uint64_t cursors[] = { ~0ull, 0xffffull << 32 | 0xffffffffu, 1ull << 48, 12345 };
+	for (size_t i = 0; i < sizeof(cursors) / sizeof(cursors[0]); i++) {
+		list_body(body, cursors[i], PD_MAX_ROWS, 0, 0);
+		cr_expect_eq(raw_body(fd, PD_OP_LIST, body, PD_LIST_SIZE, &rb, &rlen), PD_OK,
+			     "cursor %llx", (unsigned long long)cursors[i]);
+		struct pd_list_reply r;
+		cr_expect_eq(pd_list_reply_decode(rb, rlen, &r), 0);
+		cr_expect(r.next == 0 || r.next > cursors[i], "cursor %llx: the listing advances",
+			  (unsigned long long)cursors[i]);
+		free(rb);
+	}
+	expect_list_works(fd);
+	close(fd);
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, PD_HASH_SIZE);
+}
+
+/* 3000 chains in 65536 buckets: dozens of buckets hold two or more, so
+ * pages end inside buckets too. */
+Test(hostile, a_listing_one_row_a_page_sees_every_chain_once)
+{
+	struct prefixd_layout l = td_layout(3);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	enum { N = 3000 };
+	for (uint32_t p = 0; p < N; p++) {
+		uint32_t t[TD_BLOCK_TOKENS], stored, dedup;
+		for (uint32_t i = 0; i < TD_BLOCK_TOKENS; i++)
+			t[i] = 100 * p + i;
+		cr_assert_eq(td_publish(c, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+		cr_assert_eq(stored, 1);
+	}
+	int fd = raw_connect();
+	uint8_t body[PD_LIST_SIZE];
+	static uint8_t keys[N][PD_HASH_SIZE];
+	uint64_t cursor = 0;
+	int rows = 0, pages = 0;
+	do {
+		uint8_t *rb;
+		uint32_t rlen;
+		list_body(body, cursor, 1, PD_LIST_MODEL, 3);
+		cr_assert_eq(raw_body(fd, PD_OP_LIST, body, sizeof(body), &rb, &rlen), PD_OK);
+		struct pd_list_reply r;
+		cr_assert_eq(pd_list_reply_decode(rb, rlen, &r), 0);
+		cr_expect_leq(r.nrows, 1, "max_rows holds");
+		for (uint32_t i = 0; i < r.nrows && rows < N; i++) {
+			struct pd_chain_row row = pd_chain_at(&r, i);
+			memcpy(keys[rows++], row.id.key, PD_HASH_SIZE);
+			cr_expect_eq(row.blocks, 1);
+			cr_expect_eq(row.fp[0], 3);
+		}
+		int stuck = r.next && r.next <= cursor;
+		cr_expect(!stuck, "the cursor advances: page %d, cursor (bucket %llu, position %llu) -> next (bucket %llu, position %llu) after %d rows",
+			  pages, (unsigned long long)(cursor >> 32), (unsigned long long)(cursor & 0xffffffffu),
+			  (unsigned long long)(r.next >> 32), (unsigned long long)(r.next & 0xffffffffu), rows);
+		cursor = stuck ? 0 : r.next;
+		free(rb);
+		pages++;
+	} while (cursor && pages < 4 * N);
+	cr_expect_eq(rows, N, "%d of %d chains listed", rows, N);
+	qsort(keys, (size_t)rows, PD_HASH_SIZE, key_cmp);
+	int twice = 0;
+	for (int i = 1; i < rows; i++)
+		twice += !memcmp(keys[i - 1], keys[i], PD_HASH_SIZE);
+	cr_expect_eq(twice, 0, "each chain listed once: %d listed twice", twice);
+	close(fd);
+	prefixd_close(c);
+}
+
+static size_t evict_body(uint8_t *b, uint32_t by, uint32_t uid, uint64_t idle_s)
+{
+	struct pd_evict m = { by, uid, idle_s, { 0 } };
+	return pd_evict_encode(&m, b, PD_EVICT_SIZE);
+}
+
+Test(hostile, evict_requests_that_do_not_decode)
+{
+	int fd = raw_connect();
+	char msg[300];
+	uint8_t body[PD_EVICT_SIZE + 8] = { 0 };
+	/* The selector of a user nobody is, so that the bystander keeps its blocks. */
+	evict_body(body, PD_EVICT_USER, 4242, 0);
+	cr_expect_eq(raw_call(fd, PD_OP_EVICT, PD_VERSION, body, PD_EVICT_SIZE - 1, NULL, 0, msg),
+		     PD_E_MALFORMED, "a short body");
+	cr_expect_eq(raw_call(fd, PD_OP_EVICT, PD_VERSION, body, PD_EVICT_SIZE + 1, NULL, 0, msg),
+		     PD_E_MALFORMED, "trailing bytes");
+	cr_expect_eq(raw_call(fd, PD_OP_EVICT, PD_VERSION, NULL, 0, NULL, 0, msg), PD_E_MALFORMED,
+		     "no body");
+	const uint32_t bad[] = { 0, PD_EVICT_MAX + 1, 255, 0x80000001u };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		evict_body(body, bad[i], 4242, 0);
+		cr_expect_eq(raw_call(fd, PD_OP_EVICT, PD_VERSION, body, PD_EVICT_SIZE, NULL, 0, msg),
+			     PD_E_MALFORMED, "selector %u", bad[i]);
+		cr_expect(msg[0], "with a message");
+	}
+	/* Good ones that select nothing, then an unknown id. */
+	uint8_t *rb;
+	uint32_t rlen;
+	evict_body(body, PD_EVICT_USER, 4242, 0);
+	cr_expect_eq(raw_body(fd, PD_OP_EVICT, body, PD_EVICT_SIZE, &rb, &rlen), PD_OK,
+		     "the connection still serves");
+	struct pd_evict_reply r;
+	cr_expect_eq(pd_evict_reply_decode(rb, rlen, &r), 0);
+	cr_expect_eq(r.blocks, 0);
+	free(rb);
+	evict_body(body, PD_EVICT_IDLE, 0, ~0ull);
+	cr_expect_eq(raw_call(fd, PD_OP_EVICT, PD_VERSION, body, PD_EVICT_SIZE, NULL, 0, msg), PD_OK,
+		     "idle for 2^64 - 1 seconds");
+	evict_body(body, PD_EVICT_ID, 0, 0);
+	memset(body + 16, 0x5a, PD_HASH_SIZE);
+	cr_expect_eq(raw_call(fd, PD_OP_EVICT, PD_VERSION, body, PD_EVICT_SIZE, NULL, 0, msg),
+		     PD_E_NOTFOUND, "an id nobody cached");
+	expect_list_works(fd);
+	close(fd);
+}
+
+static size_t pin_body(uint8_t *b, uint8_t key, uint32_t uid, uint32_t ttl_s)
+{
+	struct pd_pin m = { { { 0 }, uid }, ttl_s };
+	memset(m.id.key, key, sizeof(m.id.key));
+	return pd_pin_encode(&m, b, PD_PIN_SIZE);
+}
+
+Test(hostile, pin_and_unpin_requests_that_do_not_decode)
+{
+	int fd = raw_connect();
+	char msg[300];
+	uint8_t body[PD_PIN_SIZE + 8] = { 0 };
+	const int ops[] = { PD_OP_PIN, PD_OP_UNPIN };
+	for (int k = 0; k < 2; k++) {
+		pin_body(body, 0x5a, 0, 0);
+		cr_expect_eq(raw_call(fd, ops[k], PD_VERSION, body, PD_PIN_SIZE - 1, NULL, 0, msg),
+			     PD_E_MALFORMED, "op %d: a short body", ops[k]);
+		cr_expect_eq(raw_call(fd, ops[k], PD_VERSION, body, PD_PIN_SIZE + 1, NULL, 0, msg),
+			     PD_E_MALFORMED, "op %d: trailing bytes", ops[k]);
+		cr_expect_eq(raw_call(fd, ops[k], PD_VERSION, NULL, 0, NULL, 0, msg), PD_E_MALFORMED,
+			     "op %d: no body", ops[k]);
+		cr_expect_eq(raw_call(fd, ops[k], PD_VERSION, body, PD_PIN_SIZE, NULL, 0, msg),
+			     PD_E_NOTFOUND, "op %d: an id nobody cached, after the bad ones", ops[k]);
+	}
+	pin_body(body, 0x5a, 0, 1);
+	cr_expect_eq(raw_call(fd, PD_OP_UNPIN, PD_VERSION, body, PD_PIN_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "UNPIN with a ttl");
+	pin_body(body, 0x5a, 0, 0xffffffffu);
+	cr_expect_eq(raw_call(fd, PD_OP_UNPIN, PD_VERSION, body, PD_PIN_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "UNPIN with the largest ttl");
+	cr_expect_eq(raw_call(fd, PD_OP_PIN, PD_VERSION, body, PD_PIN_SIZE, NULL, 0, msg),
+		     PD_E_NOTFOUND, "PIN with the largest ttl is well-formed");
+	expect_list_works(fd);
+	close(fd);
+}
+
+Test(hostile, stats_with_a_body_is_malformed)
+{
+	int fd = raw_connect();
+	char msg[300];
+	uint8_t body[PD_LIST_SIZE] = { 0 };
+	const size_t lens[] = { 1, 8, PD_LIST_SIZE };
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		cr_expect_eq(raw_call(fd, PD_OP_STATS, PD_VERSION, body, lens[i], NULL, 0, msg),
+			     PD_E_MALFORMED, "a body of %zu bytes", lens[i]);
+		cr_expect(strstr(msg, "empty"), "%s", msg);
+	}
+	uint8_t *rb;
+	uint32_t rlen;
+	cr_assert_eq(raw_body(fd, PD_OP_STATS, NULL, 0, &rb, &rlen), PD_OK, "then a good STATS");
+	struct pd_stats_reply v;
+	cr_expect_eq(pd_stats_reply_decode(rb, rlen, &v), 0);
+	cr_expect_geq(v.v[PD_ST_errors], 3);
+	free(rb);
+	close(fd);
+}
+
+/* In a child of another uid: the status of each admin request (well-formed
+ * ones), then of a HELLO on the same connection; -1 when the connection
+ * failed. No Criterion here: the parent checks. */
+struct denied {
+	int status[6];
+	char msg[5][120];
+};
+
+static int plain_call(int fd, int op, const uint8_t *body, size_t len, char *msg, size_t cap)
+{
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, (uint8_t)op, 0, 0, 5, (uint32_t)len };
+	struct pd_hdr r;
+	uint8_t *rb = NULL;
+	if (pd_send(fd, &h, body, NULL, 0) || pd_recv(fd, &r, &rb, NULL, NULL))
+		return -1;
+	struct pd_error e;
+	msg[0] = 0;
+	if (r.status && !pd_error_decode(rb, r.body_len, &e))
+		snprintf(msg, cap, "%.*s", (int)e.len, e.msg);
+	free(rb);
+	return (int)r.status;
+}
+
+static void denied_child(const char *sock, int out)
+{
+	struct denied d;
+	memset(&d, 0xff, sizeof(d.status));
+	memset(d.msg, 0, sizeof(d.msg));
+	gid_t g = 65534;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	strcpy(a.sun_path, sock);
+	int fd = -1;
+	if (!setgroups(1, &g) && !setresgid(g, g, g) && !setresuid(60001, 60001, 60001) &&
+	    (fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    !connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		struct timeval tv = { 5, 0 };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		uint8_t lb[PD_LIST_SIZE], eb[PD_EVICT_SIZE], pb[PD_PIN_SIZE], hb[128], fp[PD_FP_SIZE];
+		list_body(lb, 0, 16, 0, 0);
+		evict_body(eb, PD_EVICT_ALL, 0, 0);
+		pin_body(pb, 0x5a, 0, 0);
+		d.status[0] = plain_call(fd, PD_OP_LIST, lb, sizeof(lb), d.msg[0], sizeof(d.msg[0]));
+		d.status[1] = plain_call(fd, PD_OP_EVICT, eb, sizeof(eb), d.msg[1], sizeof(d.msg[1]));
+		d.status[2] = plain_call(fd, PD_OP_PIN, pb, sizeof(pb), d.msg[2], sizeof(d.msg[2]));
+		d.status[3] = plain_call(fd, PD_OP_UNPIN, pb, sizeof(pb), d.msg[3], sizeof(d.msg[3]));
+		d.status[4] = plain_call(fd, PD_OP_STATS, NULL, 0, d.msg[4], sizeof(d.msg[4]));
+		memset(fp, 1, sizeof(fp));
+		struct pd_hello m = { PD_VERSION, PD_VERSION, TD_BLOCK_TOKENS, TD_BLOCK_BYTES, 1, fp, 0, NULL };
+		size_t n = pd_hello_encode(&m, hb, sizeof(hb));
+		char msg[120];
+		d.status[5] = plain_call(fd, PD_OP_HELLO, hb, n, msg, sizeof(msg));
+	}
+	_exit(write(out, &d, sizeof(d)) == (ssize_t)sizeof(d) ? 0 : 1);
+}
+
+Test(hostile, admin_requests_from_another_user_are_denied)
+{
+	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root");
+	struct test_daemon td2;
+	const char *args[] = { "--block-tokens", "4", "--memory", "1M", "--group", "65534", NULL };
+	cr_assert_eq(td_start_named(&td2, "sock", args), 0);
+	cr_assert_eq(chmod(td2.dir, 0711), 0);
+	/* Something to evict or pin, were it allowed. */
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td2.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup;
+	for (uint32_t i = 0; i < 2 * TD_BLOCK_TOKENS; i++)
+		t[i] = 300 + i;
+	cr_assert_eq(td_publish(c, 0, t, 0, 2, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		denied_child(td2.sock, p[1]);
+	}
+	close(p[1]);
+	struct denied d;
+	ssize_t got = read(p[0], &d, sizeof(d));
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	cr_assert_eq(got, (ssize_t)sizeof(d), "the child reports");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	static const char *const names[] = { "LIST", "EVICT", "PIN", "UNPIN", "STATS" };
+	for (int i = 0; i < 5; i++) {
+		cr_expect_eq(d.status[i], PD_E_DENIED, "%s from uid 60001: status %d", names[i],
+			     d.status[i]);
+		cr_expect(strstr(d.msg[i], "root"), "%s: the message says who may: %s", names[i],
+			  d.msg[i]);
+	}
+	cr_expect_eq(d.status[5], PD_OK, "the connection still serves its user");
+	/* Nothing was evicted, and the daemon serves root. */
+	struct prefixd_stats s;
+	cr_assert_eq(prefixd_stats(c, &s), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(s.blocks, 2);
+	cr_expect_eq(s.admin_evictions, 0);
+	cr_expect_eq(s.pins, 0);
+	cr_expect_geq(s.errors, 5);
+	prefixd_close(c);
+	cr_expect_eq(td_stop(&td2), 0, "the second prefixd stops cleanly");
 }

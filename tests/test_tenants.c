@@ -1,0 +1,1257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Many users and models on one daemon: the shared budget, eviction across
+ * users and models (and the memory it gives back), quotas, pins and their
+ * TTLs, and the admin calls (statistics with usage rows, listing,
+ * eviction by each selector), which only the daemon's user and root may
+ * make. The tests run as root; other users are child processes (agents)
+ * that drop to uids 60001 and 60002 and act as clients on command.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon_util.h"
+
+#define UID_A 60001u
+#define UID_B 60002u
+#define GID_OTHERS 65534u
+#define KIB 1024ull
+#define BB ((uint64_t)TD_BLOCK_BYTES)
+
+static struct test_daemon td;
+
+TestSuite(tenants, .timeout = 60);
+
+/* ==== The daemon ==== */
+
+/* A daemon with --block-tokens 4 whose socket other users can reach
+ * (group nogroup), plus extra arguments (NULL-terminated). */
+static void start(const char *const *extra)
+{
+	cr_assert_eq(geteuid(), 0, "these tests change uid: run them as root");
+	const char *args[24] = { "--block-tokens", "4", "--group", "65534" };
+	int n = 4;
+	for (int i = 0; extra && extra[i]; i++) {
+		cr_assert_lt(n, 23);
+		args[n++] = extra[i];
+	}
+	args[n] = NULL;
+	cr_assert_eq(td_start(&td, args), 0);
+	cr_assert_eq(chmod(td.dir, 0711), 0, "let other users reach the socket");
+}
+
+static void stop(void)
+{
+	cr_expect_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM, leak-free under LSan");
+}
+
+static struct prefixd *client(uint8_t model)
+{
+	struct prefixd_layout l = td_layout(model);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	return c;
+}
+
+static struct prefixd_stats stats(void)
+{
+	struct prefixd *c;
+	struct prefixd_stats s;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &c), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_stats(c, &s), 0, "%s", prefixd_errmsg());
+	prefixd_close(c);
+	return s;
+}
+
+/* RELEASE is one-way: another connection sees it once the daemon has read
+ * it. Waits until n leases are held in all. */
+static void wait_leases(uint64_t n)
+{
+	uint64_t now = stats().leases;
+	for (int i = 0; i < 300 && now != n; i++) {
+		usleep(10000);
+		now = stats().leases;
+	}
+	cr_assert_eq(now, n, "%llu leases held, not %llu", (unsigned long long)now,
+		     (unsigned long long)n);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Bytes of the daemon's arenas resident in memory: the Rss of its
+ * mappings of memfds named prefixd-arena (it maps each arena once). */
+static uint64_t arena_rss(void)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)td.pid);
+	FILE *f = fopen(path, "r");
+	cr_assert(f, "cannot read %s", path);
+	uint64_t sum = 0;
+	int in_arena = 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, kb;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			in_arena = strstr(line, "prefixd-arena") != NULL;
+		else if (in_arena && sscanf(line, "Rss: %lu kB", &kb) == 1)
+			sum += (uint64_t)kb * KIB;
+	}
+	fclose(f);
+	return sum;
+}
+
+/* ==== Prompts and chains ==== */
+
+/* A prompt of n blocks: ids base, base + 1, ... */
+static void prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
+{
+	for (uint32_t i = 0; i < nblocks * TD_BLOCK_TOKENS; i++)
+		t[i] = base + i;
+}
+
+/* The id of the chain of a prompt's first n blocks, in user's namespace. */
+static struct prefixd_id id_of(uint8_t model, const uint32_t *t, uint32_t nblocks, uint32_t user)
+{
+	struct prefixd_layout l = td_layout(model);
+	struct prefixd_prompt *p;
+	struct prefixd_id id;
+	cr_assert_eq(prefixd_prompt_new(&l, &p), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_prompt_append(p, t, (size_t)nblocks * TD_BLOCK_TOKENS), 0);
+	cr_assert_eq(prefixd_prompt_id(p, &id), 0, "%s", prefixd_errmsg());
+	prefixd_prompt_free(p);
+	cr_assert_eq(id.user, geteuid());
+	id.user = user; /* the key does not depend on the user; the namespace does */
+	return id;
+}
+
+/* Publishes all n blocks of t; asserts every one was stored. */
+static void publish_all(struct prefixd *c, const uint32_t *t, uint32_t n, const char *what)
+{
+	uint32_t stored = 0, dedup = 0;
+	int rc = td_publish(c, 0, t, 0, n, &stored, &dedup);
+	cr_assert_eq(rc, 0, "%s: rc %d: %s", what, rc, prefixd_errmsg());
+	cr_assert_eq(stored + dedup, n, "%s: %u stored, %u there already, of %u", what, stored,
+		     dedup, n);
+}
+
+/* Blocks of t (n of them) that hit, each checked byte by byte; the lease
+ * is released (one-way: admin calls on the same connection see it). */
+static uint32_t hits(struct prefixd *c, const uint32_t *t, uint32_t n)
+{
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[64];
+	cr_assert_leq(n, 64);
+	cr_assert_eq(prefixd_match(c, t, n, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	for (uint32_t i = 0; i < hit; i++)
+		cr_expect(td_block_ok(t, i, kv[i]), "block %u of a hit has its own bytes", i);
+	if (lease)
+		cr_assert_eq(prefixd_release(c, lease), 0, "%s", prefixd_errmsg());
+	return hit;
+}
+
+static struct prefixd_evicted evict(struct prefixd *c, struct prefixd_evict_sel sel)
+{
+	struct prefixd_evicted e;
+	cr_assert_eq(prefixd_evict(c, &sel, &e), 0, "selector %d: %s", (int)sel.by, prefixd_errmsg());
+	cr_expect_eq(e.bytes, e.blocks * BB, "bytes are blocks of 8 KiB");
+	return e;
+}
+
+static void expect_evicted(struct prefixd_evicted e, uint64_t blocks, uint64_t leased,
+			   uint64_t pinned, uint64_t parent, const char *what)
+{
+	cr_expect_eq(e.blocks, blocks, "%s: %llu blocks evicted, not %llu", what,
+		     (unsigned long long)e.blocks, (unsigned long long)blocks);
+	cr_expect_eq(e.bytes, blocks * BB, "%s: bytes", what);
+	cr_expect_eq(e.kept_leased, leased, "%s: %llu kept leased, not %llu", what,
+		     (unsigned long long)e.kept_leased, (unsigned long long)leased);
+	cr_expect_eq(e.kept_pinned, pinned, "%s: %llu kept pinned, not %llu", what,
+		     (unsigned long long)e.kept_pinned, (unsigned long long)pinned);
+	cr_expect_eq(e.kept_parent, parent, "%s: %llu kept as parents, not %llu", what,
+		     (unsigned long long)e.kept_parent, (unsigned long long)parent);
+}
+
+static const struct prefixd_usage *find_usage(const struct prefixd_usage *u, size_t n,
+					      uint32_t user, uint8_t model)
+{
+	uint8_t fp[PREFIXD_FINGERPRINT_BYTES];
+	memset(fp, model, sizeof(fp));
+	for (size_t i = 0; i < n; i++)
+		if (u[i].user == user && !memcmp(u[i].model, fp, sizeof(fp)))
+			return &u[i];
+	return NULL;
+}
+
+static const struct prefixd_chain *find_chain(const struct prefixd_chain *ch, size_t n,
+					      struct prefixd_id id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ch[i].id.user == id.user && !memcmp(ch[i].id.key, id.key, sizeof(id.key)))
+			return &ch[i];
+	return NULL;
+}
+
+static int model_is(const uint8_t *fp, uint8_t model)
+{
+	for (int i = 0; i < PREFIXD_FINGERPRINT_BYTES; i++)
+		if (fp[i] != model)
+			return 0;
+	return 1;
+}
+
+/* ==== Agents: clients of another user, in child processes ==== */
+
+enum ag_op {
+	AG_CONNECT = 1, /* model */
+	AG_PUBLISH,     /* prompt (base, n) from the root */
+	AG_MATCH,       /* prompt (base, n); the lease is kept */
+	AG_RELEASE_ALL,
+	AG_LIST,
+	AG_EVICT,       /* --all */
+	AG_PIN,         /* its own chain (base, n) */
+	AG_UNPIN,       /* its own chain (base, n) */
+	AG_STATS,
+	AG_USAGE,
+	AG_QUIT,
+};
+
+struct ag_req {
+	int op;
+	uint32_t model, base, n;
+};
+
+struct ag_rep {
+	int rc;
+	uint32_t stored, dedup, hit, bad;
+	char msg[256];
+};
+
+struct agent {
+	pid_t pid;
+	int to, from;
+	uint32_t uid;
+};
+
+static int write_full(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+	while (n) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_full(int fd, void *p, size_t n)
+{
+	char *b = p;
+	while (n) {
+		ssize_t r = read(fd, b, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* The agent's side: no Criterion here, results go back through the pipe. */
+static void agent_serve(uint32_t uid, int in, int out)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	gid_t g = GID_OTHERS;
+	if (setgroups(1, &g) || setresgid(g, g, g) || setresuid(uid, uid, uid) || geteuid() != uid)
+		_exit(64);
+	struct prefixd *c = NULL;
+	uint64_t leases[256];
+	int nleases = 0;
+	struct ag_req q;
+	static uint32_t t[64 * TD_BLOCK_TOKENS];
+	while (!read_full(in, &q, sizeof(q))) {
+		struct ag_rep r;
+		memset(&r, 0, sizeof(r));
+		if (q.n > 64)
+			q.n = 64;
+		prompt(t, q.n, q.base);
+		switch (q.op) {
+		case AG_CONNECT: {
+			struct prefixd_layout l = td_layout((uint8_t)q.model);
+			prefixd_close(c);
+			c = NULL;
+			r.rc = prefixd_connect(td.sock, &l, &c);
+			break;
+		}
+		case AG_PUBLISH:
+			r.rc = td_publish(c, 0, t, 0, q.n, &r.stored, &r.dedup);
+			break;
+		case AG_MATCH: {
+			uint64_t lease = 0;
+			const void *kv[64];
+			r.rc = prefixd_match(c, t, q.n, &lease, &r.hit, kv);
+			for (uint32_t i = 0; !r.rc && i < r.hit; i++)
+				r.bad += !td_block_ok(t, i, kv[i]);
+			if (lease && nleases < 256)
+				leases[nleases++] = lease;
+			break;
+		}
+		case AG_RELEASE_ALL:
+			for (int i = 0; i < nleases; i++)
+				r.rc = r.rc ? r.rc : prefixd_release(c, leases[i]);
+			nleases = 0;
+			break;
+		case AG_LIST: {
+			struct prefixd_chain *ch = NULL;
+			size_t n = 0;
+			r.rc = prefixd_list(c, NULL, &ch, &n);
+			r.hit = (uint32_t)n;
+			free(ch);
+			break;
+		}
+		case AG_EVICT: {
+			struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ALL };
+			struct prefixd_evicted e = { 0 };
+			r.rc = prefixd_evict(c, &sel, &e);
+			r.stored = (uint32_t)e.blocks;
+			break;
+		}
+		case AG_PIN:
+		case AG_UNPIN: {
+			struct prefixd_layout l = td_layout((uint8_t)q.model);
+			struct prefixd_prompt *p = NULL;
+			struct prefixd_id id;
+			r.rc = prefixd_prompt_new(&l, &p);
+			if (!r.rc)
+				r.rc = prefixd_prompt_append(p, t, (size_t)q.n * TD_BLOCK_TOKENS);
+			if (!r.rc)
+				r.rc = prefixd_prompt_id(p, &id);
+			if (!r.rc && id.user != uid)
+				r.rc = -ENOTRECOVERABLE; /* the id is not in this user's namespace */
+			prefixd_prompt_free(p);
+			if (!r.rc)
+				r.rc = q.op == AG_PIN ? prefixd_pin(c, &id, 0, NULL) : prefixd_unpin(c, &id);
+			break;
+		}
+		case AG_STATS: {
+			struct prefixd_stats s;
+			r.rc = prefixd_stats(c, &s);
+			break;
+		}
+		case AG_USAGE: {
+			struct prefixd_stats s;
+			struct prefixd_usage *u = NULL;
+			size_t n = 0;
+			r.rc = prefixd_stats_usage(c, &s, &u, &n);
+			r.hit = (uint32_t)n;
+			free(u);
+			break;
+		}
+		case AG_QUIT:
+			break;
+		default:
+			r.rc = -EINVAL;
+		}
+		if (r.rc)
+			snprintf(r.msg, sizeof(r.msg), "%s", prefixd_errmsg());
+		if (write_full(out, &r, sizeof(r)) || q.op == AG_QUIT)
+			break;
+	}
+	prefixd_close(c);
+	_exit(0); /* no atexit handlers: LSan and Criterion are the parent's */
+}
+
+static struct agent agent_start(uint32_t uid, uint8_t model)
+{
+	int down[2], up[2];
+	cr_assert_eq(pipe(down), 0);
+	cr_assert_eq(pipe(up), 0);
+	struct agent a = { .uid = uid };
+	a.pid = fork();
+	cr_assert_geq(a.pid, 0);
+	if (a.pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		agent_serve(uid, down[0], up[1]);
+	}
+	close(down[0]);
+	close(up[1]);
+	a.to = down[1];
+	a.from = up[0];
+	struct ag_req q = { AG_CONNECT, model, 0, 0 };
+	struct ag_rep r;
+	cr_assert_eq(write_full(a.to, &q, sizeof(q)), 0);
+	struct pollfd p = { a.from, POLLIN, 0 };
+	cr_assert_eq(poll(&p, 1, 10000), 1, "the agent of uid %u answers", uid);
+	cr_assert_eq(read_full(a.from, &r, sizeof(r)), 0, "the agent of uid %u started", uid);
+	cr_assert_eq(r.rc, 0, "uid %u connects: %s", uid, r.msg);
+	return a;
+}
+
+static struct ag_rep agent_do(struct agent *a, int op, uint32_t model, uint32_t base, uint32_t n)
+{
+	struct ag_req q = { op, model, base, n };
+	struct ag_rep r;
+	cr_assert_eq(write_full(a->to, &q, sizeof(q)), 0, "the agent of uid %u is alive", a->uid);
+	struct pollfd p = { a->from, POLLIN, 0 };
+	cr_assert_eq(poll(&p, 1, 10000), 1, "the agent of uid %u answers op %d", a->uid, op);
+	cr_assert_eq(read_full(a->from, &r, sizeof(r)), 0, "the agent of uid %u answers op %d",
+		     a->uid, op);
+	r.msg[sizeof(r.msg) - 1] = 0;
+	return r;
+}
+
+static void agent_stop(struct agent *a)
+{
+	agent_do(a, AG_QUIT, 0, 0, 0);
+	int st;
+	cr_assert_eq(waitpid(a->pid, &st, 0), a->pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the agent of uid %u exited cleanly (%d)",
+		  a->uid, st);
+	close(a->to);
+	close(a->from);
+}
+
+/* ==== The shared budget ==== */
+
+Test(tenants, two_users_and_two_models_alternating_on_one_small_budget_are_never_starved)
+{
+	/* 64 slots of 8 KiB; each prompt takes 40 of them. */
+	const char *args[] = { "--memory", "512K", NULL };
+	start(args);
+	struct agent a = agent_start(UID_A, 1), b = agent_start(UID_B, 2);
+	const uint64_t budget = 512 * KIB;
+	for (uint32_t round = 0; round < 5; round++) {
+		struct agent *who[2] = { &a, &b };
+		for (int k = 0; k < 2; k++) {
+			uint32_t base = 1000000 * (k + 1) + round * 1000;
+			struct ag_rep r = agent_do(who[k], AG_PUBLISH, 0, base, 40);
+			cr_expect_eq(r.rc, 0, "round %u, uid %u: rc %d: %s", round, who[k]->uid, r.rc,
+				     r.msg);
+			cr_expect_eq(r.stored, 40, "round %u, uid %u: %u of 40 blocks stored", round,
+				     who[k]->uid, r.stored);
+			uint64_t rss = arena_rss();
+			cr_expect_leq(rss, budget, "round %u, uid %u: arenas hold %llu bytes of a %llu budget",
+				      round, who[k]->uid, (unsigned long long)rss,
+				      (unsigned long long)budget);
+			cr_expect_geq(rss, 40 * BB, "round %u: the 40 blocks just stored are resident (%llu)",
+				      round, (unsigned long long)rss);
+			struct prefixd_stats s = stats();
+			cr_expect_leq(s.bytes_used, s.budget, "round %u", round);
+			cr_expect_eq(s.budget, budget);
+			/* The prompt just published is whole. */
+			r = agent_do(who[k], AG_MATCH, 0, base, 40);
+			cr_expect_eq(r.hit, 40, "round %u, uid %u: %u hit", round, who[k]->uid, r.hit);
+			cr_expect_eq(r.bad, 0);
+			cr_expect_eq(agent_do(who[k], AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+			wait_leases(0); /* or the other user's publish would find them leased */
+		}
+	}
+	struct prefixd *adm;
+	struct prefixd_stats s;
+	struct prefixd_usage *u;
+	size_t n;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
+	cr_assert_eq(prefixd_stats_usage(adm, &s, &u, &n), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(s.published, 400);
+	cr_expect_eq(s.evictions, 400 - 64, "everything past the budget was evicted");
+	cr_expect_eq(s.blocks, 64);
+	const struct prefixd_usage *ua = find_usage(u, n, UID_A, 1), *ub = find_usage(u, n, UID_B, 2);
+	cr_assert(ua && ub, "a usage row for each (user, model)");
+	cr_expect_gt(ua->evictions, 0, "B's publishes evicted A's blocks");
+	cr_expect_gt(ub->evictions, 0, "A's publishes evicted B's blocks");
+	cr_expect_eq(ua->evictions + ub->evictions, s.evictions);
+	free(u);
+	prefixd_close(adm);
+	agent_stop(&a);
+	agent_stop(&b);
+	stop();
+}
+
+Test(tenants, a_quota_holds_and_one_user_cannot_deny_the_cache_to_another)
+{
+	/* 64 slots; 32 of them a user. */
+	const char *args[] = { "--memory", "512K", "--quota", "256K", NULL };
+	start(args);
+	const uint64_t quota = 256 * KIB;
+	struct agent a = agent_start(UID_A, 1), b = agent_start(UID_B, 1);
+	/* B first takes its whole quota. */
+	struct ag_rep r = agent_do(&b, AG_PUBLISH, 0, 500000, 32);
+	cr_assert_eq(r.rc, 0, "%s", r.msg);
+	cr_assert_eq(r.stored, 32);
+	/* A publishes three times its quota: at its quota it gives up its own
+	 * oldest blocks, never B's (the budget is full from A's second prompt
+	 * on, and B's blocks are the oldest). */
+	for (uint32_t p = 0; p < 4; p++) {
+		r = agent_do(&a, AG_PUBLISH, 0, 100000 * (p + 1), 24);
+		cr_expect_eq(r.rc, 0, "A's prompt %u: %s", p, r.msg);
+		cr_expect_eq(r.stored, 24, "A's prompt %u: %u of 24 stored", p, r.stored);
+	}
+	r = agent_do(&b, AG_MATCH, 0, 500000, 32);
+	cr_expect_eq(r.hit, 32, "A's prompts did not evict B's blocks (%u left)", r.hit);
+	cr_expect_eq(r.bad, 0);
+	cr_assert_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+	/* A leases everything it has left. */
+	uint32_t held = 0;
+	for (uint32_t p = 0; p < 4; p++) {
+		r = agent_do(&a, AG_MATCH, 0, 100000 * (p + 1), 24);
+		cr_expect_eq(r.rc, 0);
+		cr_expect_eq(r.bad, 0);
+		held += r.hit;
+	}
+	cr_expect_eq(held, 32, "A holds its quota's worth: %u blocks", held);
+	struct prefixd *adm;
+	struct prefixd_stats s;
+	struct prefixd_usage *u;
+	size_t n;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
+	cr_assert_eq(prefixd_stats_usage(adm, &s, &u, &n), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(s.quota, quota);
+	const struct prefixd_usage *ua = find_usage(u, n, UID_A, 1);
+	cr_assert(ua);
+	cr_expect_leq(ua->bytes, quota, "A's blocks hold %llu bytes, quota %llu",
+		      (unsigned long long)ua->bytes, (unsigned long long)quota);
+	cr_expect_eq(ua->evictions, 4 * 24 - 32, "A's own blocks made room for A");
+	const struct prefixd_usage *ub = find_usage(u, n, UID_B, 1);
+	cr_assert(ub);
+	cr_expect_eq(ub->evictions, 0, "none of B's");
+	free(u);
+	/* B still gets its 200K in. */
+	r = agent_do(&b, AG_PUBLISH, 0, 600000, 25);
+	cr_expect_eq(r.rc, 0, "B is not denied the cache: %s", r.msg);
+	cr_expect_eq(r.stored, 25, "%u of 25 stored", r.stored);
+	r = agent_do(&b, AG_MATCH, 0, 600000, 25);
+	cr_expect_eq(r.hit, 25);
+	cr_expect_eq(r.bad, 0);
+	/* A at its quota with every block leased: refused, and told why. */
+	r = agent_do(&a, AG_PUBLISH, 0, 900000, 8);
+	cr_expect_eq(r.rc, -EDQUOT, "rc %d: %s", r.rc, r.msg);
+	cr_expect_eq(r.stored, 0);
+	cr_expect(strstr(r.msg, "quota"), "the message names the quota: %s", r.msg);
+	cr_assert_eq(prefixd_stats_usage(adm, &s, &u, &n), 0);
+	cr_expect_eq(s.refused_blocks, 8);
+	ua = find_usage(u, n, UID_A, 1);
+	ub = find_usage(u, n, UID_B, 1);
+	cr_assert(ua && ub);
+	cr_expect_eq(ua->bytes, quota, "A's blocks untouched");
+	cr_expect_leq(ub->bytes, quota, "B within its quota too");
+	cr_expect_leq(s.bytes_used, s.budget);
+	free(u);
+	prefixd_close(adm);
+	agent_stop(&a);
+	agent_stop(&b);
+	stop();
+}
+
+Test(tenants, a_model_with_idle_blocks_filling_the_budget_makes_room_for_another_model)
+{
+	/* 128 slots, all of them model 1's idle blocks (the old bug: a
+	 * partition's eviction only ever saw its own blocks, and model 2
+	 * stored nothing). */
+	const char *args[] = { "--memory", "1M", NULL };
+	start(args);
+	struct prefixd *m1 = client(1), *m2 = client(2);
+	uint32_t t1[64 * TD_BLOCK_TOKENS], t2[64 * TD_BLOCK_TOKENS], t3[64 * TD_BLOCK_TOKENS];
+	prompt(t1, 64, 1000);
+	prompt(t2, 64, 2000);
+	prompt(t3, 64, 3000);
+	publish_all(m1, t1, 64, "model 1, first half");
+	publish_all(m1, t2, 64, "model 1, second half");
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.blocks, 128);
+	cr_expect_eq(s.bytes_used, s.budget, "the budget is full");
+	uint32_t stored = 0, dedup = 0;
+	int rc = td_publish(m2, 0, t3, 0, 64, &stored, &dedup);
+	cr_expect_eq(rc, 0, "rc %d: %s", rc, prefixd_errmsg());
+	cr_expect_eq(stored, 64, "model 2 stored %u of 64 blocks", stored);
+	s = stats();
+	cr_expect_eq(s.evictions, 64);
+	cr_expect_eq(s.blocks, 128);
+	cr_expect_leq(s.bytes_used, s.budget);
+	cr_expect_eq(hits(m2, t3, 64), 64, "model 2's prompt is whole");
+	cr_expect_eq(hits(m1, t2, 64), 64, "the least recently used blocks went: model 1's newer prompt is whole");
+	cr_expect_eq(hits(m1, t1, 64), 0, "and its older one is gone");
+	struct prefixd_usage *u;
+	size_t n;
+	cr_assert_eq(prefixd_stats_usage(m1, &s, &u, &n), 0, "%s", prefixd_errmsg());
+	const struct prefixd_usage *u1 = find_usage(u, n, 0, 1);
+	cr_assert(u1);
+	cr_expect_eq(u1->evictions, 64);
+	free(u);
+	prefixd_close(m1);
+	prefixd_close(m2);
+	stop();
+}
+
+Test(tenants, a_publish_refused_because_everything_is_leased_says_so)
+{
+	const char *args[] = { "--memory", "512K", NULL };
+	start(args);
+	struct prefixd *a = client(1), *b = client(1);
+	uint32_t big[64 * TD_BLOCK_TOKENS], t[8 * TD_BLOCK_TOKENS], stored = 99, dedup = 99, hit;
+	prompt(big, 64, 1);
+	prompt(t, 8, 90000);
+	publish_all(a, big, 64, "the whole budget");
+	/* B leases all but the last 4 blocks. */
+	uint64_t lease;
+	const void *kv[64];
+	cr_assert_eq(prefixd_match(b, big, 60, &lease, &hit, kv), 0);
+	cr_assert_eq(hit, 60);
+	int rc = td_publish(a, 0, t, 0, 8, &stored, &dedup);
+	cr_expect_eq(rc, -ENOSPC, "rc %d: %s", rc, prefixd_errmsg());
+	cr_expect(strstr(prefixd_errmsg(), "budget"), "the message names the budget: %s",
+		  prefixd_errmsg());
+	cr_expect_eq(stored, 4, "the 4 unleased leaves made room for 4 blocks: %u", stored);
+	cr_expect_eq(dedup, 0);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.refused_blocks, 4);
+	cr_expect_eq(s.evictions, 4);
+	cr_expect_eq(s.blocks, 64);
+	for (uint32_t i = 0; i < hit; i++)
+		cr_expect(td_block_ok(big, i, kv[i]), "leased block %u untouched", i);
+	cr_expect_eq(hits(a, t, 8), 4, "what was stored is there");
+	/* Once the lease ends, the rest goes in. */
+	cr_assert_eq(prefixd_release(b, lease), 0);
+	wait_leases(0);
+	cr_expect_eq(td_publish(a, 0, t, 0, 8, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored, 4);
+	cr_expect_eq(dedup, 4);
+	cr_expect_eq(stats().refused_blocks, 4);
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+/* ==== Administration ==== */
+
+Test(tenants, a_user_cannot_evict_see_pin_unpin_list_or_get_statistics)
+{
+	start(NULL);
+	struct prefixd *a = client(1);
+	uint32_t t[4 * TD_BLOCK_TOKENS], o[4 * TD_BLOCK_TOKENS];
+	prompt(t, 4, 100);
+	prompt(o, 4, 7000);
+	publish_all(a, t, 4, "root's chain");
+	struct agent ag = agent_start(UID_A, 1);
+	struct ag_rep r = agent_do(&ag, AG_PUBLISH, 0, 7000, 4);
+	cr_assert_eq(r.rc, 0, "%s", r.msg);
+	cr_assert_eq(r.stored, 4);
+	static const struct {
+		int op;
+		const char *name;
+	} ops[] = {
+		{ AG_LIST, "list" },   { AG_EVICT, "evict" }, { AG_PIN, "pin" },
+		{ AG_UNPIN, "unpin" }, { AG_STATS, "stats" }, { AG_USAGE, "stats_usage" },
+	};
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		r = agent_do(&ag, ops[i].op, 1, 7000, 4);
+		cr_expect_eq(r.rc, -EACCES, "%s by uid %u: rc %d: %s", ops[i].name, UID_A, r.rc, r.msg);
+		cr_expect(strstr(r.msg, "root"), "%s: the message says who may: %s", ops[i].name, r.msg);
+		cr_expect(strstr(r.msg, "uid 0"), "%s: the daemon's user: %s", ops[i].name, r.msg);
+	}
+	/* Nothing changed. */
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.blocks, 8);
+	cr_expect_eq(s.admin_evictions, 0);
+	cr_expect_eq(s.pins, 0);
+	cr_expect_eq(s.pinned_bytes, 0);
+	cr_expect_eq(hits(a, t, 4), 4, "root's blocks are still there");
+	r = agent_do(&ag, AG_MATCH, 0, 7000, 4);
+	cr_expect_eq(r.hit, 4, "and the user's own");
+	cr_expect_eq(r.bad, 0);
+	/* The connection still serves the user after the refusals. */
+	r = agent_do(&ag, AG_PUBLISH, 0, 8000, 2);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.stored, 2);
+	agent_stop(&ag);
+	prefixd_close(a);
+	stop();
+}
+
+Test(tenants, a_pinned_chain_survives_a_flood_until_it_is_unpinned)
+{
+	/* 64 slots; --pin-max is a quarter of it: 16 blocks. */
+	const char *args[] = { "--memory", "512K", NULL };
+	start(args);
+	struct prefixd *a = client(1), *f = client(2);
+	uint32_t k[12 * TD_BLOCK_TOKENS], l[12 * TD_BLOCK_TOKENS], t[40 * TD_BLOCK_TOKENS];
+	prompt(k, 12, 10); /* K is its first 8 blocks, K' all 12 */
+	prompt(l, 12, 50000);
+	publish_all(a, k, 8, "K");
+	struct prefixd_id idk = id_of(1, k, 8, 0), idk2 = id_of(1, k, 12, 0), idl = id_of(1, l, 12, 0);
+	uint64_t pinned = 0;
+	cr_assert_eq(prefixd_pin(a, &idk, 0, &pinned), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(pinned, 8 * BB);
+	struct prefixd_id idk4 = id_of(1, k, 4, 0);
+	cr_expect_eq(prefixd_unpin(a, &idk4), -ENOENT, "a block pinned only as part of K is no pin");
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.pins, 1);
+	cr_expect_eq(s.pinned_bytes, 8 * BB);
+	cr_expect_eq(s.pin_max, 128 * KIB, "--pin-max defaults to a quarter of --memory");
+	for (uint32_t p = 0; p < 20; p++) {
+		prompt(t, 40, 1000000 + p * 1000);
+		publish_all(f, t, 40, "flood");
+	}
+	s = stats();
+	cr_expect_geq(s.evictions, 20 * 40 - 56, "the flood went through the budget");
+	cr_expect_eq(hits(a, k, 8), 8, "the pinned chain still hits whole");
+	/* Past --pin-max. */
+	publish_all(a, l, 12, "L");
+	int rc = prefixd_pin(a, &idl, 0, &pinned);
+	cr_expect_eq(rc, -E2BIG, "8 + 12 blocks pinned > 16: rc %d: %s", rc, prefixd_errmsg());
+	cr_expect(strstr(prefixd_errmsg(), "--pin-max"), "the message names --pin-max: %s",
+		  prefixd_errmsg());
+	s = stats();
+	cr_expect_eq(s.pins, 1, "the refused pin is not one");
+	cr_expect_eq(s.pinned_bytes, 8 * BB);
+	/* K extended by 4: its 8 pinned blocks count once. */
+	uint32_t stored, dedup;
+	cr_assert_eq(td_publish(a, 0, k, 0, 12, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(dedup, 8);
+	cr_expect_eq(prefixd_pin(a, &idk2, 0, &pinned), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(pinned, 12 * BB, "a block under two pins counts once");
+	cr_expect_eq(prefixd_unpin(a, &idk2), 0, "%s", prefixd_errmsg());
+	s = stats();
+	cr_expect_eq(s.pins, 1);
+	cr_expect_eq(s.pinned_bytes, 8 * BB);
+	/* Unpinned, K goes with the next flood. */
+	cr_expect_eq(prefixd_unpin(a, &idk), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(prefixd_unpin(a, &idk), -ENOENT, "a pin ends once");
+	s = stats();
+	cr_expect_eq(s.pins, 0);
+	cr_expect_eq(s.pinned_bytes, 0);
+	for (uint32_t p = 0; p < 4; p++) {
+		prompt(t, 40, 2000000 + p * 1000);
+		publish_all(f, t, 40, "second flood");
+	}
+	cr_expect_eq(hits(a, k, 8), 0, "the unpinned chain was evicted");
+	cr_expect_eq(prefixd_pin(a, &idk, 0, &pinned), -ENOENT, "an evicted chain cannot be pinned");
+	prefixd_close(a);
+	prefixd_close(f);
+	stop();
+}
+
+Test(tenants, a_pin_with_a_ttl_expires)
+{
+	start(NULL);
+	struct prefixd *a = client(1);
+	uint32_t x[3 * TD_BLOCK_TOKENS], y[3 * TD_BLOCK_TOKENS], z[2 * TD_BLOCK_TOKENS];
+	prompt(x, 3, 100);
+	prompt(y, 3, 200);
+	prompt(z, 2, 300);
+	publish_all(a, x, 3, "X");
+	publish_all(a, y, 3, "Y");
+	publish_all(a, z, 2, "Z");
+	struct prefixd_id idx = id_of(1, x, 3, 0), idy = id_of(1, y, 3, 0), idz = id_of(1, z, 2, 0);
+	/* TTLs are whole seconds from the daemon's clock: 2 s lasts more than 1. */
+	double t0 = now_s();
+	cr_assert_eq(prefixd_pin(a, &idx, 2, NULL), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_pin(a, &idy, 0, NULL), 0, "%s", prefixd_errmsg());
+	/* Z is pinned for 1 s, then again with no end: the new TTL holds. */
+	uint64_t pinned = 0;
+	cr_assert_eq(prefixd_pin(a, &idz, 1, &pinned), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(pinned, 8 * BB);
+	cr_assert_eq(prefixd_pin(a, &idz, 0, &pinned), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(pinned, 8 * BB, "pinning again counts nothing twice");
+	struct prefixd_chain *ch;
+	size_t n;
+	cr_assert_eq(prefixd_list(a, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
+	const struct prefixd_chain *cx = find_chain(ch, n, idx), *cy = find_chain(ch, n, idy);
+	cr_assert(cx && cy);
+	cr_expect(cx->pinned);
+	cr_expect(cx->pin_ttl_s >= 1 && cx->pin_ttl_s <= 2, "%u s left", cx->pin_ttl_s);
+	cr_expect(cy->pinned);
+	cr_expect_eq(cy->pin_ttl_s, 0, "no end");
+	free(ch);
+	struct prefixd_stats s;
+	cr_assert_eq(prefixd_stats(a, &s), 0);
+	cr_expect_eq(s.pins, 3);
+	while (s.pins == 3 && now_s() - t0 < 5) {
+		usleep(20000);
+		cr_assert_eq(prefixd_stats(a, &s), 0);
+	}
+	double took = now_s() - t0;
+	cr_expect_eq(s.pins, 2, "X's pin ended within 5 s, Y's and Z's stay");
+	cr_expect_geq(took, 1.0, "not before its TTL: %.2f s", took);
+	cr_expect_eq(s.pins_expired, 1);
+	cr_expect_eq(s.pinned_bytes, 5 * BB, "Y's and Z's blocks");
+	cr_assert_eq(prefixd_list(a, NULL, &ch, &n), 0);
+	cx = find_chain(ch, n, idx);
+	cy = find_chain(ch, n, idy);
+	cr_assert(cx && cy);
+	cr_expect(!cx->pinned, "the list shows X unpinned");
+	cr_expect_eq(cx->pin_ttl_s, 0);
+	cr_expect(cy->pinned, "and Y still pinned");
+	free(ch);
+	cr_expect_eq(prefixd_unpin(a, &idx), -ENOENT, "an expired pin is gone");
+	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ALL };
+	expect_evicted(evict(a, sel), 3, 0, 5, 0, "X can go now, Y and Z stay");
+	prefixd_close(a);
+	stop();
+}
+
+Test(tenants, evicting_a_chain_by_id_keeps_what_others_hold_or_continue)
+{
+	start(NULL);
+	struct prefixd *a = client(1), *b = client(1);
+	uint32_t p[8 * TD_BLOCK_TOKENS], q[4 * TD_BLOCK_TOKENS];
+	prompt(p, 8, 1000);
+	memcpy(q, p, 2 * TD_BLOCK_TOKENS * sizeof(uint32_t)); /* Q: P's first 2 blocks, then its own */
+	for (uint32_t i = 2 * TD_BLOCK_TOKENS; i < 4 * TD_BLOCK_TOKENS; i++)
+		q[i] = 50000 + i;
+	publish_all(a, p, 8, "P");
+	publish_all(a, q, 4, "Q");
+	cr_expect_eq(stats().blocks, 10);
+	struct prefixd_evicted e;
+	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ID };
+	memset(sel.id.key, 0xee, sizeof(sel.id.key));
+	cr_expect_eq(prefixd_evict(a, &sel, &e), -ENOENT, "an unknown chain");
+	sel.id = id_of(1, p, 8, UID_A);
+	cr_expect_eq(prefixd_evict(a, &sel, &e), -ENOENT, "P in another user's namespace");
+	/* Q's own blocks go; the 2 P continues stay. */
+	sel.id = id_of(1, q, 4, 0);
+	expect_evicted(evict(a, sel), 2, 0, 0, 2, "Q");
+	cr_expect_eq(hits(a, q, 4), 2);
+	cr_expect_eq(hits(a, p, 8), 8);
+	cr_expect_eq(prefixd_evict(a, &sel, &e), -ENOENT, "Q is gone");
+	/* An inner block of P names a chain P continues: nothing goes. */
+	sel.id = id_of(1, p, 4, 0);
+	expect_evicted(evict(a, sel), 0, 0, 0, 4, "an inner block");
+	cr_expect_eq(hits(a, p, 8), 8);
+	/* Another connection leases P's first 4 blocks. */
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[4];
+	cr_assert_eq(prefixd_match(b, p, 4, &lease, &hit, kv), 0);
+	cr_assert_eq(hit, 4);
+	sel.id = id_of(1, p, 8, 0);
+	expect_evicted(evict(a, sel), 4, 4, 0, 0, "P under a lease on 4");
+	for (uint32_t i = 0; i < 4; i++)
+		cr_expect(td_block_ok(p, i, kv[i]), "leased block %u reads back", i);
+	cr_expect_eq(hits(a, p, 8), 4);
+	cr_assert_eq(prefixd_release(b, lease), 0);
+	wait_leases(0);
+	/* A pin on P's first 2 blocks. */
+	struct prefixd_id pin2 = id_of(1, p, 2, 0);
+	cr_assert_eq(prefixd_pin(a, &pin2, 0, NULL), 0, "%s", prefixd_errmsg());
+	sel.id = id_of(1, p, 4, 0);
+	expect_evicted(evict(a, sel), 2, 0, 2, 0, "P under a pin on 2");
+	cr_expect_eq(hits(a, p, 8), 2);
+	cr_expect_eq(stats().admin_evictions, 8);
+	cr_expect_eq(stats().evictions, 0, "evictions for room are counted apart");
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+Test(tenants, evicting_by_model_or_by_user_takes_only_theirs)
+{
+	start(NULL);
+	struct prefixd *a = client(1), *b = client(2);
+	uint32_t p[6 * TD_BLOCK_TOKENS], r[5 * TD_BLOCK_TOKENS];
+	prompt(p, 6, 100);
+	prompt(r, 5, 100); /* the same tokens, another model */
+	publish_all(a, p, 6, "root, model 1");
+	publish_all(b, r, 5, "root, model 2");
+	struct agent a1 = agent_start(UID_A, 1), a2 = agent_start(UID_B, 2);
+	struct ag_rep ar = agent_do(&a1, AG_PUBLISH, 0, 100, 4);
+	cr_assert_eq(ar.stored, 4, "uid %u, model 1: %s", UID_A, ar.msg);
+	ar = agent_do(&a2, AG_PUBLISH, 0, 100, 3);
+	cr_assert_eq(ar.stored, 3, "uid %u, model 2: %s", UID_B, ar.msg);
+	cr_expect_eq(stats().blocks, 18);
+	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_MODEL };
+	memset(sel.model, 2, sizeof(sel.model));
+	expect_evicted(evict(a, sel), 5 + 3, 0, 0, 0, "model 2, of any user");
+	cr_expect_eq(hits(b, r, 5), 0);
+	cr_expect_eq(agent_do(&a2, AG_MATCH, 0, 100, 3).hit, 0, "uid %u's model 2 blocks went", UID_B);
+	cr_expect_eq(hits(a, p, 6), 6, "model 1 stays");
+	ar = agent_do(&a1, AG_MATCH, 0, 100, 4);
+	cr_expect_eq(ar.hit, 4, "uid %u's model 1 blocks stay", UID_A);
+	cr_expect_eq(ar.bad, 0);
+	cr_assert_eq(agent_do(&a1, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+	wait_leases(0);
+	sel = (struct prefixd_evict_sel){ .by = PREFIXD_EVICT_USER, .user = UID_A };
+	expect_evicted(evict(a, sel), 4, 0, 0, 0, "user 60001");
+	cr_expect_eq(agent_do(&a1, AG_MATCH, 0, 100, 4).hit, 0);
+	cr_expect_eq(hits(a, p, 6), 6, "root's blocks stay");
+	sel.user = 0;
+	expect_evicted(evict(a, sel), 6, 0, 0, 0, "root");
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.blocks, 0);
+	cr_expect_eq(s.bytes_used, 0);
+	cr_expect_eq(s.admin_evictions, 18);
+	agent_stop(&a1);
+	agent_stop(&a2);
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+Test(tenants, evicting_idle_blocks_spares_the_recently_used)
+{
+	start(NULL);
+	struct prefixd *a = client(1);
+	uint32_t t[2 * TD_BLOCK_TOKENS], u[3 * TD_BLOCK_TOKENS];
+	prompt(t, 2, 100);
+	prompt(u, 3, 900);
+	publish_all(a, t, 2, "T");
+	struct prefixd_id idt = id_of(1, t, 2, 0);
+	/* Until T has been idle 2 s by the daemon's clock. */
+	uint32_t idle = 0;
+	double t0 = now_s();
+	while (idle < 2 && now_s() - t0 < 5) {
+		struct prefixd_chain *ch;
+		size_t n;
+		cr_assert_eq(prefixd_list(a, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
+		const struct prefixd_chain *c = find_chain(ch, n, idt);
+		cr_assert(c);
+		idle = c->idle_s;
+		free(ch);
+		if (idle < 2)
+			usleep(50000);
+	}
+	cr_assert_geq(idle, 2, "T idle for 2 s");
+	publish_all(a, u, 3, "U");
+	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_IDLE, .idle_s = 3600 };
+	expect_evicted(evict(a, sel), 0, 0, 0, 0, "nothing is an hour old");
+	sel.idle_s = 2;
+	expect_evicted(evict(a, sel), 2, 0, 0, 0, "T");
+	cr_expect_eq(hits(a, t, 2), 0, "T went");
+	/* U is leased now (from another connection). */
+	struct prefixd *b = client(1);
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[3];
+	cr_assert_eq(prefixd_match(b, u, 3, &lease, &hit, kv), 0);
+	cr_assert_eq(hit, 3);
+	sel.idle_s = 0;
+	expect_evicted(evict(a, sel), 0, 3, 0, 0, "U is leased");
+	for (uint32_t i = 0; i < 3; i++)
+		cr_expect(td_block_ok(u, i, kv[i]), "block %u", i);
+	cr_assert_eq(prefixd_release(b, lease), 0);
+	wait_leases(0);
+	expect_evicted(evict(a, sel), 3, 0, 0, 0, "U, released");
+	cr_expect_eq(stats().blocks, 0);
+	prefixd_close(b);
+	prefixd_close(a);
+	stop();
+}
+
+Test(tenants, no_selector_evicts_leased_or_pinned_blocks_and_evicted_memory_goes_back)
+{
+	start(NULL);
+	struct prefixd *a = client(1), *h = client(1);
+	uint32_t p[8 * TD_BLOCK_TOKENS], v[3 * TD_BLOCK_TOKENS], w[5 * TD_BLOCK_TOKENS];
+	prompt(p, 8, 100);
+	prompt(v, 3, 1000);
+	prompt(w, 5, 2000);
+	publish_all(a, p, 8, "P");
+	publish_all(a, v, 3, "V");
+	publish_all(a, w, 5, "W");
+	cr_expect_geq(arena_rss(), 16 * BB, "16 blocks resident");
+	/* H leases P; V is pinned. */
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[8];
+	cr_assert_eq(prefixd_match(h, p, 8, &lease, &hit, kv), 0);
+	cr_assert_eq(hit, 8);
+	struct prefixd_id idp = id_of(1, p, 8, 0), idv = id_of(1, v, 3, 0);
+	cr_assert_eq(prefixd_pin(a, &idv, 0, NULL), 0, "%s", prefixd_errmsg());
+	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ALL };
+	expect_evicted(evict(a, sel), 5, 8, 3, 0, "--all");
+	for (uint32_t i = 0; i < 8; i++)
+		cr_expect(td_block_ok(p, i, kv[i]), "leased block %u reads back", i);
+	/* Every other selector of P or V keeps them too. */
+	struct prefixd_evict_sel sels[] = {
+		{ .by = PREFIXD_EVICT_ID, .id = idp },
+		{ .by = PREFIXD_EVICT_ID, .id = idv },
+		{ .by = PREFIXD_EVICT_MODEL },
+		{ .by = PREFIXD_EVICT_USER, .user = 0 },
+		{ .by = PREFIXD_EVICT_IDLE, .idle_s = 0 },
+	};
+	memset(sels[2].model, 1, sizeof(sels[2].model));
+	const struct {
+		uint64_t leased, pinned;
+	} kept[] = { { 8, 0 }, { 0, 3 }, { 8, 3 }, { 8, 3 }, { 8, 3 } };
+	for (size_t i = 0; i < sizeof(sels) / sizeof(sels[0]); i++) {
+		char what[32];
+		snprintf(what, sizeof(what), "selector %zu", i);
+		expect_evicted(evict(a, sels[i]), 0, kept[i].leased, kept[i].pinned, 0, what);
+	}
+	for (uint32_t i = 0; i < 8; i++)
+		cr_expect(td_block_ok(p, i, kv[i]), "leased block %u still reads back", i);
+	cr_expect_eq(hits(a, p, 8), 8);
+	cr_expect_eq(hits(a, v, 3), 3);
+	cr_expect_eq(hits(a, w, 5), 0);
+	struct prefixd_stats s;
+	/* On a's connection: its one-way RELEASEs are read before this. */
+	cr_assert_eq(prefixd_stats(a, &s), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(s.blocks, 11);
+	cr_expect_eq(s.admin_evictions, 5);
+	cr_expect_eq(s.idle_bytes, 3 * BB, "V's blocks are the ones no lease holds");
+	/* Released and unpinned, everything goes, and so does its memory. */
+	cr_assert_eq(prefixd_release(h, lease), 0);
+	cr_assert_eq(prefixd_unpin(a, &idv), 0, "%s", prefixd_errmsg());
+	wait_leases(0);
+	expect_evicted(evict(a, sel), 11, 0, 0, 0, "--all, nothing held");
+	s = stats();
+	cr_expect_eq(s.blocks, 0);
+	cr_expect_eq(s.bytes_used, 0);
+	cr_expect_eq(s.idle_bytes, 0);
+	cr_expect_eq(arena_rss(), 0, "evicted blocks are punched out of the arenas");
+	prefixd_close(h);
+	prefixd_close(a);
+	stop();
+}
+
+Test(tenants, the_list_of_chains_has_their_shapes_and_filters_by_user_and_model)
+{
+	start(NULL);
+	struct prefixd *a = client(1), *b = client(2);
+	uint32_t ta[5 * TD_BLOCK_TOKENS], tb[5 * TD_BLOCK_TOKENS], tr[3 * TD_BLOCK_TOKENS];
+	prompt(ta, 5, 100);
+	memcpy(tb, ta, sizeof(tb)); /* A': A's first 3 blocks, then 2 of its own */
+	for (uint32_t i = 3 * TD_BLOCK_TOKENS; i < 5 * TD_BLOCK_TOKENS; i++)
+		tb[i] = 90000 + i;
+	prompt(tr, 3, 100);
+	publish_all(a, ta, 5, "A");
+	publish_all(a, tb, 5, "A'");
+	publish_all(b, tr, 3, "B, model 2");
+	struct agent ag = agent_start(UID_A, 1);
+	cr_assert_eq(agent_do(&ag, AG_PUBLISH, 0, 100, 2).stored, 2, "C: uid 60001's, A's tokens");
+	/* A's last block: two hits, one lease still held. */
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[5];
+	cr_expect_eq(hits(a, ta, 5), 5);
+	cr_assert_eq(prefixd_match(a, ta, 5, &lease, &hit, kv), 0);
+	cr_assert_eq(hit, 5);
+	struct prefixd_id ida = id_of(1, ta, 5, 0), idb = id_of(1, tb, 5, 0), idr = id_of(2, tr, 3, 0),
+			  idc = id_of(1, ta, 2, UID_A);
+	cr_assert_eq(prefixd_pin(a, &idr, 0, NULL), 0, "%s", prefixd_errmsg());
+	struct prefixd_chain *ch;
+	size_t n;
+	cr_assert_eq(prefixd_list(a, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(n, 4, "chains ending at a leaf: A, A', B, C");
+	const struct {
+		struct prefixd_id id;
+		uint32_t user;
+		uint8_t model;
+		uint32_t blocks;
+		uint64_t hits;
+		uint32_t leases;
+		int pinned;
+	} want[] = {
+		{ ida, 0, 1, 5, 2, 1, 0 },
+		{ idb, 0, 1, 5, 0, 0, 0 },
+		{ idr, 0, 2, 3, 0, 0, 1 },
+		{ idc, UID_A, 1, 2, 0, 0, 0 },
+	};
+	for (size_t i = 0; i < 4; i++) {
+		const struct prefixd_chain *c = find_chain(ch, n, want[i].id);
+		cr_expect(c, "chain %zu is listed", i);
+		if (!c)
+			continue;
+		cr_expect_eq(c->id.user, want[i].user, "chain %zu", i);
+		cr_expect(model_is(c->model, want[i].model), "chain %zu: model", i);
+		cr_expect_eq(c->blocks, want[i].blocks, "chain %zu: %u blocks", i, c->blocks);
+		cr_expect_eq(c->tokens, want[i].blocks * TD_BLOCK_TOKENS, "chain %zu", i);
+		cr_expect_eq(c->bytes, want[i].blocks * BB, "chain %zu: shared prefixes count in each", i);
+		cr_expect_eq(c->hits, want[i].hits, "chain %zu: %llu hits", i, (unsigned long long)c->hits);
+		cr_expect_eq(c->leases, want[i].leases, "chain %zu: %u leases", i, c->leases);
+		cr_expect_eq(!!c->pinned, want[i].pinned, "chain %zu", i);
+		cr_expect_eq(c->pin_ttl_s, 0, "chain %zu", i);
+		cr_expect_leq(c->idle_s, 1, "chain %zu: just used", i);
+		cr_expect_eq(c->where, PREFIXD_IN_MEMORY, "chain %zu", i);
+	}
+	/* An id as prefixctl prints it reads back. */
+	char s[PREFIXD_ID_CHARS + 1];
+	struct prefixd_id back;
+	prefixd_id_format(&idc, s);
+	cr_expect_eq(strlen(s), PREFIXD_ID_CHARS);
+	cr_expect(!strcmp(s + 2 * PREFIXD_HASH_BYTES, "0000ea61"), "the uid last: %s", s);
+	cr_assert_eq(prefixd_id_parse(s, &back), 0);
+	cr_expect(!memcmp(&back, &idc, sizeof(back)));
+	free(ch);
+	/* Filters. */
+	struct prefixd_filter f = { .by_user = 1, .user = UID_A };
+	cr_assert_eq(prefixd_list(a, &f, &ch, &n), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(n, 1, "uid 60001's chains");
+	cr_expect(n == 1 && find_chain(ch, n, idc));
+	free(ch);
+	f = (struct prefixd_filter){ .by_model = 1 };
+	memset(f.model, 2, sizeof(f.model));
+	cr_assert_eq(prefixd_list(a, &f, &ch, &n), 0);
+	cr_expect_eq(n, 1, "model 2's chains");
+	cr_expect(n == 1 && find_chain(ch, n, idr));
+	free(ch);
+	f = (struct prefixd_filter){ .by_user = 1, .user = 0, .by_model = 1 };
+	memset(f.model, 1, sizeof(f.model));
+	cr_assert_eq(prefixd_list(a, &f, &ch, &n), 0);
+	cr_expect_eq(n, 2, "root's model 1 chains");
+	cr_expect(find_chain(ch, n, ida) && find_chain(ch, n, idb));
+	free(ch);
+	f = (struct prefixd_filter){ .by_user = 1, .user = 4242 };
+	ch = (void *)1;
+	cr_assert_eq(prefixd_list(a, &f, &ch, &n), 0);
+	cr_expect_eq(n, 0, "a user without chains");
+	cr_expect_null(ch);
+	cr_expect_eq(prefixd_release(a, lease), 0);
+	agent_stop(&ag);
+	prefixd_close(a);
+	prefixd_close(b);
+	stop();
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, sizeof(struct prefixd_id));
+}
+
+/* More entries than one LIST page looks at (4096), so prefixd_list reads
+ * several pages; nothing changes in between, so each chain comes once.
+ * (Whether a page ends inside a hash bucket depends on the hashes: with
+ * model 3 and these tokens, one of them does.) */
+Test(tenants, a_listing_of_many_pages_names_each_chain_once)
+{
+	const char *args[] = { "--memory", "64M", NULL };
+	start(args);
+	struct prefixd *a = client(3);
+	enum { N = 8000 };
+	for (uint32_t p = 0; p < N; p++) {
+		uint32_t t[TD_BLOCK_TOKENS], stored, dedup;
+		prompt(t, 1, 100 * p);
+		cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+		cr_assert_eq(stored, 1);
+	}
+	struct prefixd_chain *ch;
+	size_t n;
+	cr_assert_eq(prefixd_list(a, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
+	struct prefixd_id *ids = calloc(n ? n : 1, sizeof(*ids));
+	cr_assert(ids);
+	for (size_t i = 0; i < n; i++)
+		ids[i] = ch[i].id;
+	qsort(ids, n, sizeof(*ids), id_cmp);
+	size_t twice = 0;
+	for (size_t i = 1; i < n; i++)
+		twice += !memcmp(&ids[i - 1], &ids[i], sizeof(*ids));
+	cr_expect_eq(twice, 0, "each chain listed once: %zu listed twice", twice);
+	cr_expect_eq(n - twice, N, "every chain listed: %zu distinct of %d", n - twice, N);
+	cr_expect_eq(n, N, "%zu rows for %d chains", n, N);
+	free(ids);
+	free(ch);
+	prefixd_close(a);
+	stop();
+}
+
+Test(tenants, usage_rows_count_per_user_and_model)
+{
+	/* 64 slots. */
+	const char *args[] = { "--memory", "512K", NULL };
+	start(args);
+	struct prefixd *a = client(1), *m2 = client(2), *salted;
+	struct prefixd_layout ls = td_layout(1);
+	ls.salt = "tenant-x";
+	ls.salt_len = 8;
+	cr_assert_eq(prefixd_connect(td.sock, &ls, &salted), 0, "%s", prefixd_errmsg());
+	uint32_t p1[60 * TD_BLOCK_TOKENS], s1[TD_BLOCK_TOKENS], p2[10 * TD_BLOCK_TOKENS],
+		z[2 * TD_BLOCK_TOKENS];
+	prompt(p1, 60, 1);
+	prompt(s1, 1, 50000);
+	prompt(p2, 10, 60000);
+	prompt(z, 2, 70000);
+	publish_all(a, p1, 60, "P1, model 1");
+	publish_all(salted, s1, 1, "model 1 with a salt");
+	/* 7 of P1's blocks make room for P2. */
+	publish_all(m2, p2, 10, "P2, model 2");
+	uint64_t la, ls1, l2;
+	uint32_t hit;
+	const void *kv[60];
+	cr_assert_eq(prefixd_match(a, p1, 60, &la, &hit, kv), 0);
+	cr_expect_eq(hit, 53);
+	cr_assert_eq(prefixd_match(a, z, 2, &l2, &hit, kv), 0);
+	cr_expect_eq(hit, 0, "a miss");
+	cr_assert_eq(prefixd_match(salted, s1, 1, &ls1, &hit, kv), 0);
+	cr_expect_eq(hit, 1);
+	cr_expect_eq(hits(m2, p2, 10), 10);
+	wait_leases(2);
+	/* uid 60001 makes room in its turn: P2 is all that is not leased. */
+	struct agent ag = agent_start(UID_A, 1);
+	struct ag_rep r = agent_do(&ag, AG_PUBLISH, 0, 100, 3);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.stored, 3);
+	r = agent_do(&ag, AG_MATCH, 0, 100, 3);
+	cr_expect_eq(r.hit, 3);
+	struct prefixd_id id2 = id_of(2, p2, 7, 0);
+	cr_assert_eq(prefixd_pin(a, &id2, 0, NULL), 0, "%s", prefixd_errmsg());
+	struct prefixd_stats s;
+	struct prefixd_usage *u;
+	size_t n;
+	cr_assert_eq(prefixd_stats_usage(a, &s, &u, &n), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(n, 3, "one row per (user, model), salts merged: %zu", n);
+	const struct {
+		uint32_t user;
+		uint8_t model;
+		uint64_t blocks, pinned_blocks, hits, hit_tokens, query_tokens, evictions;
+	} want[] = {
+		{ 0, 1, 53 + 1, 0, 2, (53 + 1) * TD_BLOCK_TOKENS, (60 + 2 + 1) * TD_BLOCK_TOKENS, 7 },
+		{ 0, 2, 7, 7, 1, 10 * TD_BLOCK_TOKENS, 10 * TD_BLOCK_TOKENS, 3 },
+		{ UID_A, 1, 3, 0, 1, 3 * TD_BLOCK_TOKENS, 3 * TD_BLOCK_TOKENS, 0 },
+	};
+	uint64_t blocks = 0;
+	for (size_t i = 0; i < 3; i++) {
+		const struct prefixd_usage *x = find_usage(u, n, want[i].user, want[i].model);
+		cr_expect(x, "row %zu", i);
+		if (!x)
+			continue;
+		blocks += x->blocks;
+		cr_expect_eq(x->blocks, want[i].blocks, "row %zu: %llu blocks", i,
+			     (unsigned long long)x->blocks);
+		cr_expect_eq(x->bytes, want[i].blocks * BB, "row %zu", i);
+		cr_expect_eq(x->pinned_bytes, want[i].pinned_blocks * BB, "row %zu", i);
+		cr_expect_eq(x->hits, want[i].hits, "row %zu: %llu hits", i, (unsigned long long)x->hits);
+		cr_expect_eq(x->hit_tokens, want[i].hit_tokens, "row %zu: %llu hit tokens", i,
+			     (unsigned long long)x->hit_tokens);
+		cr_expect_eq(x->query_tokens, want[i].query_tokens, "row %zu: %llu query tokens", i,
+			     (unsigned long long)x->query_tokens);
+		cr_expect_eq(x->evictions, want[i].evictions, "row %zu: %llu evictions", i,
+			     (unsigned long long)x->evictions);
+	}
+	free(u);
+	cr_expect_eq(blocks, s.blocks, "the rows add up to the daemon's blocks");
+	cr_expect_eq(s.blocks, 64);
+	cr_expect_eq(s.bytes_used, 64 * BB);
+	cr_expect_eq(s.evictions, 10);
+	cr_expect_eq(s.hits, 4);
+	cr_expect_eq(s.misses, 1);
+	cr_expect_eq(s.leases, 3);
+	cr_expect_eq(s.pinned_bytes, 7 * BB);
+	cr_expect_eq(s.pins, 1);
+	cr_expect_eq(s.idle_bytes, 7 * BB, "P2's blocks are the ones no lease holds");
+	agent_stop(&ag);
+	prefixd_close(salted);
+	prefixd_close(m2);
+	prefixd_close(a);
+	stop();
+}
