@@ -7,6 +7,13 @@
  * a loop, for a few rounds of a few seconds. One op is one MATCH plus its
  * RELEASE, timed as a client sees them (chain hashing included).
  *
+ * The index is not the clients' alone: before the rounds, short prefixes
+ * of M models (other fingerprints, the same block shape) are published by
+ * this process and by U other users (child processes that switch to uids
+ * 60001.., so the daemon files them under their own namespaces), as a
+ * shared daemon's index holds many groups. The clients match only their
+ * own prefixes, as before.
+ *
  * Each round also measures a reference right after prefixd: the same
  * clients doing the same two exchanges (same frame sizes, same reads and
  * writes) with an echo process that has as many epoll threads as the daemon
@@ -16,12 +23,14 @@
  * and their spread.
  *
  *   daemon [--clients N] [--seconds S] [--rounds R] [--prefixes P] [--threads T]
+ *          [--models M] [--users U]
  *
  * Targets: >= 50,000 ops/s and p99 <= 500 us. Exits 1 when something fails
  * or a target is missed (the figures are printed either way).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -34,6 +43,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +60,13 @@
 #define MAX_ROUNDS 15
 #define TARGET_OPS_PER_S 50000.0
 #define TARGET_P99_US 500.0
+/* The other prefixes: FILL_BLOCKS blocks for each (user, model) but the
+ * clients' own (this user, model 0). */
+#define FILL_BLOCKS 2
+#define MAX_MODELS 256         /* fingerprints differ in their byte */
+#define MAX_USERS 32           /* the daemon serves 64 (user, block size) pairs */
+#define FIRST_UID 60001
+#define BENCH_GID 60000        /* the daemon's --group: the other users' */
 
 /* ==== CPU time ==== */
 
@@ -82,12 +99,15 @@ static double self_cpu_s(void)
 
 /* ==== Prefixes ==== */
 
-static struct prefixd_layout layout(void)
+/* Model 0 is the clients'. */
+static struct prefixd_layout model_layout(int model)
 {
 	struct prefixd_layout l = { .block_tokens = BLOCK_TOKENS, .block_bytes = BLOCK_BYTES };
-	memset(l.fingerprint, 0x5a, sizeof(l.fingerprint));
+	memset(l.fingerprint, (0x5a + model) & 0xff, sizeof(l.fingerprint));
 	return l;
 }
+
+static struct prefixd_layout layout(void) { return model_layout(0); }
 
 static void prefix_tokens(uint32_t *t, int p)
 {
@@ -136,6 +156,165 @@ static int publish_prefixes(const char *sock, uint32_t (*tokens)[PREFIX_BLOCKS *
 	free(kv);
 	prefixd_close(c);
 	return kv && !rc ? 0 : -1;
+}
+
+/* ==== The rest of the index: other models, other users ==== */
+
+/* Tokens of the prefix of (user, model): any will do, as long as they
+ * differ. user 0 is this process. */
+static void fill_tokens(uint32_t *t, int user, int model)
+{
+	uint64_t s = 0xf111ull << 32 | (uint64_t)user << 16 | (uint64_t)model;
+	for (int i = 0; i < FILL_BLOCKS * BLOCK_TOKENS; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		t[i] = (uint32_t)(s >> 33) % 49152u;
+	}
+}
+
+/* Publishes the prefix of (user, model) for models [m0, m1), one
+ * connection each (a connection has one layout). 0 or -1. */
+static int publish_fill(const char *sock, int user, int m0, int m1)
+{
+	static uint32_t tokens[FILL_BLOCKS * BLOCK_TOKENS];
+	uint8_t *kv = malloc(FILL_BLOCKS * BLOCK_BYTES);
+	const void *ptrs[FILL_BLOCKS];
+	int rc = kv ? 0 : -1;
+	for (int b = 0; kv && b < FILL_BLOCKS; b++) {
+		memset(kv + (size_t)b * BLOCK_BYTES, b + 1, BLOCK_BYTES);
+		ptrs[b] = kv + (size_t)b * BLOCK_BYTES;
+	}
+	for (int m = m0; !rc && m < m1; m++) {
+		struct prefixd_layout l = model_layout(m);
+		struct prefixd *c = NULL;
+		uint32_t stored = 0, dedup = 0;
+		fill_tokens(tokens, user, m);
+		rc = prefixd_connect(sock, &l, &c);
+		if (!rc)
+			rc = prefixd_publish(c, 0, tokens, 0, FILL_BLOCKS, ptrs, &stored, &dedup);
+		if (rc || stored != FILL_BLOCKS)
+			fprintf(stderr, "bench/daemon: user %d model %d: %u of %d blocks stored: %s\n",
+				user, m, stored, FILL_BLOCKS, rc ? prefixd_errmsg() : "stopped early");
+		rc = rc || stored != FILL_BLOCKS ? -1 : 0;
+		prefixd_close(c);
+	}
+	free(kv);
+	return rc;
+}
+
+/* Exit statuses of a user's process. */
+enum { USER_OK = 0, USER_FAILED = 1, USER_NO_SETUID = 3 };
+
+/* A child: becomes user k (uid FIRST_UID + k, in the daemon's group) and
+ * publishes its prefixes. Never returns. */
+static void user_main(const char *sock, int k, int models)
+{
+	gid_t gid = BENCH_GID;
+	uid_t uid = (uid_t)(FIRST_UID + k);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Group first: once the uid is dropped, it could not be changed. */
+	if (setgroups(1, &gid) || setresgid(gid, gid, gid) || setresuid(uid, uid, uid) ||
+	    geteuid() != uid)
+		_exit(USER_NO_SETUID);
+	_exit(publish_fill(sock, k + 1, 0, models) ? USER_FAILED : USER_OK);
+}
+
+/* Forks the users (at once: their publishes overlap, as real users'
+ * would) and waits for them. Users that cannot be made are skipped with
+ * a note. The number that published, or -1 when one failed. */
+static int populate_users(const char *sock, int users, int models, char *note, size_t len)
+{
+	if (geteuid() != 0) {
+		snprintf(note, len, "not root: no other uids, other users skipped");
+		return 0;
+	}
+	pid_t pid[MAX_USERS];
+	int started = 0, ok = 0, failed = 0, no_setuid = 0;
+	fflush(NULL);
+	for (; started < users; started++) {
+		if ((pid[started] = fork()) < 0) {
+			perror("bench/daemon: fork");
+			break;
+		}
+		if (pid[started] == 0)
+			user_main(sock, started, models);
+	}
+	for (int k = 0; k < started; k++) {
+		int st = 0;
+		while (waitpid(pid[k], &st, 0) < 0 && errno == EINTR)
+			;
+		int code = WIFEXITED(st) ? WEXITSTATUS(st) : USER_FAILED;
+		ok += code == USER_OK;
+		no_setuid += code == USER_NO_SETUID;
+		failed += code != USER_OK && code != USER_NO_SETUID;
+	}
+	if (no_setuid)
+		snprintf(note, len, "setresuid to uid %d.. failed in %d of %d users: those skipped",
+			 FIRST_UID, no_setuid, users);
+	return failed || started < users ? -1 : ok;
+}
+
+/* What the index holds, as the daemon counts it. */
+struct census {
+	int models;             /* fingerprints with blocks */
+	int users;              /* uids with blocks, other than this one */
+	uint64_t blocks, bytes, budget;
+};
+
+static int seen_before(const struct prefixd_usage *u, size_t i, int by_model)
+{
+	for (size_t j = 0; j < i; j++)
+		if (u[j].blocks && (by_model ? !memcmp(u[j].model, u[i].model, sizeof(u[i].model))
+					     : u[j].user == u[i].user))
+			return 1;
+	return 0;
+}
+
+static int take_census(const char *sock, struct census *out)
+{
+	struct prefixd *c = NULL;
+	struct prefixd_stats st;
+	struct prefixd_usage *u = NULL;
+	size_t n = 0;
+	int rc = prefixd_connect(sock, NULL, &c);
+	if (!rc)
+		rc = prefixd_stats_usage(c, &st, &u, &n);
+	if (rc) {
+		fprintf(stderr, "bench/daemon: stats: %s\n", prefixd_errmsg());
+		prefixd_close(c);
+		return -1;
+	}
+	*out = (struct census){ .blocks = st.blocks, .bytes = st.bytes_used, .budget = st.budget };
+	for (size_t i = 0; i < n; i++) {
+		if (!u[i].blocks)
+			continue;
+		out->models += !seen_before(u, i, 1);
+		out->users += !seen_before(u, i, 0) && u[i].user != (uint32_t)geteuid();
+	}
+	free(u);
+	prefixd_close(c);
+	return 0;
+}
+
+/* Fills the index: this process's other models, then the other users'.
+ * The census must show every model and every user that could be made. */
+static int populate(const char *sock, int models, int users, struct census *cen, char *note,
+		    size_t len)
+{
+	int made = 0;
+	if (publish_fill(sock, 0, 1, models))
+		return -1;
+	if (users && (made = populate_users(sock, users, models, note, len)) < 0) {
+		fprintf(stderr, "bench/daemon: a user's process failed\n");
+		return -1;
+	}
+	if (take_census(sock, cen))
+		return -1;
+	if (cen->models != models || cen->users != made) {
+		fprintf(stderr, "bench/daemon: the index holds %d models and %d other users, not %d and %d\n",
+			cen->models, cen->users, models, made);
+		return -1;
+	}
+	return 0;
 }
 
 /* ==== The transport reference ==== */
@@ -551,8 +730,27 @@ static void print_array(const char *name, const double *v, int n, int decimals)
 	printf("],\n");
 }
 
+/* What was put in the index besides the clients' prefixes. */
+struct fill {
+	int models, users;      /* asked for */
+	struct census cen;      /* what the daemon holds */
+	char note[160];         /* why users were skipped */
+};
+
+static void print_fill(const struct fill *fl)
+{
+	printf("  \"models\": %d,\n  \"users\": %d,\n", fl->cen.models, fl->cen.users);
+	if (fl->note[0] || fl->cen.users != fl->users)
+		printf("  \"users_note\": \"%s\",\n", fl->note[0] ? fl->note : "fewer users than asked");
+	printf("  \"index_blocks\": %llu,\n  \"index_bytes\": %llu,\n  \"memory_budget\": %llu,\n",
+	       (unsigned long long)fl->cen.blocks, (unsigned long long)fl->cen.bytes,
+	       (unsigned long long)fl->cen.budget);
+	printf("  \"index_fill\": \"besides the clients' prefixes (this uid, model 0): a %d-token prefix of every other (uid, model) pair: models fingerprints (this process and each other user), users other uids (%d..)\",\n",
+	       FILL_BLOCKS * BLOCK_TOKENS, FIRST_UID);
+}
+
 static void print_json(const struct bench *b, double seconds, const char *threads, figures pd,
-		       figures ref, double load)
+		       figures ref, double load, const struct fill *fl)
 {
 	int n = b->rounds;
 	double med[F_N], rmed[F_N], ratio[MAX_ROUNDS], total = 0;
@@ -572,6 +770,7 @@ static void print_json(const struct bench *b, double seconds, const char *thread
 	printf("  \"prefixes\": %d,\n  \"prefix_tokens\": %d,\n  \"block_tokens\": %d,\n", b->nprefixes,
 	       PREFIX_BLOCKS * BLOCK_TOKENS, BLOCK_TOKENS);
 	printf("  \"block_bytes\": %llu,\n", (unsigned long long)BLOCK_BYTES);
+	print_fill(fl);
 	printf("  \"rounds\": %d,\n  \"round_s\": %.1f,\n", n, seconds);
 	printf("  \"duration_s\": %.1f,\n  \"ops\": %.0f,\n", n * seconds, total);
 	for (int f = 0; f < F_OPS; f++)
@@ -649,15 +848,54 @@ static int usage(int rc)
 {
 	fprintf(rc ? stderr : stdout,
 		"usage: daemon [--clients N] [--seconds S] [--rounds R] [--prefixes P] [--threads T]\n"
+		"              [--models M] [--users U]\n"
 		"  N concurrent clients (default 8) MATCH + RELEASE cached 2048-token prefixes\n"
 		"  (P of them, default 4) for R rounds (default 5) of S seconds (default 2) on a\n"
-		"  private prefixd with T worker threads (default 2).\n");
+		"  private prefixd with T worker threads (default 2), whose index also holds\n"
+		"  prefixes of M models (default 20, up to 256) of this user and of U other users\n"
+		"  (default 4, up to 32; uids 60001.., needs root).\n");
 	return rc;
+}
+
+/* Bytes of every block the index is to hold: the clients' prefixes and
+ * the other (user, model) pairs'. */
+static uint64_t index_bytes(const struct bench *b, const struct fill *fl)
+{
+	uint64_t blocks = (uint64_t)b->nprefixes * PREFIX_BLOCKS +
+			  (uint64_t)(fl->models - 1) * FILL_BLOCKS +
+			  (uint64_t)fl->users * (uint64_t)fl->models * FILL_BLOCKS;
+	return blocks * BLOCK_BYTES;
+}
+
+/* The daemon, with a budget that holds everything (so that nothing is
+ * evicted to make room) and, for the other users, their group on the
+ * socket and a directory they can pass through. 0 or -1. */
+static int start_daemon(struct test_daemon *d, const struct bench *b, const struct fill *fl,
+			const char *threads)
+{
+	/* A quarter more than the blocks, and never less than the 1G that
+	 * always held the clients' prefixes. */
+	uint64_t mib = index_bytes(b, fl) * 5 / 4 / (1u << 20) + 64;
+	char memory[32], group[16];
+	snprintf(memory, sizeof(memory), "%lluM", (unsigned long long)(mib > 1024 ? mib : 1024));
+	snprintf(group, sizeof(group), "%d", BENCH_GID);
+	int others = fl->users > 0 && geteuid() == 0;
+	const char *args[] = { "--memory", memory, "--threads", threads,
+			       others ? "--group" : NULL, group, NULL };
+	if (td_start(d, args))
+		return -1;
+	if (others && chmod(d->dir, 0711)) {
+		perror("bench/daemon: chmod");
+		td_stop(d);
+		return -1;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	static struct bench b = { .nclients = 8, .nprefixes = 4, .rounds = 5 };
+	static struct fill fl = { .models = 20, .users = 4 };
 	double seconds = 2;
 	const char *threads = "2";
 	static const struct option opts[] = {
@@ -666,6 +904,8 @@ int main(int argc, char **argv)
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "prefixes", required_argument, NULL, 'p' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "models", required_argument, NULL, 'm' },
+		{ "users", required_argument, NULL, 'u' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -681,13 +921,24 @@ int main(int argc, char **argv)
 			b.nprefixes = atoi(optarg);
 		else if (o == 't')
 			threads = optarg;
+		else if (o == 'm')
+			fl.models = atoi(optarg);
+		else if (o == 'u')
+			fl.users = atoi(optarg);
 		else
 			return usage(o == 'h' ? 0 : 2);
 	}
 	if (b.nclients < 1 || b.nclients > MAX_CLIENTS || b.rounds < 1 || b.rounds > MAX_ROUNDS ||
 	    b.nprefixes < 1 || b.nprefixes > 8 || !(seconds >= 0.1 && seconds <= 60) ||
-	    atoi(threads) < 1)
+	    atoi(threads) < 1 || fl.models < 1 || fl.models > MAX_MODELS || fl.users < 0 ||
+	    fl.users > MAX_USERS)
 		return usage(2);
+	/* Half of the machine at most: the daemon's memory is real memory. */
+	if (index_bytes(&b, &fl) > (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 2) {
+		fprintf(stderr, "bench/daemon: %d models and %d users need %llu MB: more than half of this machine's memory\n",
+			fl.models, fl.users, (unsigned long long)(index_bytes(&b, &fl) >> 20));
+		return 2;
+	}
 
 	double load = 0;
 	FILE *f = fopen("/proc/loadavg", "r");
@@ -696,17 +947,17 @@ int main(int argc, char **argv)
 	if (f)
 		fclose(f);
 
-	/* 8 prefixes of 32 blocks need 755 MB: 1G always holds them. */
 	struct test_daemon d;
 	static uint32_t tokens[8][PREFIX_BLOCKS * BLOCK_TOKENS];
 	static figures pd, ref;
 	for (int p = 0; p < b.nprefixes; p++)
 		prefix_tokens(tokens[p], p);
 	b.tokens = tokens;
-	int rc = td_start(&d, (const char *const[]){ "--memory", "1G", "--threads", threads, NULL });
-	if (rc)
+	if (start_daemon(&d, &b, &fl, threads))
 		return 1;
-	rc = publish_prefixes(d.sock, tokens, b.nprefixes);
+	int rc = publish_prefixes(d.sock, tokens, b.nprefixes);
+	if (!rc)
+		rc = populate(d.sock, fl.models, fl.users, &fl.cen, fl.note, sizeof(fl.note));
 	if (!rc)
 		rc = measure(&b, &d, atoi(threads), seconds, pd, ref);
 	if (td_stop(&d) && !rc) {
@@ -717,7 +968,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench/daemon: failed\n");
 		return 1;
 	}
-	print_json(&b, seconds, threads, pd, ref, load);
+	print_json(&b, seconds, threads, pd, ref, load, &fl);
 	double ops_s = median_of(pd[F_OPS_S], b.rounds), p99 = median_of(pd[F_P99], b.rounds);
 	if (ops_s < TARGET_OPS_PER_S || p99 > TARGET_P99_US) {
 		fprintf(stderr, "bench/daemon: target missed: %.0f ops/s (target >= %.0f), p99 %.1f us (target <= %.0f)\n",
