@@ -107,7 +107,7 @@ static const struct ctl_command commands[] = {
 	  "                  (prompt tokens in full blocks), prefixd_cache_usage_bytes,\n"
 	  "                  ...; the series of one user's use of one model are named\n"
 	  "                  prefixd_user_model_* and labelled user (a uid) and model\n"
-	  "                  (the first 8 hex digits of its fingerprint)\n"
+	  "                  (its fingerprint, 64 hex digits)\n"
 	  "  --watch SECS    prints it again every SECS seconds until interrupted (on a\n"
 	  "                  terminal, in place)\n" },
 	{ "info", cmd_info, O_MODEL | O_BLOCK, O_MODEL, NULL, "info --model DIR [--block-tokens B]",

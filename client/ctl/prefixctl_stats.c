@@ -161,16 +161,6 @@ static int by_user_and_model(const void *pa, const void *pb)
 	return c ? c : by_model(pa, pb);
 }
 
-/* The labels of a Prometheus series: two models whose fingerprints start
- * alike would otherwise make two series with one name and labels, which
- * a scrape rejects. */
-static int by_user_and_label(const void *pa, const void *pb)
-{
-	const struct prefixd_usage *a = pa, *b = pb;
-	int c = by_user(a, b);
-	return c ? c : memcmp(a->model, b->model, CTL_SHORT_MODEL / 2);
-}
-
 /* Rows sorted by key, rows with equal keys summed into one (malloc'd). */
 static size_t group_usage(const struct prefixd_usage *rows, size_t n,
 			  int (*key)(const void *, const void *), struct prefixd_usage **out)
@@ -315,7 +305,7 @@ static void print_prometheus(const struct prefixd_stats *s, const struct prefixd
 		printf("%s %llu\n", name, (unsigned long long)counter_value(s, i));
 	}
 	struct prefixd_usage *g;
-	size_t k = group_usage(rows, n, by_user_and_label, &g);
+	size_t k = group_usage(rows, n, by_user_and_model, &g);
 	for (size_t f = 0; f < NUSAGE; f++) {
 		const struct counter *c = &counters[usage_fields[f].counter];
 		if (!usage_fields[f].exported)
@@ -324,8 +314,8 @@ static void print_prometheus(const struct prefixd_stats *s, const struct prefixd
 		prom_family(name, c->kind, c->help, ", by user and model");
 		for (size_t i = 0; i < k; i++) {
 			hex_encode(g[i].model, sizeof(g[i].model), fp);
-			printf("%s{user=\"%u\",model=\"%.*s\"} %llu\n", name, g[i].user,
-			       CTL_SHORT_MODEL, fp, (unsigned long long)usage_get(&g[i], f));
+			printf("%s{user=\"%u\",model=\"%s\"} %llu\n", name, g[i].user, fp,
+			       (unsigned long long)usage_get(&g[i], f));
 		}
 	}
 	free(g);
