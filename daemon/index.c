@@ -732,12 +732,15 @@ int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
 		cap++;
 	struct pd_usage *r = calloc(cap ? cap : 1, sizeof(*r));
 	uint32_t k = 0;
-	/* Groups of one (user, model) differ by salt or layout: one row. */
-	for (struct idx_group *g = x->groups; r && g && k < PD_MAX_ROWS; g = g->next) {
+	/* Groups of one (user, model) differ by salt or layout: one row. Past
+	 * the rows a reply can carry, pairs not seen yet are left out. */
+	for (struct idx_group *g = x->groups; r && g; g = g->next) {
 		uint32_t i = 0;
 		while (i < k && (r[i].uid != g->ns || memcmp(r[i].fp, g->fp, PD_FP_SIZE)))
 			i++;
 		if (i == k) {
+			if (k == PD_MAX_ROWS)
+				continue;
 			r[k].uid = g->ns;
 			memcpy(r[k].fp, g->fp, PD_FP_SIZE);
 			k++;
