@@ -375,6 +375,8 @@ static void do_group_gc(struct pd_index *x, struct idx_group *g)
 		pp = &(*pp)->next;
 	*pp = g->next;
 	struct user *u = g->user;
+	if (g->store.hold)
+		g->store.hold(g->store.ctx, -1);
 	free(g);
 	if (--u->groups)
 		return;
@@ -532,6 +534,8 @@ int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t
 			memcpy(g->h0, root->h0, IDX_HASH_BYTES);
 			memcpy(g->fp, fingerprint, PD_FP_SIZE);
 			g->store = *store;
+			if (store->hold)
+				store->hold(store->ctx, 1);
 			g->user = u;
 			u->groups++;
 			g->next = x->groups;

@@ -34,12 +34,14 @@ struct idx_loc {
 /* Where a group's block bytes live. alloc takes a slot or fails with
  * -ENOSPC when the budget is full; free returns one, and with punch gives
  * its memory back to the budget (without, the store keeps it for its next
- * alloc). */
+ * alloc). hold, if set, counts the groups using the store (+1 when one is
+ * made, -1 when it goes), so that its owner knows when it is unused. */
 struct idx_store {
 	int (*alloc)(void *ctx, struct idx_loc *loc);
 	void (*free)(void *ctx, struct idx_loc loc, bool punch);
 	void *ctx;
 	uint64_t slot_bytes;    /* what one block holds of the budget */
+	void (*hold)(void *ctx, int delta);
 };
 
 /* The context every chain of one client starts from: namespace (from the

@@ -48,24 +48,58 @@ static int make(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 	return 0;
 }
 
+/* Frees the partitions nobody holds: no connection, no block (caller
+ * holds ps->lock; a holder is only ever added under it, or by an index
+ * group made for a connection that holds the partition already). */
+static void sweep(struct partitions *ps)
+{
+	for (struct partition **pp = &ps->head; *pp;) {
+		struct partition *p = *pp;
+		if (store_holders(p->store)) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		ps->count--;
+		store_free(p->store);
+		free(p);
+	}
+}
+
 int partitions_get(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 		   struct partition **out)
 {
-	int rc = 0;
+	int rc = 0, mine = 0;
 	pthread_mutex_lock(&ps->lock);
 	struct partition *p = ps->head;
 	while (p && (p->uid != uid || p->block_bytes != block_bytes))
 		p = p->next;
-	if (!p && ps->count >= PARTITIONS_MAX)
-		rc = -EMFILE;
-	else if (!p && !(rc = make(ps, uid, block_bytes, &p))) {
-		p->next = ps->head;
-		ps->head = p;
-		ps->count++;
+	if (!p) {
+		sweep(ps);
+		for (struct partition *q = ps->head; q; q = q->next)
+			mine += q->uid == uid;
+		if (ps->count >= PARTITIONS_MAX)
+			rc = -EMFILE;
+		else if (mine >= PARTITIONS_PER_USER)
+			rc = -EUSERS;
+		else if (!(rc = make(ps, uid, block_bytes, &p))) {
+			p->next = ps->head;
+			ps->head = p;
+			ps->count++;
+		}
 	}
+	if (!rc)
+		store_hold(p->store, 1);
 	pthread_mutex_unlock(&ps->lock);
-	*out = p;
+	*out = rc ? NULL : p;
 	return rc;
+}
+
+void partitions_put(struct partitions *ps, struct partition *p)
+{
+	(void)ps;
+	if (p)
+		store_hold(p->store, -1);
 }
 
 void partitions_usage(struct partitions *ps, uint64_t *charged, uint64_t *arenas)

@@ -48,15 +48,20 @@ int req_hello(struct conn *c)
 		return rc == -ENOSPC ? conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than the memory budget (%llu bytes)",
 						 (unsigned long long)m.block_bytes,
 						 (unsigned long long)d->parts.budget.limit)
-		       : rc == -EMFILE ? conn_fail(c, PD_E_LIMIT, "this daemon already serves %d (user, block size) pairs",
+		       : rc == -EMFILE ? conn_fail(c, PD_E_LIMIT, "this daemon already serves %d (user, block size) pairs: try again when some are unused",
 						   PARTITIONS_MAX)
+		       : rc == -EUSERS ? conn_fail(c, PD_E_LIMIT, "this user already has %d block sizes in use, the most one user may: close the connections or evict the blocks of another",
+						   PARTITIONS_PER_USER)
 				       : conn_fail(c, PD_E_INTERNAL, "out of memory");
 	/* The namespace comes from the peer's credentials, never the client. */
 	struct idx_root root = { .ns = c->cred.uid };
 	pd_chain_root(&m, root.h0);
-	struct idx_store ops = { store_alloc, store_release, p->store, store_slot_bytes(p->store) };
-	if (idx_group_get(d->idx, &root, m.fingerprint, &ops, &c->group))
+	struct idx_store ops = { store_alloc, store_release, p->store, store_slot_bytes(p->store),
+				 store_hold };
+	if (idx_group_get(d->idx, &root, m.fingerprint, &ops, &c->group)) {
+		partitions_put(&d->parts, p);
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
+	}
 	c->part = p;
 	memcpy(c->h0, root.h0, PD_HASH_SIZE);
 	struct pd_hello_reply r = { PD_VERSION, PD_MAX_HASHES, d->parts.budget.limit, d->lim.quota,
@@ -350,4 +355,6 @@ void req_end(struct conn *c)
 	c->nleases = 0;
 	idx_group_put(c->d->idx, c->group);
 	c->group = NULL;
+	partitions_put(&c->d->parts, c->part);
+	c->part = NULL;
 }

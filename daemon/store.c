@@ -5,9 +5,10 @@
  * (bench/share: ~30 us), so a store has one large arena, made when its
  * first block comes, and another only when that one has no slot left. The
  * budget is charged by slot, as slots are first written: an arena's size is
- * address space, its untouched pages cost nothing. The seals forbid giving
- * pages back (arena.c), so a slot once used stays charged to its store and
- * is reused by it. Callers serialise (the index calls these under its lock).
+ * address space, its untouched pages cost nothing. A slot freed with a
+ * punch gives its pages, and its charge, back to the budget; one freed
+ * without stays charged and is the store's next. Callers serialise (the
+ * index calls these under its lock).
  */
 #include "store.h"
 
@@ -28,6 +29,7 @@ struct pd_store {
 	_Atomic uint32_t narenas;
 	_Atomic uint64_t used_slots;
 	_Atomic uint64_t charged_slots; /* resident: used, or freed without a punch */
+	_Atomic uint32_t holders;       /* store_hold */
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
@@ -47,6 +49,17 @@ int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_pe
 	s->slots_per_arena = slots_per_arena;
 	*out = s;
 	return 0;
+}
+
+void store_hold(void *store, int delta)
+{
+	struct pd_store *s = store;
+	atomic_fetch_add(&s->holders, (uint32_t)delta);
+}
+
+uint32_t store_holders(const struct pd_store *s)
+{
+	return atomic_load(&s->holders);
 }
 
 void store_free(struct pd_store *s)

@@ -35,6 +35,11 @@ void store_free(struct pd_store *s);
 int store_alloc(void *store, struct idx_loc *loc);
 void store_release(void *store, struct idx_loc loc, bool punch);
 
+/* Users of a store: connections and index groups (an idx_store hold
+ * callback). A store nobody holds has no blocks and can be freed. */
+void store_hold(void *store, int delta);
+uint32_t store_holders(const struct pd_store *s);
+
 /* The daemon's writable view of a slot; NULL for a place outside the arenas. */
 uint8_t *store_slot(struct pd_store *s, struct idx_loc loc);
 /* Arena by id (ids are 0 .. store_arenas() - 1), for sending to clients. */

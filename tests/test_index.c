@@ -94,7 +94,7 @@ static struct idx_group *group_sized(struct pd_index *x, struct store *s, uint32
 {
 	struct idx_root r = { ns, { root } };
 	uint8_t f[PD_FP_SIZE] = { fp };
-	struct idx_store ops = { st_alloc, st_free, s, slot_bytes };
+	struct idx_store ops = { st_alloc, st_free, s, slot_bytes, NULL };
 	struct idx_group *g;
 	cr_assert_eq(idx_group_get(x, &r, f, &ops, &g), 0);
 	return g;

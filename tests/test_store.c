@@ -90,7 +90,7 @@ Test(store, index_blocks_reach_a_read_only_client)
 	struct pd_store *s;
 	struct store_budget b = { .limit = 1 << 20 };
 	cr_assert_eq(store_new(8192, &b, 8, &s), 0);
-	struct idx_store ops = { store_alloc, store_release, s, store_slot_bytes(s) };
+	struct idx_store ops = { store_alloc, store_release, s, store_slot_bytes(s), NULL };
 	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX };
 	struct pd_index *x;
 	cr_assert_eq(idx_new(2, 32, &lim, &x), 0);

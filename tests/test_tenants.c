@@ -1255,3 +1255,81 @@ Test(tenants, usage_rows_count_per_user_and_model)
 	prefixd_close(a);
 	stop();
 }
+
+/* ==== Partitions: (user, block size) pairs ==== */
+
+/* A connection of this process with blocks of 8 KiB + 16 x k bytes (a
+ * partition of its own for each k); NULL and the message when refused. */
+static struct prefixd *sized(uint32_t k, char *why, size_t cap)
+{
+	struct prefixd_layout l = td_layout(1);
+	l.block_bytes = TD_BLOCK_BYTES + 16 * k;
+	struct prefixd *c;
+	if (prefixd_connect(td.sock, &l, &c)) {
+		snprintf(why, cap, "%s", prefixd_errmsg());
+		return NULL;
+	}
+	return c;
+}
+
+/* sized(), retried for up to 3 s: a closed connection's pair is released
+ * once the daemon has read the close. */
+static struct prefixd *sized_soon(uint32_t k, char *why, size_t cap)
+{
+	struct prefixd *c = NULL;
+	for (int i = 0; i < 300 && !(c = sized(k, why, cap)); i++)
+		usleep(10000);
+	return c;
+}
+
+Test(tenants, block_sizes_no_one_uses_are_reclaimed_and_one_user_cannot_take_them_all)
+{
+	start(NULL);
+	char why[256] = "";
+	/* HELLOs alone, then gone: 200 pairs, over three times the table. */
+	for (uint32_t k = 0; k < 200; k++) {
+		struct prefixd *c = sized_soon(k, why, sizeof(why));
+		cr_assert(c, "block size %u: %s", k, why);
+		prefixd_close(c);
+	}
+	/* Eight at once is the most one user has. */
+	struct prefixd *held[8];
+	for (uint32_t k = 0; k < 8; k++) {
+		held[k] = sized_soon(k, why, sizeof(why));
+		cr_assert(held[k], "block size %u: %s", k, why);
+	}
+	cr_expect_null(sized(8, why, sizeof(why)), "a ninth block size at once");
+	cr_expect(strstr(why, "block sizes in use"), "the refusal says why: %s", why);
+	/* Another user is not affected. */
+	struct agent ag = agent_start(UID_A, 1);
+	struct ag_rep r = agent_do(&ag, AG_PUBLISH, 0, 7000, 2);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	agent_stop(&ag);
+	/* Blocks keep their pair in use after their connection went, until
+	 * they are evicted. */
+	uint8_t *kv = calloc(1, TD_BLOCK_BYTES + 16 * 8);
+	uint32_t t[TD_BLOCK_TOKENS];
+	prompt(t, 1, 100);
+	for (uint32_t k = 0; k < 8; k++) {
+		uint32_t stored = 0, dedup = 0;
+		const void *p = kv;
+		cr_assert_eq(prefixd_publish(held[k], 0, t, 0, 1, &p, &stored, &dedup), 0, "%s",
+			     prefixd_errmsg());
+		cr_assert_eq(stored, 1);
+		prefixd_close(held[k]);
+	}
+	free(kv);
+	usleep(200000);
+	cr_expect_null(sized(8, why, sizeof(why)), "eight pairs still hold blocks");
+	struct prefixd *adm;
+	struct prefixd_evicted e;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0, "%s", prefixd_errmsg());
+	struct prefixd_evict_sel all = { .by = PREFIXD_EVICT_ALL };
+	cr_assert_eq(prefixd_evict(adm, &all, &e), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(e.blocks, 10, "root's 8 and the agent's 2");
+	prefixd_close(adm);
+	struct prefixd *c = sized_soon(8, why, sizeof(why));
+	cr_expect(c, "evicted, the pairs are free again: %s", why);
+	prefixd_close(c);
+	stop();
+}
