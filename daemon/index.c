@@ -90,7 +90,7 @@ struct lease {
 
 struct pin {
 	struct entry *e;
-	uint64_t expires_s;           /* 0: never */
+	uint64_t expires_ms;          /* monotonic; 0: never */
 	struct pin *next;
 };
 
@@ -117,11 +117,16 @@ struct pd_index {
 	struct idx_stats st;
 };
 
-static uint64_t now_s(void)
+static uint64_t now_ms(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec;
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static uint64_t now_s(void)
+{
+	return now_ms() / 1000;
 }
 
 /* The lock for requests of the hot path (MATCH, RELEASE, PUBLISH). A
@@ -488,10 +493,11 @@ static void do_unpin(struct pd_index *x, struct pin **pp)
 	free(p);
 }
 
-static void do_expire(struct pd_index *x, uint64_t now)
+static void do_expire(struct pd_index *x)
 {
+	uint64_t now = now_ms();
 	for (struct pin **pp = &x->pins; *pp;) {
-		if ((*pp)->expires_s && (*pp)->expires_s <= now) {
+		if ((*pp)->expires_ms && (*pp)->expires_ms <= now) {
 			do_unpin(x, pp);
 			x->st.pins_expired++;
 		} else {
@@ -648,7 +654,7 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 	size_t esize = sizeof(struct entry) + x->block_tokens * sizeof(uint32_t);
 	uint64_t now = now_s();
 	hot_lock(x);
-	do_expire(x, now);
+	do_expire(x);
 	struct entry *parent = NULL;
 	if (lease) {
 		struct lease *l = *do_lease_slot(x, lease);
@@ -723,7 +729,7 @@ out:
 void idx_get_stats(struct pd_index *x, struct idx_stats *out)
 {
 	pthread_mutex_lock(&x->lock);
-	do_expire(x, now_s());
+	do_expire(x);
 	*out = x->st;
 	pthread_mutex_unlock(&x->lock);
 }
@@ -789,8 +795,9 @@ static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now
 	r->idle_s = now > e->used_s ? (uint32_t)(now - e->used_s) : 0;
 	r->flags = PD_CHAIN_MEMORY | (e->pins ? PD_CHAIN_PINNED : 0);
 	const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
-	if (p && p->expires_s)
-		r->pin_ttl_s = p->expires_s > now ? (uint32_t)(p->expires_s - now) : 0;
+	uint64_t ms = now_ms();
+	if (p && p->expires_ms) /* whole seconds left, rounded up */
+		r->pin_ttl_s = p->expires_ms > ms ? (uint32_t)((p->expires_ms - ms + 999) / 1000) : 0;
 }
 
 void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
@@ -802,7 +809,7 @@ void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row
 	uint64_t i = 0;   /* where a page stops inside bucket b */
 	uint64_t now = now_s();
 	pthread_mutex_lock(&x->lock);
-	do_expire(x, now);
+	do_expire(x);
 	for (; b < NBUCKETS; b++, pos = 0) {
 		i = 0;
 		for (const struct entry *e = x->buckets[b]; e; e = e->hnext, i++) {
@@ -969,7 +976,7 @@ int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_re
 	/* Rounds over the buckets, so that MATCHes get the lock in between. */
 	while (b < NBUCKETS || r.has_pending) {
 		pthread_mutex_lock(&x->lock);
-		do_expire(x, now);
+		do_expire(x);
 		do_evict_round(x, &b, &r);
 		pthread_mutex_unlock(&x->lock);
 		admin_yield(x);
@@ -998,9 +1005,8 @@ int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_re
 int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
 {
 	int rc = 0;
-	uint64_t now = now_s();
 	pthread_mutex_lock(&x->lock);
-	do_expire(x, now);
+	do_expire(x);
 	struct entry *e = do_find_id(x, id);
 	struct pin *p = NULL;
 	uint64_t add = 0;
@@ -1030,7 +1036,7 @@ int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t
 		for (struct entry *a = e; a; a = a->parent)
 			pin_add(x, a);
 	}
-	p->expires_s = ttl_s ? now + ttl_s : 0;
+	p->expires_ms = ttl_s ? now_ms() + (uint64_t)ttl_s * 1000 : 0;
 	add = 0;
 out:
 	*pinned_bytes = x->st.pinned_bytes + add;
@@ -1042,7 +1048,7 @@ int idx_unpin(struct pd_index *x, const struct pd_id *id)
 {
 	int rc = -ENOENT;
 	pthread_mutex_lock(&x->lock);
-	do_expire(x, now_s());
+	do_expire(x);
 	struct entry *e = do_find_id(x, id);
 	for (struct pin **pp = &x->pins; e && *pp; pp = &(*pp)->next)
 		if ((*pp)->e == e) {
@@ -1057,6 +1063,6 @@ int idx_unpin(struct pd_index *x, const struct pd_id *id)
 void idx_expire(struct pd_index *x)
 {
 	pthread_mutex_lock(&x->lock);
-	do_expire(x, now_s());
+	do_expire(x);
 	pthread_mutex_unlock(&x->lock);
 }

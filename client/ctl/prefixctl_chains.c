@@ -118,7 +118,8 @@ int cmd_ls(const struct ctl_args *a)
 	if (rc)
 		return rc;
 	enum ctl_sort key = a->sort;
-	qsort_r(ch, n, sizeof(*ch), by_key, &key);
+	if (n) /* ch is NULL when nothing is cached */
+		qsort_r(ch, n, sizeof(*ch), by_key, &key);
 	print_chains(ch, a->limit && a->limit < n ? (size_t)a->limit : n, n, a->json);
 	free(ch);
 	return CTL_OK;
