@@ -9,9 +9,12 @@
 static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *err)
 {
 	int rc;
+	json_object *hd;
+	bool head_dim_set = json_object_object_get_ex(j, "head_dim", &hd) &&
+			    !json_object_is_type(hd, json_type_null);
 	if ((rc = cfg_parse_common(j, c, err)) ||
 	    (rc = cfg_int(j, "num_key_value_heads", c->n_heads, 0, &c->n_kv_heads, err)) ||
-	    (rc = cfg_int(j, "head_dim", c->n_heads ? c->hidden / c->n_heads : 0, 0, &c->head_dim, err)) ||
+	    (rc = cfg_int(j, "head_dim", c->hidden / c->n_heads, 0, &c->head_dim, err)) ||
 	    (rc = cfg_float(j, "rms_norm_eps", 1e-6, &c->norm_eps, err)) ||
 	    (rc = cfg_float(j, "rope_theta", 10000.0, &c->rope_base, err)) ||
 	    (rc = cfg_bool(j, "attention_bias", false, &c->attn_bias, err)) ||
@@ -20,6 +23,33 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 		return rc;
 	if (c->act != PFX_ACT_SILU)
 		return pfx_errorf(err, -ENOTSUP, "config.json: Llama with hidden_act other than silu is not supported");
+	/* Without head_dim the head size is hidden_size / num_attention_heads,
+	 * which transformers refuses to floor (LlamaAttention up to 4.4x, and
+	 * LlamaConfig since); an explicit head_dim decouples the two. */
+	if (!head_dim_set && c->hidden % c->n_heads)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: \"hidden_size\" = %d is not divisible by \"num_attention_heads\" = %d and \"head_dim\" is not set; hidden_size %% num_attention_heads must be 0 (or head_dim given)",
+				  c->hidden, c->n_heads);
+	if (c->head_dim <= 0)
+		return pfx_errorf(err, -EINVAL, "config.json: \"head_dim\" = %d; it must be at least 1",
+				  c->head_dim);
+	/* Llama rotates whole heads in two halves. */
+	if (c->head_dim % 2 && head_dim_set)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: \"head_dim\" = %d is odd; Llama rotates whole heads in halves, so head_dim must be even",
+				  c->head_dim);
+	if (c->head_dim % 2)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: head size %d = \"hidden_size\" %d / \"num_attention_heads\" %d is odd; Llama rotates whole heads in halves, so it must be even",
+				  c->head_dim, c->hidden, c->n_heads);
+	if (c->n_kv_heads <= 0)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: \"num_key_value_heads\" = %d; it must be at least 1",
+				  c->n_kv_heads);
+	if (c->n_heads % c->n_kv_heads)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: \"num_attention_heads\" = %d is not a multiple of \"num_key_value_heads\" = %d; grouped-query attention needs num_attention_heads %% num_key_value_heads == 0",
+				  c->n_heads, c->n_kv_heads);
 	c->norm = PFX_NORM_RMS;
 	c->rotary_dim = c->head_dim;
 	c->parallel_residual = false;
@@ -99,6 +129,9 @@ static void write_config(const struct pfx_config *c, json_object *j)
 {
 	cfg_write_common(c, "llama", j);
 	json_object_object_add(j, "num_key_value_heads", json_object_new_int(c->n_kv_heads));
+	/* Only when it is not the default, so a reader without head_dim agrees. */
+	if (!c->n_heads || c->hidden % c->n_heads || c->head_dim != c->hidden / c->n_heads)
+		json_object_object_add(j, "head_dim", json_object_new_int(c->head_dim));
 	json_object_object_add(j, "rms_norm_eps", json_object_new_double(c->norm_eps));
 	json_object_object_add(j, "rope_theta", json_object_new_double(c->rope_base));
 	json_object_object_add(j, "hidden_act", json_object_new_string("silu"));

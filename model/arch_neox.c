@@ -26,9 +26,27 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 		return pfx_errorf(err, -ENOTSUP, "config.json: GPT-NeoX with hidden_act silu is not supported");
 	if (pct <= 0 || pct > 1)
 		return pfx_errorf(err, -EINVAL, "config.json: \"rotary_pct\" must be in (0, 1]");
+	/* As GPTNeoXConfig (and GPTNeoXAttention before it) refuses. */
+	if (c->hidden % c->n_heads)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: \"hidden_size\" = %d is not divisible by \"num_attention_heads\" = %d; GPT-NeoX needs hidden_size %% num_attention_heads == 0",
+				  c->hidden, c->n_heads);
 	c->n_kv_heads = c->n_heads;
-	c->head_dim = c->n_heads ? c->hidden / c->n_heads : 0;
-	c->rotary_dim = (int)(c->head_dim * pct); /* as HF: int(head_size * rotary_pct) */
+	c->head_dim = c->hidden / c->n_heads;
+	/* As HF: int(head_size * rotary_pct), in double as Python computes it
+	 * (the float above can round the product across an integer). */
+	double pct_d = pct;
+	json_object *v;
+	if (json_object_object_get_ex(j, "rotary_pct", &v) && !json_object_is_type(v, json_type_null))
+		pct_d = json_object_get_double(v);
+	c->rotary_dim = (int)(c->head_dim * pct_d);
+	/* transformers loads an odd one but its rotary cos/sin are a column
+	 * wider than the rotated part, so its first forward pass fails. */
+	if (c->rotary_dim % 2)
+		return pfx_errorf(err, -EINVAL,
+				  "config.json: \"rotary_pct\" = %.15g gives int(%d * %.15g) = %d rotary dimensions per head (head size %d = \"hidden_size\" %d / \"num_attention_heads\" %d); the rotary dimension must be even",
+				  pct_d, c->head_dim, pct_d, c->rotary_dim, c->head_dim, c->hidden,
+				  c->n_heads);
 	c->norm = PFX_NORM_LAYER;
 	c->mlp_bias = true;
 	return 0;

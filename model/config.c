@@ -106,6 +106,21 @@ int cfg_parse_common(json_object *j, struct pfx_config *c, struct pfx_error *err
 	    (rc = cfg_bool(j, "tie_word_embeddings", false, &c->tied_embeddings, err)) ||
 	    (rc = cfg_reject(j, "rope_scaling", err)))
 		return rc;
+	/* Zero would leave empty weights or divide by zero in the derived shapes. */
+	const struct {
+		const char *key;
+		int v;
+	} sizes[] = {
+		{ "hidden_size", c->hidden },
+		{ "num_hidden_layers", c->n_layers },
+		{ "num_attention_heads", c->n_heads },
+		{ "intermediate_size", c->intermediate },
+		{ "vocab_size", c->vocab },
+	};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		if (sizes[i].v <= 0)
+			return pfx_errorf(err, -EINVAL, "config.json: \"%s\" = %d; it must be at least 1",
+					  sizes[i].key, sizes[i].v);
 	return 0;
 }
 

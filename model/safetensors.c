@@ -5,7 +5,11 @@
  * then the data region that the offsets are relative to.
  *
  * Every entry is checked at open (shape, offsets inside the data region, size
- * equal to numel x dtype size) so later code can trust st_tensor. Unknown
+ * equal to numel x dtype size) so later code can trust st_tensor. As in the
+ * reference implementation (huggingface/safetensors, Metadata::validate and
+ * MetadataIncompleteBuffer), the tensors, ordered by offset, must then tile
+ * the data region exactly: no two overlap and no byte, between them or after
+ * the last, belongs to none (check_layout). Unknown
  * dtypes are kept as ST_UNKNOWN rather than rejected: old checkpoints carry
  * buffers we ignore, and only a tensor that is actually used must be known.
  */
@@ -144,6 +148,78 @@ static int parse_entry(struct st_file *f, const char *name, json_object *e,
 	return 0;
 }
 
+/* Orders by (begin, end), as the reference implementation sorts, then by
+ * name so that messages do not depend on qsort. */
+static int cmp_range(const void *pa, const void *pb)
+{
+	const struct st_tensor *a = *(const struct st_tensor *const *)pa;
+	const struct st_tensor *b = *(const struct st_tensor *const *)pb;
+	const uint8_t *ea = (const uint8_t *)a->data + a->nbytes;
+	const uint8_t *eb = (const uint8_t *)b->data + b->nbytes;
+	if (a->data != b->data)
+		return (const uint8_t *)a->data < (const uint8_t *)b->data ? -1 : 1;
+	if (ea != eb)
+		return ea < eb ? -1 : 1;
+	return strcmp(a->name, b->name);
+}
+
+/*
+ * The tensors must cover [0, data_len) exactly once: sorted by offset, each
+ * starts where the furthest end so far is. Starting before it is an overlap
+ * (also a zero-byte tensor inside another, which the reference implementation
+ * refuses too); starting after it, or the last ending before data_len, leaves
+ * bytes that belong to no tensor. O(n log n).
+ */
+static int check_layout(struct st_file *f, const uint8_t *data, size_t data_len,
+			struct pfx_error *err)
+{
+	const struct st_tensor **by = malloc((f->count + 1) * sizeof(*by));
+	if (!by)
+		return pfx_errorf(err, -ENOMEM, "%s: out of memory", f->path);
+	for (size_t i = 0; i < f->count; i++)
+		by[i] = &f->tensors[i];
+	qsort(by, f->count, sizeof(*by), cmp_range);
+	int rc = 0;
+	size_t covered = 0;             /* [0, covered) is tiled so far */
+	const struct st_tensor *last = NULL; /* the tensor that ends at covered */
+	for (size_t i = 0; i < f->count && !rc; i++) {
+		const struct st_tensor *t = by[i];
+		size_t b = (size_t)((const uint8_t *)t->data - data), e = b + t->nbytes;
+		if (b < covered && b == e)
+			rc = pfx_errorf(err, -EINVAL,
+					"%s: tensor '%s' [%zu, %zu) lies inside tensor '%s' [%zu, %zu) (data_offsets must not overlap)",
+					f->path, t->name, b, e, last->name,
+					(size_t)((const uint8_t *)last->data - data), covered);
+		else if (b < covered)
+			rc = pfx_errorf(err, -EINVAL,
+					"%s: tensors '%s' [%zu, %zu) and '%s' [%zu, %zu) overlap (data_offsets must not share bytes)",
+					f->path, last->name, (size_t)((const uint8_t *)last->data - data),
+					covered, t->name, b, e);
+		else if (b > covered && last)
+			rc = pfx_errorf(err, -EINVAL,
+					"%s: data bytes [%zu, %zu) between tensors '%s' and '%s' belong to no tensor (the format forbids holes in the data)",
+					f->path, covered, b, last->name, t->name);
+		else if (b > covered)
+			rc = pfx_errorf(err, -EINVAL,
+					"%s: data bytes [%zu, %zu) before tensor '%s' belong to no tensor (the format forbids holes in the data)",
+					f->path, covered, b, t->name);
+		covered = e;
+		last = t;
+	}
+	if (!rc && covered != data_len) {
+		if (last)
+			rc = pfx_errorf(err, -EINVAL,
+					"%s: data bytes [%zu, %zu) after tensor '%s' belong to no tensor (the tensors must cover the data to its end)",
+					f->path, covered, data_len, last->name);
+		else
+			rc = pfx_errorf(err, -EINVAL,
+					"%s: data bytes [0, %zu) belong to no tensor (the header lists none)",
+					f->path, data_len);
+	}
+	free(by);
+	return rc;
+}
+
 int st_open(const char *path, struct st_file **out, struct pfx_error *err)
 {
 	int rc;
@@ -207,6 +283,8 @@ int st_open(const char *path, struct st_file **out, struct pfx_error *err)
 			goto fail;
 		f->count++;
 	}
+	if ((rc = check_layout(f, data, data_len, err)))
+		goto fail;
 	*out = f;
 	return 0;
 fail:

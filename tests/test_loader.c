@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,19 +439,28 @@ Test(loader, rejects_truncated_file)
 	tmpdir_free(d);
 }
 
-static void write_raw(const char *dir, const void *hdr_json, size_t hlen, uint64_t declared)
+/* model.safetensors as given: length, header, then data_len zero bytes. */
+static void write_raw_data(const char *dir, const void *hdr_json, size_t hlen, uint64_t declared,
+			   size_t data_len)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	FILE *fp = fopen(path, "wb");
+	cr_assert(fp);
 	uint8_t len[8];
 	for (int i = 0; i < 8; i++)
 		len[i] = (uint8_t)(declared >> (8 * i));
 	fwrite(len, 1, 8, fp);
 	fwrite(hdr_json, 1, hlen, fp);
-	static const uint8_t data[64];
-	fwrite(data, 1, sizeof(data), fp);
+	uint8_t *data = calloc(1, data_len + 1);
+	fwrite(data, 1, data_len, fp);
+	free(data);
 	fclose(fp);
+}
+
+static void write_raw(const char *dir, const void *hdr_json, size_t hlen, uint64_t declared)
+{
+	write_raw_data(dir, hdr_json, hlen, declared, 64);
 }
 
 Test(loader, rejects_malformed_headers)
@@ -477,9 +487,158 @@ Test(loader, rejects_malformed_headers)
 	/* A header length beyond the file. */
 	write_raw(d, "{}", 2, 1u << 20);
 	expect_reject(d, -EINVAL, "model.safetensors", "header length");
-	/* A valid file with no tensors: the first bound tensor is missing. */
-	write_raw(d, "{}", 2, 2);
+	/* A valid file with no tensors (and no data): the first bound tensor is missing. */
+	write_raw_data(d, "{}", 2, 2, 0);
 	expect_reject(d, -EINVAL, "missing tensor", "gpt_neox.embed_in.weight");
+	tmpdir_free(d);
+}
+
+/* How write_layout departs from st_write's contiguous layout. */
+struct layout {
+	const char *alias, *target; /* alias gets target's data_offsets; its bytes are not written */
+	const char *gap_before;     /* gap zero bytes before this tensor, */
+	size_t gap;                 /* or after the last one when gap_before is NULL */
+	bool reverse_header;        /* the header lists the tensors in reverse data order */
+};
+
+static void write_layout(struct tset *s, const char *dir, const struct layout *l)
+{
+	int64_t (*off)[2] = calloc(s->n, sizeof(*off));
+	int64_t pos = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		if (l->gap_before && !strcmp(s->t[i].name, l->gap_before))
+			pos += (int64_t)l->gap;
+		if (l->alias && !strcmp(s->t[i].name, l->alias))
+			continue;
+		off[i][0] = pos;
+		off[i][1] = pos += (int64_t)s->t[i].nbytes;
+	}
+	if (l->alias) {
+		size_t a = (size_t)(tset_get(s, l->alias) - s->t), t = (size_t)(tset_get(s, l->target) - s->t);
+		off[a][0] = off[t][0];
+		off[a][1] = off[t][1];
+	}
+	json_object *h = json_object_new_object();
+	for (size_t k = 0; k < s->n; k++) {
+		size_t i = l->reverse_header ? s->n - 1 - k : k;
+		json_object *e = json_object_new_object(), *shape = json_object_new_array();
+		json_object *o = json_object_new_array();
+		for (int d = 0; d < s->t[i].ndim; d++)
+			json_object_array_add(shape, json_object_new_int64(s->t[i].shape[d]));
+		json_object_array_add(o, json_object_new_int64(off[i][0]));
+		json_object_array_add(o, json_object_new_int64(off[i][1]));
+		json_object_object_add(e, "dtype", json_object_new_string(s->t[i].dtype));
+		json_object_object_add(e, "shape", shape);
+		json_object_object_add(e, "data_offsets", o);
+		json_object_object_add(h, s->t[i].name, e);
+	}
+	const char *js = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
+	size_t jl = strlen(js), padded = (jl + 7) & ~(size_t)7;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	FILE *fp = fopen(path, "wb");
+	cr_assert(fp);
+	for (int i = 0; i < 8; i++)
+		fputc((int)((padded >> (8 * i)) & 0xff), fp);
+	fputs(js, fp);
+	for (size_t i = jl; i < padded; i++)
+		fputc(' ', fp);
+	for (size_t i = 0; i < s->n; i++) {
+		if (l->gap_before && !strcmp(s->t[i].name, l->gap_before))
+			for (size_t g = 0; g < l->gap; g++)
+				fputc(0, fp);
+		if (!l->alias || strcmp(s->t[i].name, l->alias))
+			fwrite(s->t[i].data, 1, s->t[i].nbytes, fp);
+	}
+	for (size_t g = 0; !l->gap_before && g < l->gap; g++)
+		fputc(0, fp);
+	cr_assert_eq(fclose(fp), 0);
+	json_object_put(h);
+	free(off);
+}
+
+static char *layout_variant(const char *model, const struct layout *l)
+{
+	struct tset s;
+	tset_load(&s, model);
+	char *d = tmpdir_new();
+	write_config(model, d, NULL);
+	write_layout(&s, d, l);
+	tset_free(&s);
+	return d;
+}
+
+/* The checks below must not refuse what the reference implementation reads:
+ * a header in any order, and zero-byte tensors between others. */
+Test(loader, accepts_header_order_and_empty_tensors)
+{
+	struct tset s;
+	tset_load(&s, "neox-tiny");
+	static const float none[1];
+	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.0.attention.some_empty_buffer", "F32", 1,
+				      { 0 }, none, 0 };
+	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.1.attention.other_empty_buffer", "F32", 2,
+				      { 4, 0 }, none, 0 };
+	struct st_out moved = s.t[3]; /* one empty tensor amid the data, one near its end */
+	s.t[3] = s.t[s.n - 1];
+	s.t[s.n - 1] = moved;
+	char *d = tmpdir_new();
+	write_config("neox-tiny", d, NULL);
+	write_layout(&s, d, &(struct layout){ .reverse_header = true });
+	expect_same_as_neox_tiny(d, "header order and empty buffers must not change the fingerprint");
+	tmpdir_free(d);
+	tset_free(&s);
+}
+
+/* Overlapping tensors used to load: two names for the same bytes. */
+Test(loader, rejects_overlapping_tensors)
+{
+	char *d = layout_variant("neox-tiny", &(struct layout){ .alias = "embed_out.weight",
+								 .target = "gpt_neox.embed_in.weight" });
+	expect_reject(d, -EINVAL, "tensors 'embed_out.weight' [", "and 'gpt_neox.embed_in.weight' [");
+	expect_reject(d, -EINVAL, "model.safetensors: ", "overlap");
+	tmpdir_free(d);
+
+	d = tmpdir_new();
+	write_config("neox-tiny", d, NULL);
+	/* Partly, listed out of order: found after sorting by start. */
+	const char *partial =
+		"{\"b\": {\"dtype\": \"F32\", \"shape\": [16], \"data_offsets\": [32, 96]}, "
+		"\"a\": {\"dtype\": \"F32\", \"shape\": [16], \"data_offsets\": [0, 64]}}";
+	write_raw_data(d, partial, strlen(partial), strlen(partial), 96);
+	expect_reject(d, -EINVAL, "model.safetensors: tensors 'a' [0, 64) and 'b' [32, 96) overlap",
+		      NULL);
+	/* A zero-byte tensor inside another (the reference implementation refuses it too). */
+	const char *inside =
+		"{\"a\": {\"dtype\": \"F32\", \"shape\": [16], \"data_offsets\": [0, 64]}, "
+		"\"z\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [32, 32]}}";
+	write_raw_data(d, inside, strlen(inside), strlen(inside), 64);
+	expect_reject(d, -EINVAL, "tensor 'z' [32, 32) lies inside tensor 'a' [0, 64)", NULL);
+	tmpdir_free(d);
+}
+
+/* As huggingface/safetensors (Metadata::validate, MetadataIncompleteBuffer):
+ * every data byte belongs to exactly one tensor. */
+Test(loader, rejects_data_holes)
+{
+	char *d = layout_variant("neox-tiny", &(struct layout){
+		.gap_before = "gpt_neox.layers.0.attention.dense.weight", .gap = 64 });
+	expect_reject(d, -EINVAL, "belong to no tensor", "holes");
+	expect_reject(d, -EINVAL, "between tensors '", "and 'gpt_neox.layers.0.attention.dense.weight'");
+	tmpdir_free(d);
+
+	d = layout_variant("neox-tiny", &(struct layout){ .gap = 16 });
+	expect_reject(d, -EINVAL, "belong to no tensor", "cover the data to its end");
+	tmpdir_free(d);
+
+	d = tmpdir_new();
+	write_config("neox-tiny", d, NULL);
+	const char *late = "{\"a\": {\"dtype\": \"F32\", \"shape\": [16], \"data_offsets\": [8, 72]}}";
+	write_raw_data(d, late, strlen(late), strlen(late), 72);
+	expect_reject(d, -EINVAL, "model.safetensors: data bytes [0, 8) before tensor 'a' belong to no tensor",
+		      NULL);
+	write_raw_data(d, "{}", 2, 2, 64);
+	expect_reject(d, -EINVAL, "data bytes [0, 64) belong to no tensor", "lists none");
 	tmpdir_free(d);
 }
 
@@ -512,13 +671,203 @@ Test(loader, rejects_unsupported_config)
 	expect_reject(d, -ENOTSUP, "hidden_act", "relu");
 	tmpdir_free(d);
 	d = variant("llama-tiny-gqa", bad_heads, NULL);
-	expect_reject(d, -EINVAL, "key/value heads", NULL);
+	expect_reject(d, -EINVAL, "\"num_attention_heads\" = 4 is not a multiple of \"num_key_value_heads\" = 3",
+		      NULL);
 	tmpdir_free(d);
 	d = variant("llama-tiny-gqa", string_hidden, NULL);
 	expect_reject(d, -EINVAL, "hidden_size", "integer");
 	tmpdir_free(d);
 	d = variant("llama-tiny-gqa", no_layers, NULL);
 	expect_reject(d, -EINVAL, "num_hidden_layers", "missing");
+	tmpdir_free(d);
+}
+
+/* ==== Config values that shapes derive from ====
+ * Checkpoints written for a config as given, with every tensor shaped as
+ * bind expects for it, so that only the config check under test can refuse. */
+
+static void write_checkpoint(const char *dir, const struct pfx_config *c,
+			     void (*patch)(json_object *))
+{
+	const struct arch *a = arch_find(c->arch);
+	cr_assert(a);
+	json_object *j = json_object_new_object(), *archs = json_object_new_array();
+	json_object_array_add(archs, json_object_new_string(a->name));
+	json_object_object_add(j, "architectures", archs);
+	a->write_config(c, j);
+	if (patch)
+		patch(j);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	cr_assert_eq(json_object_to_file(path, j), 0);
+	json_object_put(j);
+	struct tensor_desc *desc;
+	size_t n;
+	cr_assert_eq(arch_describe(a, c, &desc, &n), 0);
+	struct st_out *out = calloc(n, sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		size_t numel = (size_t)desc[i].shape[0] * (desc[i].ndim > 1 ? (size_t)desc[i].shape[1] : 1);
+		float *w = malloc(numel * sizeof(float) + 1);
+		for (size_t k = 0; k < numel; k++)
+			w[k] = (float)((k * 7 + i) % 13) / 64.0f - 0.09f;
+		out[i] = (struct st_out){ desc[i].name, "F32", desc[i].ndim,
+					  { desc[i].shape[0], desc[i].shape[1] }, w, numel * sizeof(float) };
+	}
+	struct pfx_error err;
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	cr_assert_eq(st_write(path, out, n, &err), 0, "%s", err.msg);
+	for (size_t i = 0; i < n; i++)
+		free((void *)out[i].data);
+	free(out);
+	free(desc);
+}
+
+static struct pfx_config small_neox(int hidden, int heads, int rotary_dim)
+{
+	return (struct pfx_config){
+		.arch = "GPTNeoXForCausalLM", .hidden = hidden, .n_layers = 1, .n_heads = heads,
+		.n_kv_heads = heads, .head_dim = hidden / heads, .intermediate = 32, .vocab = 16,
+		.max_positions = 64, .rotary_dim = rotary_dim, .rope_base = 10000,
+		.norm_eps = 1e-5f, .act = PFX_ACT_GELU, .parallel_residual = true, .attn_bias = true,
+	};
+}
+
+static struct pfx_config small_llama(int hidden, int heads, int kv_heads, int head_dim)
+{
+	return (struct pfx_config){
+		.arch = "LlamaForCausalLM", .hidden = hidden, .n_layers = 1, .n_heads = heads,
+		.n_kv_heads = kv_heads, .head_dim = head_dim, .intermediate = 32, .vocab = 16,
+		.max_positions = 64, .rotary_dim = head_dim, .rope_base = 10000, .norm_eps = 1e-5f,
+		.act = PFX_ACT_SILU,
+	};
+}
+
+/* Loads the checkpoint of c (config patched) and returns its parsed config. */
+static struct pfx_config load_config_of(const struct pfx_config *c, void (*patch)(json_object *))
+{
+	char *d = tmpdir_new();
+	write_checkpoint(d, c, patch);
+	struct pfx_model *m = load_model_dir(d, 1);
+	struct pfx_config got = *pfx_model_config(m);
+	pfx_model_free(m);
+	tmpdir_free(d);
+	return got;
+}
+
+static void reject_config(const struct pfx_config *c, void (*patch)(json_object *),
+			  const char *must1, const char *must2)
+{
+	char *d = tmpdir_new();
+	write_checkpoint(d, c, patch);
+	expect_reject(d, -EINVAL, must1, must2);
+	tmpdir_free(d);
+}
+
+static void rotary_pct_5_16(json_object *j) { json_object_object_add(j, "rotary_pct", json_object_new_double(0.3125)); }
+static void rotary_pct_029(json_object *j) { json_object_object_add(j, "rotary_pct", json_object_new_double(0.29)); }
+static void no_head_dim(json_object *j) { json_object_object_del(j, "head_dim"); }
+static void kv_heads_0(json_object *j) { json_object_object_add(j, "num_key_value_heads", json_object_new_int(0)); }
+
+Test(loader, neox_hidden_size_must_divide_into_heads)
+{
+	/* Used to load with head size 16 over 64 of the 66 columns. */
+	struct pfx_config c = small_neox(66, 4, 4);
+	reject_config(&c, NULL, "\"hidden_size\" = 66 is not divisible by \"num_attention_heads\" = 4",
+		      "hidden_size % num_attention_heads == 0");
+	c = small_neox(64, 4, 4); /* the same checkpoint writer, valid sizes */
+	cr_expect_eq(load_config_of(&c, NULL).head_dim, 16);
+}
+
+Test(loader, neox_rotary_dim_must_be_even)
+{
+	struct pfx_config c = small_neox(64, 4, 4);
+	reject_config(&c, rotary_pct_5_16, "\"rotary_pct\" = 0.3125 gives int(16 * 0.3125) = 5",
+		      "must be even");
+	/* transformers' int(head_size * rotary_pct) is in double: 100 * 0.29 is
+	 * 28.999..., so 28 (in float it would round up to 29, odd, and refused). */
+	c = small_neox(400, 4, 28);
+	cr_expect_eq(load_config_of(&c, rotary_pct_029).rotary_dim, 28);
+}
+
+Test(loader, llama_head_dim)
+{
+	/* hidden_size 66 over 4 heads: only an explicit head_dim says what is meant. */
+	struct pfx_config c = small_llama(66, 4, 2, 16);
+	reject_config(&c, no_head_dim,
+		      "\"hidden_size\" = 66 is not divisible by \"num_attention_heads\" = 4 and \"head_dim\" is not set",
+		      "head_dim given");
+	char *d = tmpdir_new();
+	write_checkpoint(d, &c, NULL);
+	struct pfx_model *m = load_model_dir(d, 1);
+	cr_expect_eq(pfx_model_config(m)->head_dim, 16, "explicit head_dim 16 with hidden_size 66");
+	const int32_t tok[] = { 1, 5, 9 };
+	float *l = logits_uncached(m, tok, 3);
+	for (size_t i = 0; i < 3 * 16; i++)
+		cr_assert(isfinite(l[i]), "logit %zu is %g", i, l[i]);
+	free(l);
+	pfx_model_free(m);
+	tmpdir_free(d);
+	c = small_llama(64, 4, 2, 15);
+	reject_config(&c, NULL, "\"head_dim\" = 15 is odd", "must be even");
+	c = small_llama(60, 4, 2, 15);
+	reject_config(&c, NULL, "head size 15 = \"hidden_size\" 60 / \"num_attention_heads\" 4 is odd",
+		      "must be even");
+	c = small_llama(64, 4, 2, 0);
+	reject_config(&c, NULL, "\"head_dim\" = 0", "at least 1");
+}
+
+Test(loader, llama_query_heads_must_group_over_kv_heads)
+{
+	/* Shapes consistent with 3 key/value heads of 16. */
+	struct pfx_config c = small_llama(64, 4, 3, 16);
+	reject_config(&c, NULL, "\"num_attention_heads\" = 4 is not a multiple of \"num_key_value_heads\" = 3",
+		      "num_attention_heads % num_key_value_heads == 0");
+	c = small_llama(64, 4, 2, 16);
+	reject_config(&c, kv_heads_0, "\"num_key_value_heads\" = 0", "at least 1");
+	cr_expect_eq(load_config_of(&c, NULL).n_kv_heads, 2);
+}
+
+static const char *zero_key;
+static void set_zero(json_object *j) { json_object_object_add(j, zero_key, json_object_new_int(0)); }
+
+Test(loader, sizes_must_be_positive)
+{
+	static const char *const keys[] = { "hidden_size", "num_hidden_layers", "num_attention_heads",
+					    "intermediate_size", "vocab_size" };
+	static const char *const models[] = { "neox-tiny", "llama-tiny-gqa" };
+	for (size_t m = 0; m < 2; m++)
+		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			char want[96];
+			zero_key = keys[i];
+			snprintf(want, sizeof(want), "\"%s\" = 0; it must be at least 1", keys[i]);
+			char *d = variant(models[m], set_zero, NULL);
+			expect_reject(d, -EINVAL, want, NULL);
+			tmpdir_free(d);
+		}
+}
+
+static void kv_heads_4(json_object *j) { json_object_object_add(j, "num_key_value_heads", json_object_new_int(4)); }
+static void head_dim_8(json_object *j) { json_object_object_add(j, "head_dim", json_object_new_int(8)); }
+static void intermediate_128(json_object *j) { json_object_object_add(j, "intermediate_size", json_object_new_int(128)); }
+static void vocab_500(json_object *j) { json_object_object_add(j, "vocab_size", json_object_new_int(500)); }
+
+/* A valid config that does not describe the checkpoint's tensors. */
+Test(loader, rejects_tensors_that_disagree_with_config)
+{
+	char *d = variant("llama-tiny-gqa", kv_heads_4, NULL);
+	expect_reject(d, -EINVAL, "'model.layers.0.self_attn.k_proj.weight' has shape [32, 64]",
+		      "expected [64, 64]");
+	tmpdir_free(d);
+	d = variant("llama-tiny-gqa", head_dim_8, NULL);
+	expect_reject(d, -EINVAL, "'model.layers.0.self_attn.q_proj.weight' has shape [64, 64]",
+		      "expected [32, 64]");
+	tmpdir_free(d);
+	d = variant("neox-tiny", intermediate_128, NULL);
+	expect_reject(d, -EINVAL, "'gpt_neox.layers.0.mlp.dense_h_to_4h.weight' has shape [256, 64]",
+		      "expected [128, 64]");
+	tmpdir_free(d);
+	d = variant("neox-tiny", vocab_500, NULL);
+	expect_reject(d, -EINVAL, "'gpt_neox.embed_in.weight' has shape [512, 64]", "expected [500, 64]");
 	tmpdir_free(d);
 }
 
