@@ -22,5 +22,10 @@ for kind in release asan tsan; do
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
-python3 scripts/count_tests.py build-test-release build-test-asan build-test-tsan || status=1
+# Bounded fuzzing (tests/fuzz/run.sh) when clang is installed; FUZZ_SECONDS=0 skips it.
+echo "== fuzz"
+rm -f build-fuzz/fuzz/results.tap
+tests/fuzz/run.sh || status=1
+python3 scripts/count_tests.py build-test-release build-test-asan build-test-tsan \
+	$( [ -f build-fuzz/fuzz/results.tap ] && echo build-fuzz/fuzz/results.tap ) || status=1
 exit $status
