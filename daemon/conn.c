@@ -19,21 +19,40 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "reaper.h"
 #include "sock.h"
 
-struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred)
+uint64_t conn_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static void give_back(struct daemon *d, uid_t uid, int refused)
+{
+	if (refused)
+		admission_told(&d->adm);
+	else
+		admission_leave(&d->adm, uid);
+}
+
+struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred, int refused)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
+		give_back(d, cred->uid, refused);
 		return NULL;
 	}
 	c->d = d;
 	c->fd = fd;
 	c->cred = *cred;
+	c->refused = refused;
+	c->since_ms = conn_now_ms();
 	atomic_fetch_add(&d->connections, 1);
 	return c;
 }
@@ -64,7 +83,9 @@ void conn_free(struct conn *c)
 	free(c->sent);
 	pd_buf_free(&c->body_buf);
 	pd_buf_free(&c->out_buf);
+	admission_body_give(&c->d->adm, c->body_charged);
 	close(c->fd);
+	give_back(c->d, c->cred.uid, c->refused);
 	atomic_fetch_sub(&c->d->connections, 1);
 	free(c);
 }
@@ -72,6 +93,17 @@ void conn_free(struct conn *c)
 int conn_fd(const struct conn *c) { return c->fd; }
 
 bool conn_output_pending(const struct conn *c) { return c->out != NULL; }
+
+const char *conn_expired(const struct conn *c, uint64_t now_ms)
+{
+	if (now_ms - c->since_ms <= c->d->request_timeout_ms)
+		return NULL;
+	if (c->out)
+		return "did not take its reply";
+	if (c->hdr_got)
+		return "did not send the rest of its request";
+	return c->served ? NULL : "sent no request";
+}
 
 /* ==== Replies ==== */
 
@@ -84,6 +116,7 @@ uint8_t *conn_reply(struct conn *c, int status, size_t body_len)
 	pd_hdr_encode(&h, c->out);
 	c->out_len = PD_HDR_SIZE + body_len;
 	c->out_pos = 0;
+	c->since_ms = conn_now_ms();
 	return c->out + PD_HDR_SIZE;
 }
 
@@ -91,23 +124,39 @@ static const char *const op_names[] = { "?", "HELLO", "MATCH", "RELEASE", "PUBLI
 					 "LIST", "EVICT", "PIN", "UNPIN" };
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == PD_OP_MAX + 1, "a name per op");
 
-/* Logged with the peer, so an operator can see who was refused and why. */
-int conn_fail(struct conn *c, int status, const char *fmt, ...)
+static int vfail(struct conn *c, int status, bool log, const char *fmt, va_list ap)
 {
 	char msg[PD_MAX_MESSAGE + 1];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	atomic_fetch_add(&c->d->errors, 1);
-	pd_log("pid %d uid %u: %s: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid,
-	       op_names[c->h.op], pd_status_str(status), msg);
+	if (log)
+		pd_log("pid %d uid %u: %s: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid,
+		       op_names[c->h.op], pd_status_str(status), msg);
 	size_t n = 4 + strlen(msg);
 	uint8_t *b = conn_reply(c, status, n);
 	if (!b)
 		return -1;
 	pd_error_encode(msg, b, n);
 	return 0;
+}
+
+/* Logged with the peer, so an operator can see who was refused and why. */
+int conn_fail(struct conn *c, int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vfail(c, status, true, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int conn_fail_quiet(struct conn *c, int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vfail(c, status, false, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 const char *conn_decode_error(int rc)
@@ -166,13 +215,52 @@ static int read_part(struct conn *c, uint8_t *buf, size_t want, size_t *got)
 	return *got == want;
 }
 
+/* Before HELLO only small requests (HELLO and the admin ones) make sense:
+ * a stranger reserves no more than this. */
+#define PRE_HELLO_BODY 4096
+
+static bool too_large(const struct conn *c)
+{
+	return !c->group && c->h.body_len > PRE_HELLO_BODY;
+}
+
+/* Answers a request it will not read: the body cannot be skipped, so the
+ * connection closes after the reply. */
+static int refuse(struct conn *c)
+{
+	static struct pd_log_limit refusals;
+	c->close_after_reply = true;
+	int rc;
+	if (c->refused) {
+		pd_log_limited(&refusals, "pid %d uid %u: refused: %s", (int)c->cred.pid,
+			       (unsigned)c->cred.uid,
+			       c->refused == -EUSERS ? "too many connections of this user"
+						     : "too many connections");
+		rc = c->refused == -EUSERS
+			     ? conn_fail_quiet(c, PD_E_LIMIT, "this user has %u connections to prefixd already, the most one user may have (prefixd --max-user-connections): close some",
+					       c->d->adm.max_user_conns)
+			     : conn_fail_quiet(c, PD_E_LIMIT, "prefixd serves %u connections already, the most it takes (prefixd --max-connections): try again later",
+					       c->d->adm.max_conns);
+	} else {
+		rc = conn_fail(c, PD_E_LIMIT, "a body of %u bytes before HELLO (at most %u)",
+			       c->h.body_len, PRE_HELLO_BODY);
+	}
+	return rc ? -1 : conn_on_output(c);
+}
+
 int conn_on_input(struct conn *c)
 {
 	int rc;
 	if (c->hdr_got < PD_HDR_SIZE) {
-		if ((rc = read_part(c, c->hdr, PD_HDR_SIZE, &c->hdr_got)) <= 0)
+		size_t had = c->hdr_got;
+		rc = read_part(c, c->hdr, PD_HDR_SIZE, &c->hdr_got);
+		if (!had && c->hdr_got)
+			c->since_ms = conn_now_ms(); /* a frame started */
+		if (rc <= 0)
 			return rc;
 		rc = pd_hdr_decode(c->hdr, &c->h);
+		if (!rc && (c->refused || too_large(c)))
+			return refuse(c);
 		if (rc == PD_E_LIMIT) {
 			/* The body cannot be skipped: answer, then close. */
 			c->close_after_reply = true;
@@ -190,6 +278,16 @@ int conn_on_input(struct conn *c)
 			return -1;
 		}
 		c->body_got = 0;
+		if (c->h.body_len && admission_body_take(&c->d->adm, c->h.body_len)) {
+			static struct pd_log_limit busy;
+			pd_log_limited(&busy, "request memory full (--request-memory %llu bytes): refusing a body of %u bytes",
+				       (unsigned long long)c->d->adm.body_limit, c->h.body_len);
+			c->close_after_reply = true;
+			if (conn_fail_quiet(c, PD_E_LIMIT, "the daemon's memory for requests (--request-memory) is taken by others: try again"))
+				return -1;
+			return conn_on_output(c);
+		}
+		c->body_charged = c->h.body_len;
 		if (c->h.body_len &&
 		    !(c->body = pd_buf_reserve(&c->body_buf, c->h.body_len)))
 			return -1;
@@ -206,9 +304,12 @@ int conn_on_input(struct conn *c)
 	    (rc = read_part(c, c->body, c->h.body_len, &c->body_got)) <= 0)
 		return rc;
 	rc = handle(c);
+	c->served = true;
 	c->extra_fds = false;
 	c->body = NULL;
 	pd_buf_trim(&c->body_buf);
+	admission_body_give(&c->d->adm, c->body_charged);
+	c->body_charged = 0;
 	c->hdr_got = 0;
 	drop_client_fds(c);
 	if (c->h.flags & PD_FLAG_NOREPLY) {

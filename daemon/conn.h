@@ -14,8 +14,10 @@
 
 struct conn;
 
-/* Takes ownership of fd. NULL when out of memory (fd is then closed). */
-struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred);
+/* Takes ownership of fd. refused: admission_enter's refusal (0: admitted),
+ * told to the peer at its first request. NULL when out of memory (fd is
+ * then closed, and the admission given back). */
+struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred, int refused);
 /* Releases every lease the connection holds and closes its socket. */
 void conn_free(struct conn *c);
 int conn_fd(const struct conn *c);
@@ -27,5 +29,9 @@ int conn_on_input(struct conn *c);
 int conn_on_output(struct conn *c);
 /* A reply is waiting to be sent: read nothing until it is. */
 bool conn_output_pending(const struct conn *c);
+/* Why the connection must close at now_ms (monotonic): a frame or a reply
+ * not done within the request timeout, or no first request; else NULL. */
+const char *conn_expired(const struct conn *c, uint64_t now_ms);
+uint64_t conn_now_ms(void);
 
 #endif

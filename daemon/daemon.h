@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "admission.h"
 #include "index.h"
 #include "partition.h"
 
@@ -18,10 +19,21 @@ struct daemon {
 	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */
+	struct admission adm;     /* connections and request memory */
+	uint64_t request_timeout_ms; /* for a frame, and for a first request */
 	_Atomic uint64_t connections, matches, errors;
 };
 
 /* One line on stderr, prefixed with "prefixd: ". */
 void pd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Lines of one kind that a client can cause at will: at most one a
+ * second, then how many were left out. */
+struct pd_log_limit {
+	_Atomic int64_t last_s;
+	_Atomic uint64_t skipped;
+};
+void pd_log_limited(struct pd_log_limit *l, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 #endif

@@ -19,12 +19,19 @@
 #include "wire.h"
 
 #define DEFAULT_MEMORY (2ull << 30)
+#define DEFAULT_MAX_CONNS 1024
+#define DEFAULT_REQUEST_MEMORY (64ull << 20)
+#define DEFAULT_REQUEST_TIMEOUT 10
+/* Descriptors besides connections: arenas, descriptors in flight, logs. */
+#define FDS_RESERVED 256
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: prefixd [--socket PATH] [--memory SIZE] [--quota SIZE] [--pin-max SIZE]\n"
 		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
+		"               [--max-connections N] [--max-user-connections N]\n"
+		"               [--request-memory SIZE] [--request-timeout SECS]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
@@ -42,6 +49,18 @@ static void usage(FILE *f)
 		"                      clients must use the same\n"
 		"  --group GROUP       let GROUP's members connect (socket mode 0660; default 0600:\n"
 		"                      only this user). Each user's prefixes stay their own.\n"
+		"  --max-connections N connections served at once (default: 1024, fewer if the\n"
+		"                      descriptor limit is lower); past it a client is told so\n"
+		"  --max-user-connections N\n"
+		"                      connections of one user at once (default: a quarter of\n"
+		"                      --max-connections), so that no user can take them all\n"
+		"  --request-memory SIZE\n"
+		"                      memory for the requests being read, in all (default: 64M);\n"
+		"                      a request past it is refused, so RSS stays bounded\n"
+		"  --request-timeout SECS\n"
+		"                      a request must arrive whole, and its reply be taken, within\n"
+		"                      SECS of its first byte, and a new connection must send its\n"
+		"                      first request within SECS (default: 10)\n"
 		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
 		"                      collisions happen; hits are still confirmed token by token\n"
 		"  -h, --help          this text\n"
@@ -107,12 +126,19 @@ int main(int argc, char **argv)
 		{ "block-tokens", required_argument, NULL, 'b' },
 		{ "group", required_argument, NULL, 'g' },
 		{ "test-key-bytes", required_argument, NULL, 'k' },
+		{ "max-connections", required_argument, NULL, 'C' },
+		{ "max-user-connections", required_argument, NULL, 'U' },
+		{ "request-memory", required_argument, NULL, 'R' },
+		{ "request-timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	struct server_cfg cfg = { .memory = DEFAULT_MEMORY, .threads = cores > 0 ? (int)cores : 1,
-				  .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS, .key_bytes = 32 };
+				  .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS, .key_bytes = 32,
+				  .max_conns = DEFAULT_MAX_CONNS, .request_memory = DEFAULT_REQUEST_MEMORY,
+				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT };
+	long max_user = 0;
 	char socket_buf[256];
 	const char *quota = NULL, *pin_max = NULL;
 	long v;
@@ -158,6 +184,24 @@ int main(int argc, char **argv)
 			if (parse_int(optarg, 1, 32, &v))
 				return bad("--test-key-bytes: '%s' is not a number from 1 to 32", optarg);
 			cfg.key_bytes = (int)v;
+			break;
+		case 'C':
+			if (parse_int(optarg, 1, 1 << 20, &v))
+				return bad("--max-connections: '%s' is not a number from 1 to 1048576", optarg);
+			cfg.max_conns = (uint32_t)v;
+			break;
+		case 'U':
+			if (parse_int(optarg, 1, 1 << 20, &max_user))
+				return bad("--max-user-connections: '%s' is not a number from 1 to 1048576", optarg);
+			break;
+		case 'R':
+			if (parse_size(optarg, &cfg.request_memory) || cfg.request_memory < PD_MAX_BODY)
+				return bad("--request-memory: '%s' is not a size of at least 4M (the largest request)", optarg);
+			break;
+		case 'T':
+			if (parse_int(optarg, 1, 3600, &v))
+				return bad("--request-timeout: '%s' is not a number of seconds from 1 to 3600", optarg);
+			cfg.request_timeout_s = (uint32_t)v;
 			break;
 		case 'h':
 			usage(stdout);
@@ -205,6 +249,18 @@ int main(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+	/* Connections must run out before descriptors do: a client is then
+	 * told why, where at the descriptor limit it would hang. */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)cfg.max_conns + FDS_RESERVED) {
+		uint32_t fit = rl.rlim_cur > FDS_RESERVED + 1 ? (uint32_t)(rl.rlim_cur - FDS_RESERVED) : 1;
+		fprintf(stderr, "prefixd: %u connections at most: the descriptor limit is %llu\n", fit,
+			(unsigned long long)rl.rlim_cur);
+		cfg.max_conns = fit;
+	}
+	cfg.max_user_conns = max_user ? (uint32_t)max_user : (cfg.max_conns + 3) / 4;
+	if (cfg.max_user_conns > cfg.max_conns)
+		cfg.max_user_conns = cfg.max_conns;
 	signal(SIGPIPE, SIG_IGN);
 	return server_run(&cfg);
 }

@@ -24,6 +24,12 @@ struct conn {
 	struct daemon *d;
 	int fd;
 	struct ucred cred;
+	int refused;              /* admission_enter's refusal, told at the first request */
+	/* Deadlines (conn_expired): a frame must be read, and a reply taken,
+	 * within the request timeout of its start; so must a first request. */
+	uint64_t since_ms;        /* the connection's, frame's or reply's start */
+	bool served;              /* a request was answered */
+	uint64_t body_charged;    /* of the daemon's request memory */
 	/* Set by HELLO. */
 	struct partition *part;   /* the arenas of (user, block size) */
 	struct idx_group *group;  /* the chain root: user, model, layout, salt */
@@ -58,6 +64,10 @@ uint8_t *conn_reply(struct conn *c, int status, size_t body_len);
 /* Queues an error reply with a message, also logged with the peer. 0 when
  * queued, -1 when the connection must close. */
 int conn_fail(struct conn *c, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* conn_fail for refusals a client can repeat at will: the caller logs
+ * them (rate-limited). */
+int conn_fail_quiet(struct conn *c, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* The message for a decoder's PD_E_MALFORMED or PD_E_LIMIT. */
 const char *conn_decode_error(int rc);

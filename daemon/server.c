@@ -111,12 +111,34 @@ static void serve(struct worker *w, struct node *n)
 	}
 }
 
+/* Closes the connections past a deadline (conn_expired). */
+static void expire(struct worker *w)
+{
+	static struct pd_log_limit timeouts;
+	uint64_t now = conn_now_ms();
+	for (struct node *n = w->conns, *next; n; n = next) {
+		next = n->next;
+		const char *why = conn_expired(n->c, now);
+		if (why) {
+			pd_log_limited(&timeouts, "closing a connection that %s within %llu s",
+				       why, (unsigned long long)w->d->request_timeout_ms / 1000);
+			drop(w, n);
+		}
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct epoll_event evs[64];
+	uint64_t swept = conn_now_ms();
 	for (bool run = true; run;) {
-		int n = epoll_wait(w->epfd, evs, 64, -1);
+		/* A sweep a second for deadlines, however busy. */
+		int n = epoll_wait(w->epfd, evs, 64, 1000);
+		if (conn_now_ms() - swept >= 1000) {
+			expire(w);
+			swept = conn_now_ms();
+		}
 		if (n < 0 && errno != EINTR) {
 			pd_log("worker: epoll_wait: %s", strerror(errno));
 			break;
@@ -244,18 +266,24 @@ fail:
 	return -1;
 }
 
-static void accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsigned *next)
+/* Accepts what is waiting. 0, or the milliseconds to stop listening for
+ * after an accept error (out of descriptors: a backoff, not a spin). */
+static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsigned *next,
+		      int *backoff_ms)
 {
+	static struct pd_log_limit errors, closed;
 	for (;;) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-				/* Out of descriptors: back off rather than spin. */
-				pd_log("accept: %s", strerror(errno));
-				usleep(10000);
-			}
-			return;
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+				return 0;
+			pd_log_limited(&errors, "accept: %s; not accepting for %d ms", strerror(errno),
+				       *backoff_ms);
+			int ms = *backoff_ms;
+			*backoff_ms = ms < 1000 ? 2 * ms : 1000;
+			return ms;
 		}
+		*backoff_ms = 10;
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
@@ -263,7 +291,15 @@ static void accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, uns
 			close(fd);
 			continue;
 		}
-		struct conn *c = conn_new(d, fd, &cred);
+		int tell;
+		int refused = admission_enter(&d->adm, cred.uid, &tell);
+		if (refused && !tell) {
+			pd_log_limited(&closed, "pid %d uid %u: too many connections; closed at once",
+				       (int)cred.pid, (unsigned)cred.uid);
+			close(fd);
+			continue;
+		}
+		struct conn *c = conn_new(d, fd, &cred, refused);
 		if (c)
 			hand_over(&ws[(*next)++ % (unsigned)nw], c);
 	}
@@ -272,11 +308,17 @@ static void accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, uns
 int server_run(const struct server_cfg *cfg)
 {
 	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid(),
-			    .lim = { cfg->quota, cfg->pin_max, cfg->memory } };
+			    .lim = { cfg->quota, cfg->pin_max, cfg->memory },
+			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000 };
+	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
+		pd_log("cannot set up admission");
+		return 1;
+	}
 	partitions_init(&d.parts, cfg->memory, arena_bytes(cfg->memory));
 	if (idx_new(cfg->block_tokens, cfg->key_bytes, &d.lim, &d.idx)) {
 		pd_log("out of memory");
 		partitions_destroy(&d.parts);
+		admission_destroy(&d.adm);
 		return 1;
 	}
 	int rc = 1, nw = 0, lfd = -1, sfd = -1, epfd = -1;
@@ -307,11 +349,18 @@ int server_run(const struct server_cfg *cfg)
 	       cfg->socket_path, (double)cfg->memory / (1 << 20), cfg->block_tokens,
 	       (double)cfg->quota / (1 << 20), (double)cfg->pin_max / (1 << 20), cfg->threads);
 	unsigned next = 0;
+	int backoff_ms = 10, paused_ms = 0;
 	for (;;) {
 		struct epoll_event e;
 		/* A tick a second ends the pins whose TTL ran out. */
-		int n = epoll_wait(epfd, &e, 1, 1000);
+		int n = epoll_wait(epfd, &e, 1, paused_ms ? paused_ms : 1000);
 		idx_expire(d.idx);
+		if (paused_ms) {
+			/* Listening again after an accept error's backoff. */
+			ev.events = EPOLLIN;
+			epoll_ctl(epfd, EPOLL_CTL_MOD, lfd, &ev);
+			paused_ms = 0;
+		}
 		if (n < 0 && errno != EINTR) {
 			pd_log("epoll_wait: %s", strerror(errno));
 			goto out;
@@ -324,7 +373,10 @@ int server_run(const struct server_cfg *cfg)
 				pd_log("stopping on %s", strsignal((int)si.ssi_signo));
 			break;
 		}
-		accept_all(lfd, &d, ws, nw, &next);
+		if ((paused_ms = accept_all(lfd, &d, ws, nw, &next, &backoff_ms))) {
+			ev.events = 0;
+			epoll_ctl(epfd, EPOLL_CTL_MOD, lfd, &ev);
+		}
 	}
 	rc = 0;
 out:
@@ -345,6 +397,7 @@ out:
 	}
 	idx_free(d.idx);
 	partitions_destroy(&d.parts);
+	admission_destroy(&d.adm);
 	if (sfd >= 0)
 		close(sfd);
 	if (epfd >= 0)

@@ -20,6 +20,9 @@ struct server_cfg {
 	int key_bytes;          /* 32; fewer only for tests (weak keys) */
 	gid_t group;            /* socket group when has_group (mode 0660) */
 	int has_group;
+	uint32_t max_conns, max_user_conns;
+	uint64_t request_memory; /* bodies being read, in all */
+	uint32_t request_timeout_s;
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

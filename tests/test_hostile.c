@@ -7,7 +7,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon_util.h"
@@ -650,4 +653,226 @@ Test(hostile, admin_requests_from_another_user_are_denied)
 	cr_expect_geq(s.errors, 5);
 	prefixd_close(c);
 	cr_expect_eq(td_stop(&td2), 0, "the second prefixd stops cleanly");
+}
+
+/* ==== Limits: connections, request memory, deadlines ==== */
+
+/* These start their own daemon (with the limits under test). */
+static void start_limited(const char *const *extra)
+{
+	const char *args[16] = { "--block-tokens", "4", "--memory", "16M" };
+	int n = 4;
+	for (int i = 0; extra[i]; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+	cr_assert_eq(td_start(&td, args), 0);
+}
+
+static struct prefixd *connect_layout(char *why, size_t cap)
+{
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	if (prefixd_connect(td.sock, &l, &c)) {
+		snprintf(why, cap, "%s", prefixd_errmsg());
+		return NULL;
+	}
+	return c;
+}
+
+/* Sends a header for a MATCH body of len bytes, and none of the body. */
+static void send_match_header(int fd, uint32_t len)
+{
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_MATCH, 0, 0, 5, len };
+	uint8_t hb[PD_HDR_SIZE];
+	pd_hdr_encode(&h, hb);
+	cr_assert_eq(write(fd, hb, sizeof(hb)), (ssize_t)sizeof(hb));
+}
+
+/* The reply is LIMIT and its message names `what`. */
+static void expect_limit(int fd, const char *what)
+{
+	struct pd_hdr r;
+	uint8_t *rb = NULL;
+	int rfds[PD_MAX_FDS], nfds = 0;
+	cr_assert_eq(pd_recv(fd, &r, &rb, rfds, &nfds), 0, "an answer, not silence");
+	cr_expect_eq(r.status, PD_E_LIMIT);
+	struct pd_error e;
+	cr_assert_eq(pd_error_decode(rb, r.body_len, &e), 0);
+	cr_expect(memmem(e.msg, e.len, what, strlen(what)), "%.*s", (int)e.len, e.msg);
+	free(rb);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+Test(limits, a_stranger_cannot_make_the_daemon_reserve_a_large_body)
+{
+	const char *extra[] = { NULL };
+	start_limited(extra);
+	int fd = raw_connect();
+	/* A header for a 1 MiB MATCH body before HELLO, and none of the body. */
+	send_match_header(fd, 1u << 20);
+	expect_limit(fd, "before HELLO");
+	expect_closed(fd);
+	close(fd);
+	/* After HELLO the same size is read. */
+	fd = raw_connect();
+	hello(fd);
+	send_match_header(fd, 64u << 10);
+	struct pollfd p = { fd, POLLIN, 0 };
+	cr_expect_eq(poll(&p, 1, 300), 0, "the daemon waits for the body");
+	close(fd);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+/* Another user's client that holds n connections until killed. It closes
+ * what it inherited: a copy of this process's connections would keep
+ * them open. */
+static pid_t hold_connections_as_another_user(int n)
+{
+	int up[2];
+	cr_assert_eq(pipe(up), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		for (int fd = 3; fd < 1024; fd++)
+			if (fd != up[1])
+				close(fd);
+		gid_t g = 65534;
+		if (setgroups(1, &g) || setresgid(g, g, g) || setresuid(60001, 60001, 60001))
+			_exit(1);
+		struct prefixd_layout l = td_layout(1);
+		struct prefixd *o;
+		for (int i = 0; i < n; i++)
+			if (prefixd_connect(td.sock, &l, &o))
+				_exit(2);
+		char c = 'k';
+		if (write(up[1], &c, 1) != 1)
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	close(up[1]);
+	char c;
+	cr_assert_eq(read(up[0], &c, 1), 1, "the other user connected %d times", n);
+	close(up[0]);
+	return pid;
+}
+
+Test(limits, connections_past_the_limits_are_told_why_at_once)
+{
+	const char *extra[] = { "--max-connections", "6", "--max-user-connections", "3",
+				"--group", "65534", NULL };
+	start_limited(extra);
+	cr_assert_eq(chmod(td.dir, 0711), 0, "let another user reach the socket");
+	char why[300] = "";
+	struct prefixd *mine[3];
+	for (int i = 0; i < 3; i++)
+		cr_assert(mine[i] = connect_layout(why, sizeof(why)), "connection %d: %s", i, why);
+	double t0 = now_s();
+	cr_expect_null(connect_layout(why, sizeof(why)), "a fourth of one user");
+	cr_expect(strstr(why, "max-user-connections"), "says which limit: %s", why);
+	/* Another user is not affected, and fills the daemon: 3 + 3. */
+	pid_t other = hold_connections_as_another_user(3);
+	prefixd_close(mine[2]);
+	/* The daemon counts 6 until it has read the close, then 5. */
+	struct prefixd *again = NULL;
+	for (int i = 0; i < 300 && !(again = connect_layout(why, sizeof(why))); i++)
+		usleep(10000);
+	cr_assert(again, "a place freed by a close is given again: %s", why);
+	cr_expect_null(connect_layout(why, sizeof(why)), "six in all");
+	cr_expect(strstr(why, "max-connections"), "says which limit: %s", why);
+	cr_expect_lt(now_s() - t0, 5.0, "refusals come at once, never a hang");
+	/* Past the refusals the daemon keeps to tell, it closes at once: a
+	 * client sees an error, not a hang. */
+	int held[80];
+	for (int i = 0; i < 80; i++)
+		held[i] = raw_connect();
+	t0 = now_s();
+	cr_expect_null(connect_layout(why, sizeof(why)));
+	cr_expect_lt(now_s() - t0, 2.0, "an error at once (%s)", why);
+	for (int i = 0; i < 80; i++)
+		close(held[i]);
+	kill(other, SIGKILL);
+	waitpid(other, NULL, 0);
+	prefixd_close(again);
+	prefixd_close(mine[0]);
+	prefixd_close(mine[1]);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+Test(limits, silent_and_slow_connections_are_closed_and_idle_clients_kept)
+{
+	const char *extra[] = { "--request-timeout", "1", NULL };
+	start_limited(extra);
+	char why[300] = "";
+	struct prefixd *good = connect_layout(why, sizeof(why));
+	cr_assert(good, "%s", why);
+	int silent = raw_connect(), half_header = raw_connect(), half_body = raw_connect();
+	cr_assert_eq(write(half_header, "PFXD", 4), 4);
+	hello(half_body);
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_MATCH, 0, 0, 5, 4096 };
+	uint8_t hb[PD_HDR_SIZE + 100] = { 0 };
+	pd_hdr_encode(&h, hb);
+	cr_assert_eq(write(half_body, hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	double t0 = now_s();
+	expect_closed(silent);
+	expect_closed(half_header);
+	expect_closed(half_body);
+	double took = now_s() - t0;
+	cr_expect(took > 0.5 && took < 4.0, "closed after the 1 s timeout (%.2f s)", took);
+	/* The good client was idle as long, holding no lease: still served. */
+	uint32_t t[TD_BLOCK_TOKENS] = { 1, 2, 3, 4 };
+	uint32_t stored, dedup;
+	cr_expect_eq(td_publish(good, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	close(silent);
+	close(half_header);
+	close(half_body);
+	prefixd_close(good);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+Test(limits, request_memory_is_bounded_and_a_request_past_it_is_refused)
+{
+	const char *extra[] = { "--request-memory", "4M", NULL };
+	start_limited(extra);
+	/* One connection starts a 3 MiB body and stalls. */
+	int hog = raw_connect();
+	hello(hog);
+	send_match_header(hog, 3u << 20);
+	usleep(100000);
+	/* Another's 2 MiB would pass the 4 MiB: refused, and told why. */
+	int other = raw_connect();
+	hello(other);
+	send_match_header(other, 2u << 20);
+	expect_limit(other, "request-memory");
+	close(other);
+	/* Small requests still pass, and once the hog is gone, large ones. */
+	char why[300] = "";
+	struct prefixd *good = connect_layout(why, sizeof(why));
+	cr_assert(good, "%s", why);
+	uint32_t t[TD_BLOCK_TOKENS] = { 1, 2, 3, 4 };
+	uint32_t stored, dedup;
+	cr_expect_eq(td_publish(good, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	close(hog);
+	int big = -1;
+	for (int i = 0; i < 100; i++) {
+		big = raw_connect();
+		hello(big);
+		send_match_header(big, 2u << 20);
+		struct pollfd p = { big, POLLIN, 0 };
+		if (poll(&p, 1, 100) == 0)
+			break; /* waiting for its body: admitted */
+		close(big);
+		big = -1;
+	}
+	cr_expect_geq(big, 0, "a 2 MiB body is admitted once the hog left");
+	if (big >= 0)
+		close(big);
+	prefixd_close(good);
+	cr_expect_eq(td_stop(&td), 0);
 }
