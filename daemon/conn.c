@@ -278,7 +278,11 @@ int conn_on_input(struct conn *c)
 			return -1;
 		}
 		c->body_got = 0;
-		if (c->h.body_len && admission_body_take(&c->d->adm, c->h.body_len)) {
+		/* A body the connection's kept buffer holds is bounded by the
+		 * connection limits already; larger ones draw on the daemon's
+		 * request memory. */
+		uint64_t charge = c->h.body_len > PD_BUF_KEEP ? c->h.body_len : 0;
+		if (charge && admission_body_take(&c->d->adm, charge)) {
 			static struct pd_log_limit busy;
 			pd_log_limited(&busy, "request memory full (--request-memory %llu bytes): refusing a body of %u bytes",
 				       (unsigned long long)c->d->adm.body_limit, c->h.body_len);
@@ -287,7 +291,7 @@ int conn_on_input(struct conn *c)
 				return -1;
 			return conn_on_output(c);
 		}
-		c->body_charged = c->h.body_len;
+		c->body_charged = charge;
 		if (c->h.body_len &&
 		    !(c->body = pd_buf_reserve(&c->body_buf, c->h.body_len)))
 			return -1;
@@ -308,7 +312,8 @@ int conn_on_input(struct conn *c)
 	c->extra_fds = false;
 	c->body = NULL;
 	pd_buf_trim(&c->body_buf);
-	admission_body_give(&c->d->adm, c->body_charged);
+	if (c->body_charged)
+		admission_body_give(&c->d->adm, c->body_charged);
 	c->body_charged = 0;
 	c->hdr_got = 0;
 	drop_client_fds(c);

@@ -136,6 +136,9 @@ static uint64_t now_s(void)
  * requests wait (admin_yield). */
 static void hot_lock(struct pd_index *x)
 {
+	/* Uncontended, nobody waits: no shared counter to touch. */
+	if (!pthread_mutex_trylock(&x->lock))
+		return;
 	atomic_fetch_add_explicit(&x->waiting, 1, memory_order_relaxed);
 	pthread_mutex_lock(&x->lock);
 	atomic_fetch_sub_explicit(&x->waiting, 1, memory_order_relaxed);
