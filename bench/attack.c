@@ -45,6 +45,7 @@
 #include "bench_util.h"
 #include "daemon_util.h"
 #include "prefixd.h"
+#include "sock.h"
 #include "wire.h"
 
 #define CHAIN_BLOCKS 16
@@ -106,7 +107,9 @@ static const char *const attack_name[] = { "quiet", "bodies", "idle", "slowloris
 static int raw_connect(void)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", td.sock);
+	if (strlen(td.sock) >= sizeof(a.sun_path))
+		return -1;
+	memcpy(a.sun_path, td.sock, strlen(td.sock) + 1);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
 		close(fd);
