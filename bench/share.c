@@ -153,7 +153,7 @@ static int attach_round(const char *sock, const struct prefixd_layout *l, struct
 		rc = prefixd_connect(sock, l, &c);
 	for (int k = 0; !rc && k < 2; k++) {
 		t0 = bench_now();
-		rc = prefixd_match_prompt(c, p, &lease, &hit, kv);
+		rc = prefixd_match_prompt(c, p, a->nblocks, &lease, &hit, kv);
 		a->us[k][r] = (bench_now() - t0) * 1e6;
 		if (!rc && hit != a->nblocks)
 			rc = -EIO;

@@ -318,8 +318,8 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
 	return rc;
 }
 
-int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint64_t *lease,
-			 uint32_t *hit, const void **kv)
+int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
+			 uint64_t *lease, uint32_t *hit, const void **kv)
 {
 	*lease = 0;
 	*hit = 0;
@@ -329,10 +329,14 @@ int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint
 	if (memcmp(p->h0, c->memo->h0, PD_HASH_SIZE))
 		return pd_fail(-EINVAL, "the prompt was made for another layout than the connection's");
 	size_t n = p->len / p->block_tokens;
+	if (n > max_blocks)
+		n = max_blocks;
+	if (n > c->max_hashes)
+		n = c->max_hashes;
 	if (!n)
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	rc = do_match(c, p, n < c->max_hashes ? (uint32_t)n : c->max_hashes, lease, hit, kv);
+	rc = do_match(c, p, (uint32_t)n, lease, hit, kv);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

@@ -100,10 +100,11 @@ size_t prefixd_prompt_length(const struct prefixd_prompt *p);
 /* NULL is fine. */
 void prefixd_prompt_free(struct prefixd_prompt *p);
 
-/* prefixd_match() of the prompt's full blocks (kv has room for them, or
- * for 4096). -EINVAL when it was made for another layout. */
-int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint64_t *lease,
-			 uint32_t *hit, const void **kv);
+/* prefixd_match() of the prompt's full blocks, at most max_blocks of them:
+ * kv has room for max_blocks pointers. -EINVAL when the prompt was made
+ * for another layout. */
+int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
+			 uint64_t *lease, uint32_t *hit, const void **kv);
 
 /* Ends a lease: its kv pointers must not be used any more. One-way (no
  * round trip): later requests on this connection see the lease ended;

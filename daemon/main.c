@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "prefixd_version.h"
 #include "server.h"
 #include "sock.h"
 
@@ -64,8 +65,11 @@ static void usage(FILE *f)
 		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
 		"                      collisions happen; hits are still confirmed token by token\n"
 		"  -h, --help          this text\n"
+		"  --version           the version\n"
 		"\n"
-		"Stops cleanly on SIGTERM or SIGINT. Logs to stderr.\n");
+		"Stops cleanly on SIGTERM or SIGINT; SIGHUP is ignored. Logs to stderr.\n"
+		"Socket activation: a listening socket passed by systemd (LISTEN_FDS) is served\n"
+		"instead of --socket, and left in place at exit.\n");
 }
 
 __attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
@@ -131,6 +135,7 @@ int main(int argc, char **argv)
 		{ "request-memory", required_argument, NULL, 'R' },
 		{ "request-timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -206,6 +211,9 @@ int main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'V':
+			printf("prefixd %s\n", PREFIXD_VERSION);
+			return 0;
 		default:
 			return bad("unknown or incomplete option '%s'", argv[optind - 1]);
 		}
@@ -241,6 +249,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	/* Every client holds a socket and receives arena descriptors: take
 	 * all the descriptors the system allows this process. */

@@ -8,9 +8,11 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -209,6 +211,49 @@ static void hand_over(struct worker *w, struct conn *c)
 
 /* ==== Listener ==== */
 
+/*
+ * Socket activation, as sd_listen_fds(3) without libsystemd: when
+ * LISTEN_PID is this process and LISTEN_FDS at least 1, descriptor 3 is
+ * the listening socket, bound by the service manager. -1: none passed (or
+ * passed to another process), -2: not a listening Unix stream socket.
+ * The variables are removed either way, so that no child takes them.
+ */
+static int inherited_socket(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	if (!pid)
+		return -1;
+	char *end;
+	errno = 0;
+	long p = strtol(pid, &end, 10), n = fds ? strtol(fds, NULL, 10) : 0;
+	int ours = !errno && end != pid && !*end && p == (long)getpid() && n >= 1;
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (!ours)
+		return -1;
+	const int fd = 3;
+	int listening = 0, domain = 0, type = 0;
+	socklen_t l1 = sizeof(listening), l2 = sizeof(domain), l3 = sizeof(type);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l1) ||
+	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l2) ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l3) || !listening || domain != AF_UNIX ||
+	    type != SOCK_STREAM) {
+		pd_log("socket activation: descriptor 3 is not a listening Unix stream socket");
+		return -2;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) || fcntl(fd, F_SETFD, FD_CLOEXEC)) {
+		pd_log("socket activation: descriptor 3: %s", strerror(errno));
+		return -2;
+	}
+	if (n > 1)
+		pd_log("socket activation: %ld sockets passed; serving the first only", n);
+	for (long i = 1; i < n && i < 1024; i++)
+		close(fd + (int)i);
+	return fd;
+}
+
 /* Binds path, refusing to take it from a daemon that still answers and
  * never removing anything that is not a socket. */
 static int listen_on(const struct server_cfg *cfg)
@@ -327,8 +372,33 @@ int server_run(const struct server_cfg *cfg)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
-	if (!ws || (lfd = listen_on(cfg)) < 0)
+	sigaddset(&sigs, SIGHUP);
+	/* A socket the service manager made is its to remove, not ours. */
+	bool own_socket = false;
+	char where[256];
+	snprintf(where, sizeof(where), "%s", cfg->socket_path);
+	if (!ws)
 		goto out;
+	if ((lfd = inherited_socket()) == -2) {
+		lfd = -1;
+		goto out;
+	}
+	if (lfd >= 0) {
+		struct sockaddr_un a = { 0 };
+		socklen_t len = sizeof(a);
+		if (getsockname(lfd, (struct sockaddr *)&a, &len) || len <= sizeof(sa_family_t) ||
+		    !a.sun_path[0])
+			snprintf(where, sizeof(where), "a socket from the service manager");
+		else
+			snprintf(where, sizeof(where), "%.*s (from the service manager)",
+				 (int)strnlen(a.sun_path, sizeof(a.sun_path)), a.sun_path);
+		if (cfg->has_group)
+			pd_log("socket activation: --group ignored; the service manager set the socket's mode");
+	} else if ((lfd = listen_on(cfg)) < 0) {
+		goto out;
+	} else {
+		own_socket = true;
+	}
 	sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event ev = { .events = EPOLLIN, .data.fd = lfd };
@@ -346,7 +416,7 @@ int server_run(const struct server_cfg *cfg)
 		if (worker_start(&ws[nw], &d))
 			goto out;
 	pd_log("listening on %s: %.1f MiB for KV blocks of %u tokens (quota %.1f MiB a user, pins up to %.1f MiB), %d workers",
-	       cfg->socket_path, (double)cfg->memory / (1 << 20), cfg->block_tokens,
+	       where, (double)cfg->memory / (1 << 20), cfg->block_tokens,
 	       (double)cfg->quota / (1 << 20), (double)cfg->pin_max / (1 << 20), cfg->threads);
 	unsigned next = 0;
 	int backoff_ms = 10, paused_ms = 0;
@@ -369,7 +439,13 @@ int server_run(const struct server_cfg *cfg)
 			continue;
 		if (e.data.fd == sfd) {
 			struct signalfd_siginfo si;
-			if (read(sfd, &si, sizeof(si)) == sizeof(si))
+			ssize_t r = read(sfd, &si, sizeof(si));
+			if (r == sizeof(si) && si.ssi_signo == SIGHUP) {
+				/* Nothing to reload or reopen: the log is stderr. */
+				pd_log("SIGHUP ignored: no configuration to reload, logs go to stderr");
+				continue;
+			}
+			if (r == sizeof(si))
 				pd_log("stopping on %s", strsignal((int)si.ssi_signo));
 			break;
 		}
@@ -382,7 +458,8 @@ int server_run(const struct server_cfg *cfg)
 out:
 	if (lfd >= 0) {
 		close(lfd); /* no new connections while the workers stop */
-		unlink(cfg->socket_path);
+		if (own_socket)
+			unlink(cfg->socket_path);
 	}
 	for (int i = 0; i < nw; i++)
 		worker_stop(&ws[i]);

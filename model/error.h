@@ -6,6 +6,10 @@
 #ifndef PFX_ERROR_H
 #define PFX_ERROR_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct pfx_error {
 	char msg[512];
 };
@@ -14,5 +18,9 @@ struct pfx_error {
  * `return pfx_errorf(err, -EINVAL, "...")`. */
 int pfx_errorf(struct pfx_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

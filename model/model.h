@@ -13,6 +13,10 @@
 #include "error.h"
 #include "prefixd_proto.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define PFX_FINGERPRINT_BYTES PREFIXD_FINGERPRINT_BYTES
 
 enum pfx_act { PFX_ACT_GELU, PFX_ACT_GELU_TANH, PFX_ACT_SILU };
@@ -77,5 +81,9 @@ size_t pfx_kv_bytes_per_token(const struct pfx_config *c);
 
 /* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
 const char *pfx_blas_corename(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

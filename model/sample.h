@@ -10,6 +10,10 @@
 
 #include "error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct pfx_sampler_opts {
 	float temperature;     /* <= 0: greedy */
 	int top_k;             /* 0: off */
@@ -25,5 +29,9 @@ int pfx_sampler_new(const struct pfx_sampler_opts *o, int vocab, struct pfx_samp
 void pfx_sampler_free(struct pfx_sampler *s);
 /* The next token id. Greedy picks the first maximum, like argmax. */
 int32_t pfx_sample(struct pfx_sampler *s, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

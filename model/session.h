@@ -20,6 +20,10 @@
 
 #include "model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct pfx_session;
 
 enum pfx_logits {
@@ -80,5 +84,9 @@ struct pfx_batch_item {
  */
 int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems,
 		struct pfx_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -149,21 +149,27 @@ Test(daemon, a_prompt_hashed_as_it_arrives_matches_like_its_tokens)
 	cr_expect_eq(prefixd_prompt_length(p), 26);
 	uint64_t lease;
 	const void *kv[6];
-	cr_assert_eq(prefixd_match_prompt(b, p, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_match_prompt(b, p, 6, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(hit, 6, "its 6 full blocks");
 	for (uint32_t i = 0; i < hit; i++)
 		cr_expect(td_block_ok(t, i, kv[i]), "block %u", i);
+	/* Room for 4 of the 6: 4 blocks, nothing written past them. */
+	const void *room[5] = { 0 };
+	room[4] = room;
+	cr_assert_eq(prefixd_match_prompt(b, p, 4, &lease, &hit, room), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(hit, 4, "as many as there is room for");
+	cr_expect_eq(room[4], (const void *)room, "nothing past the room given");
 	/* The next question on the first two blocks. */
 	prefixd_prompt_truncate(p, 2 * TD_BLOCK_TOKENS + 1);
 	uint32_t q[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
 	cr_assert_eq(prefixd_prompt_append(p, q, 8), 0);
-	cr_assert_eq(prefixd_match_prompt(b, p, &lease, &hit, kv), 0);
+	cr_assert_eq(prefixd_match_prompt(b, p, 6, &lease, &hit, kv), 0);
 	cr_expect_eq(hit, 2);
 	struct prefixd_layout other = td_layout(2);
 	struct prefixd_prompt *o;
 	cr_assert_eq(prefixd_prompt_new(&other, &o), 0);
 	cr_assert_eq(prefixd_prompt_append(o, t, 8), 0);
-	cr_expect_eq(prefixd_match_prompt(b, o, &lease, &hit, kv), -EINVAL);
+	cr_expect_eq(prefixd_match_prompt(b, o, 6, &lease, &hit, kv), -EINVAL);
 	cr_expect(strstr(prefixd_errmsg(), "layout"), "%s", prefixd_errmsg());
 	l.block_tokens = 3;
 	cr_expect_eq(prefixd_prompt_new(&l, &o), -EINVAL, "not a power of two");

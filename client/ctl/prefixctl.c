@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "prefixctl.h"
+#include "prefixd_version.h"
 
-enum { OPT_SOCKET = 1 << 16, OPT_HELP = 'h' };
+enum { OPT_SOCKET = 1 << 16, OPT_VERSION = 1 << 17, OPT_HELP = 'h' };
 
 static const struct option longopts[] = {
 	{ "json", no_argument, NULL, O_JSON },
@@ -26,6 +27,7 @@ static const struct option longopts[] = {
 	{ "block-tokens", required_argument, NULL, O_BLOCK },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "version", no_argument, NULL, OPT_VERSION },
 	{ 0 },
 };
 
@@ -138,6 +140,7 @@ static void usage(FILE *f)
 	      "  --socket PATH   the daemon's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
 	      "                  else /run/prefixd.sock)\n"
 	      "  -h, --help      this text; 'prefixctl COMMAND --help' describes a command\n"
+	      "  --version       the version\n"
 	      "\n"
 	      "Every command but info is for the daemon's own user and root.\n"
 	      "Exit status: 0 done, 1 the daemon refused or cannot be reached, 2 bad usage.\n",
@@ -270,6 +273,10 @@ static int apply(struct ctl_args *a, const struct given *g, size_t n)
 				command_help(a->cmd);
 			else
 				usage(stdout);
+			return -1;
+		}
+		if (code == OPT_VERSION) {
+			printf("prefixctl %s\n", PREFIXD_VERSION);
 			return -1;
 		}
 		if (code == OPT_SOCKET) {

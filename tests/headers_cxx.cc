@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: MIT
+// tests/headers.c, compiled as C++.
+#include "headers.c"

@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What running prefixd as a service needs: --version of every program,
+ * socket activation (a listening socket on descriptor 3, as systemd passes
+ * it), SIGHUP survived, log lines with a time and a level (or syslog
+ * priorities for the journal), and `meson install` of the whole tree into
+ * a staged prefix, used from there (tests/test_install.sh).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon_util.h"
+#include "prefixd_version.h"
+
+/* Runs a shell command; its stdout and stderr in out, its exit status
+ * (128 + signal when killed). */
+__attribute__((format(printf, 3, 4))) static int sh(char *out, size_t cap, const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	size_t n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ==== --version ==== */
+
+Test(version, every_program_prints_its_name_and_the_version_and_exits_0)
+{
+	static const struct {
+		const char *name, *exe;
+	} progs[] = { { "prefixd", PREFIXD_EXE }, { "prefixctl", PREFIXCTL }, { "prefix-run", PREFIX_RUN } };
+	char out[4096], want[128];
+	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+		cr_expect_eq(sh(out, sizeof(out), "%s --version", progs[i].exe), 0, "%s", progs[i].name);
+		snprintf(want, sizeof(want), "%s %s\n", progs[i].name, PREFIXD_VERSION);
+		cr_expect_str_eq(out, want);
+	}
+	cr_expect_eq(sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
+	cr_expect(strstr(out, "--version"), "prefixd --help lists --version: %s", out);
+	cr_expect_eq(sh(out, sizeof(out), "%s --help", PREFIXCTL), 0);
+	cr_expect(strstr(out, "--version"), "prefixctl --help lists --version: %s", out);
+}
+
+/* ==== A daemon started by hand: activation and the journal ==== */
+
+struct spawned {
+	pid_t pid;
+	char dir[64], sock[128], log[128];
+};
+
+static void make_dir(struct spawned *s)
+{
+	memset(s, 0, sizeof(*s));
+	snprintf(s->dir, sizeof(s->dir), "/tmp/prefixd-test-XXXXXX");
+	cr_assert(mkdtemp(s->dir));
+	snprintf(s->sock, sizeof(s->sock), "%s/sock", s->dir);
+	snprintf(s->log, sizeof(s->log), "%s/log", s->dir);
+}
+
+/* A listening Unix stream socket bound to path. */
+static int listening_socket(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind %s: %s", path, strerror(errno));
+	cr_assert_eq(listen(fd, 16), 0);
+	return fd;
+}
+
+/*
+ * Starts prefixd as a service manager would: fd3 (when >= 0) becomes its
+ * descriptor 3, LISTEN_PID names the daemon itself (listen_pid 0) or
+ * listen_pid, LISTEN_FDS is listen_fds (NULL: unset). stderr goes to
+ * s->log, made here so that journal can name it in JOURNAL_STREAM.
+ */
+static void spawn(struct spawned *s, int fd3, pid_t listen_pid, const char *listen_fds,
+		  int journal)
+{
+	int log = open(s->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert(log >= 0);
+	char journal_stream[64] = "";
+	if (journal) {
+		struct stat st;
+		cr_assert_eq(fstat(log, &st), 0);
+		snprintf(journal_stream, sizeof(journal_stream), "%llu:%llu",
+			 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+	}
+	fflush(NULL);
+	s->pid = fork();
+	cr_assert(s->pid >= 0);
+	if (s->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		dup2(log, 2);
+		int null = open("/dev/null", O_WRONLY);
+		if (null >= 0)
+			dup2(null, 1);
+		if (fd3 >= 0) {
+			if (fd3 == 3)
+				fcntl(3, F_SETFD, 0);
+			else
+				dup2(fd3, 3); /* without close-on-exec */
+		}
+		char pid[32];
+		snprintf(pid, sizeof(pid), "%d", listen_pid ? (int)listen_pid : (int)getpid());
+		unsetenv("LISTEN_PID");
+		unsetenv("LISTEN_FDS");
+		if (listen_fds) {
+			setenv("LISTEN_PID", pid, 1);
+			setenv("LISTEN_FDS", listen_fds, 1);
+		}
+		if (journal)
+			setenv("JOURNAL_STREAM", journal_stream, 1);
+		else
+			unsetenv("JOURNAL_STREAM");
+		execl(PREFIXD_EXE, PREFIXD_EXE, "--socket", s->sock, "--threads", "2", "--block-tokens",
+		      "4", "--memory", "64M", (char *)NULL);
+		_exit(127);
+	}
+	close(log);
+}
+
+/* The daemon's exit status; 128 + signal when killed. */
+static int wait_exit(struct spawned *s)
+{
+	int st;
+	while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
+		;
+	s->pid = 0;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int stop_spawned(struct spawned *s)
+{
+	kill(s->pid, SIGTERM);
+	return wait_exit(s);
+}
+
+/* The whole log (a static buffer). */
+static const char *read_log(const char *path)
+{
+	static char buf[1 << 16];
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	buf[n] = 0;
+	if (f)
+		fclose(f);
+	return buf;
+}
+
+/* Waits until the log holds what; whether it did within 5 s. */
+static int log_shows(const char *path, const char *what)
+{
+	for (int i = 0; i < 500; i++) {
+		if (strstr(read_log(path), what))
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+static void remove_dir(struct spawned *s)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "%s/other", s->dir);
+	unlink(path);
+	unlink(s->sock);
+	unlink(s->log);
+	rmdir(s->dir);
+}
+
+/* Publishes a block through one connection and attaches it from another:
+ * the daemon serves the socket. */
+static void expect_served(const char *sock)
+{
+	struct prefixd_layout l = td_layout(3);
+	struct prefixd *a, *b;
+	cr_assert_eq(prefixd_connect(sock, &l, &a), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_connect(sock, &l, &b), 0, "%s", prefixd_errmsg());
+	uint32_t t[TD_BLOCK_TOKENS] = { 11, 12, 13, 14 }, stored, dedup, hit;
+	cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored + dedup, 1);
+	uint64_t lease;
+	const void *kv[1];
+	cr_assert_eq(prefixd_match(b, t, 1, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(hit, 1);
+	if (hit)
+		cr_expect(td_block_ok(t, 0, kv[0]));
+	prefixd_release(b, lease);
+	prefixd_close(a);
+	prefixd_close(b);
+}
+
+Test(activation, a_socket_passed_on_descriptor_3_is_served_and_left_in_place)
+{
+	struct spawned s;
+	make_dir(&s);
+	char path[160];
+	snprintf(path, sizeof(path), "%s/other", s.dir);
+	/* The manager's socket is "other"; --socket names s.sock, which the
+	 * daemon must then neither bind nor remove. */
+	int lfd = listening_socket(path);
+	spawn(&s, lfd, 0, "1", 0);
+	close(lfd);
+	/* Connections queue on the socket until the daemon accepts. */
+	expect_served(path);
+	struct stat st;
+	cr_expect_neq(lstat(s.sock, &st), 0, "--socket was not bound");
+	cr_expect(log_shows(s.log, " (from the service manager)"), "%s", read_log(s.log));
+	cr_expect_eq(stop_spawned(&s), 0, "%s", read_log(s.log));
+	cr_expect_eq(lstat(path, &st), 0, "the manager's socket is still there");
+	cr_expect(S_ISSOCK(st.st_mode));
+	remove_dir(&s);
+}
+
+Test(activation, descriptor_3_must_be_a_listening_unix_stream_socket)
+{
+	struct spawned s;
+	make_dir(&s);
+	char path[160];
+	snprintf(path, sizeof(path), "%s/other", s.dir);
+	/* A file, then a socket that is not listening. */
+	int file = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert(file >= 0);
+	spawn(&s, file, 0, "1", 0);
+	close(file);
+	cr_expect_eq(wait_exit(&s), 1);
+	cr_expect(strstr(read_log(s.log), "not a listening Unix stream socket"), "%s", read_log(s.log));
+	unlink(path);
+	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(sock >= 0);
+	spawn(&s, sock, 0, "1", 0);
+	close(sock);
+	cr_expect_eq(wait_exit(&s), 1);
+	cr_expect(strstr(read_log(s.log), "not a listening Unix stream socket"), "%s", read_log(s.log));
+	struct stat st;
+	cr_expect_neq(lstat(s.sock, &st), 0, "nothing bound instead");
+	remove_dir(&s);
+}
+
+Test(activation, variables_meant_for_another_process_are_ignored)
+{
+	struct spawned s;
+	make_dir(&s);
+	char path[160];
+	snprintf(path, sizeof(path), "%s/other", s.dir);
+	int lfd = listening_socket(path);
+	/* LISTEN_PID is this test's pid, as when a variable is inherited. */
+	spawn(&s, lfd, getpid(), "1", 0);
+	close(lfd);
+	cr_assert(log_shows(s.log, "listening on"), "%s", read_log(s.log));
+	expect_served(s.sock);
+	cr_expect_eq(stop_spawned(&s), 0, "%s", read_log(s.log));
+	struct stat st;
+	cr_expect_neq(lstat(s.sock, &st), 0, "its own socket is removed at exit");
+	remove_dir(&s);
+}
+
+/* ==== SIGHUP ==== */
+
+Test(signals, sighup_is_ignored_and_the_daemon_keeps_serving)
+{
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&td, args), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(kill(td.pid, SIGHUP), 0);
+		usleep(20000);
+	}
+	cr_expect(log_shows(td.log, "SIGHUP ignored"), "%s", read_log(td.log));
+	cr_expect_eq(kill(td.pid, 0), 0, "still running");
+	struct stat st;
+	cr_expect_eq(lstat(td.sock, &st), 0, "the socket is still there");
+	expect_served(td.sock);
+	cr_expect_eq(td_stop(&td), 0, "SIGTERM still stops it cleanly");
+}
+
+/* ==== Log lines ==== */
+
+static int matches(const char *text, const char *pattern)
+{
+	regex_t re;
+	cr_assert_eq(regcomp(&re, pattern, REG_EXTENDED | REG_NEWLINE | REG_NOSUB), 0, "%s", pattern);
+	int ok = !regexec(&re, text, 0, NULL, 0);
+	regfree(&re);
+	return ok;
+}
+
+#define STAMP "^[0-9]{4}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\\.[0-9]{3}Z "
+
+Test(log, lines_carry_a_utc_time_to_the_millisecond_and_a_level)
+{
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--request-timeout", "1", NULL };
+	cr_assert_eq(td_start(&td, args), 0);
+	/* A connection that never sends anything is closed after 1 s: a line
+	 * a client can cause, so a warning. */
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	cr_assert_lt(strlen(td.sock), sizeof(a.sun_path));
+	memcpy(a.sun_path, td.sock, strlen(td.sock) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_expect(log_shows(td.log, "closing a connection"), "%s", read_log(td.log));
+	close(fd);
+	const char *log = read_log(td.log);
+	cr_expect(matches(log, STAMP "info prefixd: listening on "), "%s", log);
+	cr_expect(matches(log, STAMP "warn prefixd: closing a connection that "), "%s", log);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+Test(log, in_the_journal_lines_carry_syslog_priorities_instead)
+{
+	struct spawned s;
+	make_dir(&s);
+	spawn(&s, -1, 0, NULL, 1);
+	cr_assert(log_shows(s.log, "listening on"), "%s", read_log(s.log));
+	const char *log = read_log(s.log);
+	cr_expect(matches(log, "^<6>listening on "), "%s", log);
+	cr_expect(!matches(log, "^[0-9]{4}-"), "no time of its own: %s", log);
+	cr_expect_eq(stop_spawned(&s), 0);
+	cr_expect(matches(read_log(s.log), "^<6>stopping on "), "%s", read_log(s.log));
+	remove_dir(&s);
+}
+
+Test(log, a_journal_stream_inherited_by_a_redirected_daemon_is_not_the_journal)
+{
+	struct spawned s;
+	make_dir(&s);
+	setenv("JOURNAL_STREAM", "1:1", 1); /* not the log file */
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int log = open(s.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		dup2(log, 2);
+		execl(PREFIXD_EXE, PREFIXD_EXE, "--socket", s.sock, "--threads", "1", (char *)NULL);
+		_exit(127);
+	}
+	s.pid = pid;
+	cr_assert(log_shows(s.log, "listening on"), "%s", read_log(s.log));
+	cr_expect(matches(read_log(s.log), STAMP "info prefixd: listening on "), "%s", read_log(s.log));
+	cr_expect_eq(stop_spawned(&s), 0);
+	remove_dir(&s);
+}
+
+/* ==== meson install ==== */
+
+Test(install, the_installed_tree_works_from_its_prefix, .timeout = 240)
+{
+	static char out[1 << 16];
+	int rc = sh(out, sizeof(out), "sh %s", INSTALL_SCRIPT);
+	cr_expect_eq(rc, 0, "tests/test_install.sh exits %d:\n%s", rc, out);
+}
