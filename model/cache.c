@@ -161,18 +161,40 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	}
 	/* Publish the prompt's full blocks computed here; the daemon copies
 	 * them, so these stay private and writable. */
-	if (!info->cache_rc && full > (size_t)hit && lease_blocks == (uint32_t)hit) {
-		const void **kv = malloc((full - (size_t)hit) * sizeof(*kv));
+	uint32_t todo = full > (size_t)hit ? (uint32_t)(full - (size_t)hit) : 0;
+	if (!info->cache_rc && todo && lease_blocks != (uint32_t)hit) {
+		/* Out of memory half-way through the attach: a publish would
+		 * have to continue a block this session does not hold. */
+		info->unpublished = todo;
+		info->publish_rc = pfx_errorf(cache_err, -ENOMEM,
+					      "out of memory while attaching cached blocks");
+	} else if (!info->cache_rc && todo) {
+		const void **kv = malloc(todo * sizeof(*kv));
 		for (size_t i = (size_t)hit; kv && i < full; i++)
 			kv[i - (size_t)hit] = s->blocks[i]->data;
-		uint32_t todo = (uint32_t)(full - (size_t)hit);
 		int prc = kv ? prefixd_publish(c->c, lease, ids, (uint32_t)hit, todo, kv,
 					       &info->published, &info->deduplicated)
 			     : -ENOMEM;
 		info->unpublished = todo - info->published - info->deduplicated;
-		if (prc)
+		/* The client library's messages repeat the counts; the report
+		 * has them already, so say only why. */
+		if (prc == -ENOSPC)
+			info->publish_rc = pfx_errorf(cache_err, prc,
+						      "prefixd's memory budget is full of leased or pinned blocks");
+		else if (prc == -EDQUOT)
+			info->publish_rc = pfx_errorf(cache_err, prc,
+						      "this user's quota in prefixd is full of their leased or pinned blocks");
+		else if (prc)
 			info->publish_rc = pfx_errorf(cache_err, prc, "%s",
 						      prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
+		else if (info->unpublished)
+			info->publish_rc = pfx_errorf(cache_err, -EEXIST,
+						      "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)");
+		/* A prompt that ends on a block boundary leaves its last block
+		 * to compute (its last token's logits are the answer): say so
+		 * when that block was cached all along. */
+		if (n % B == 0 && todo == 1 && info->deduplicated == 1)
+			info->recomputed = B;
 		free(kv);
 	}
 	free(ids);

@@ -12,6 +12,10 @@
 
 #include "session.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct pfx_cache;
 
 /*
@@ -27,16 +31,38 @@ int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, si
  * holds attached blocks any more. NULL is fine. */
 void pfx_cache_close(struct pfx_cache *c);
 
-/* What a prefill did. */
+/* What a prefill did. published + deduplicated + unpublished are the
+ * prompt's full blocks after the attached ones, when a publish was tried. */
 struct pfx_prefill_info {
 	size_t attached;            /* prompt tokens attached from the cache */
 	size_t computed;            /* prompt tokens computed here */
-	uint32_t published, deduplicated; /* new full blocks handed to the daemon */
-	uint32_t unpublished;       /* new full blocks the daemon did not store */
-	int cache_rc;               /* 0, or why the cache could not be used (cache_err says) */
-	int publish_rc;             /* 0, or why blocks went unpublished: -ENOSPC (the
-				     * daemon's budget), -EDQUOT (this user's quota) or
-				     * another error (cache_err says) */
+	uint32_t published;         /* new full blocks the daemon stored (as its
+				     * own counters count them) */
+	uint32_t deduplicated;      /* full blocks the daemon already had */
+	uint32_t unpublished;       /* full blocks computed here that the daemon did
+				     * not store (after an error of the connection:
+				     * did not say it stored); publish_rc says why */
+	int cache_rc;               /* 0, or the -errno of the lookup (MATCH) that
+				     * failed, cache_err saying why: then nothing was
+				     * attached or published and the whole prompt was
+				     * computed alone. 0 as well when no lookup was
+				     * tried: no cache, a session that was not empty,
+				     * or a prompt under 2 tokens (computed alone too,
+				     * with nothing to report) */
+	int publish_rc;             /* 0 when unpublished is 0; else why publishing
+				     * stopped after published + deduplicated blocks:
+				     * -ENOSPC (the daemon's memory budget is full of
+				     * leased or pinned blocks), -EDQUOT (this user's
+				     * quota is), -EEXIST (a block's key is another
+				     * prompt's, a hash collision: nothing wrong was
+				     * stored) or another -errno (the connection, say);
+				     * cache_err says it in words. The prompt's result
+				     * is unaffected */
+	size_t recomputed;          /* of computed: tokens of the prompt's last block,
+				     * which the daemon already had but which was
+				     * computed again, since a prompt that ends on a
+				     * block boundary must compute its last token
+				     * (so a one-block prompt attaches nothing) */
 };
 
 /*
@@ -47,8 +73,9 @@ struct pfx_prefill_info {
  * PFX_LOGITS_ALL for rows of positions info->attached .. n - 1 only.
  * A cache failure is not an error: the prompt is computed alone and
  * info->cache_rc and cache_err say why; a publish the daemon cut short
- * leaves the prompt's result untouched, and info->publish_rc and cache_err
- * say why. On a session that is not empty, this is pfx_session_append.
+ * leaves the prompt's result untouched, and info->unpublished,
+ * info->publish_rc and cache_err say how many blocks and why. On a session
+ * that is not empty, this is pfx_session_append.
  */
 int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			size_t n, enum pfx_logits want, float *logits,
@@ -61,5 +88,9 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
  * in the daemon now. */
 int pfx_cache_pin(struct pfx_cache *c, const int32_t *tokens, size_t n, uint32_t ttl_s,
 		  uint64_t *pinned_bytes, struct pfx_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

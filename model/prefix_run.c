@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* prefix-run: run a Hugging Face checkpoint with prefixd's runtime from the shell. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "prefixd.h"
@@ -13,13 +16,26 @@
 #include "cache.h"
 #include "cli.h"
 #include "cpu.h"
+#include "json_buf.h"
 #include "npy.h"
 #include "prefix_run.h"
+#include "prefixd_version.h"
 #include "sample.h"
 #include "session.h"
 
+#define MODEL_HELP \
+	"  --model DIR        the checkpoint's directory (config.json, model.safetensors)\n"
+#define COMMON_HELP \
+	"  --threads N        worker threads (default: all CPUs)\n" \
+	"  --block-tokens B   KV block size in tokens, a power of two (default 64)\n"
+#define IDS_HELP \
+	"\n" \
+	"IDS: token ids separated by commas and/or white space (\"1,2,3\"), or @FILE to\n" \
+	"read them from a file, @- from standard input.\n"
+
 static const char usage[] =
 	"usage: prefix-run COMMAND [OPTIONS]\n"
+	"       prefix-run COMMAND --help      that command's options in full\n"
 	"\n"
 	"commands:\n"
 	"  info      --model DIR                  architecture, shapes, fingerprint, KV size\n"
@@ -28,10 +44,11 @@ static const char usage[] =
 	"                                         (n_tokens, vocab); with --split the first K\n"
 	"                                         tokens run, are frozen, and the rest is\n"
 	"                                         appended in one call (the cached path)\n"
-	"  generate  --model DIR --tokens IDS --max-new N\n"
+	"  generate  --model DIR --tokens IDS --max-new N [--ignore-eos]\n"
 	"            [--temperature T --top-k K --top-p P --seed S]\n"
 	"                                         prints the new token ids (greedy without\n"
-	"                                         --temperature)\n"
+	"                                         --temperature), stopping after the model's\n"
+	"                                         end-of-sequence token unless --ignore-eos\n"
 	"  demo      [--model DIR] [--prefix N] [--suffix N] [--suffixes N]\n"
 	"                                         a shared frozen prefix and several suffixes,\n"
 	"                                         timed against recomputing from scratch\n"
@@ -40,14 +57,14 @@ static const char usage[] =
 	"                                         publishes it to prefixd ahead of time; --pin\n"
 	"                                         keeps it from eviction (the daemon's user and\n"
 	"                                         root only), for SECS seconds with --ttl\n"
-	"  random-model --out DIR [--shape demo|smollm]\n"
+	"  random-model --out DIR [--shape demo|smollm] [--force]\n"
 	"                                         writes a random-weight Llama checkpoint\n"
 	"                                         (config.json, model.safetensors): the demo's\n"
-	"                                         small shape, or SmolLM-135M's\n"
+	"                                         small shape, or SmolLM-135M's; DIR must be\n"
+	"                                         new or empty unless --force\n"
 	"\n"
-	"options for every command:\n"
-	"  --threads N       worker threads (default: all CPUs)\n"
-	"  --block-tokens B  KV block size in tokens, a power of two (default 64)\n"
+	"options of every command but random-model:\n"
+	COMMON_HELP
 	"\n"
 	"sharing prompt prefixes through prefixd (generate, logits):\n"
 	"  --socket PATH     the daemon's socket. generate uses the default socket\n"
@@ -56,7 +73,104 @@ static const char usage[] =
 	"                    writes the rows of the positions it computed (stderr says which)\n"
 	"  --salt TEXT       share only with processes that give the same salt\n"
 	"  --no-cache        compute everything here\n"
-	"IDS is a comma- or space-separated list, or @FILE to read one from a file.\n";
+	IDS_HELP;
+
+static const char help_info[] =
+	"usage: prefix-run info --model DIR [--threads N] [--block-tokens B]\n"
+	"\n"
+	"Prints the checkpoint's architecture, shapes, parameter count, fingerprint,\n"
+	"KV bytes per token and per block, and the kernels in use.\n"
+	"\n"
+	MODEL_HELP COMMON_HELP;
+
+static const char help_logits[] =
+	"usage: prefix-run logits --model DIR --tokens IDS --out FILE.npy [--split K]\n"
+	"                         [--socket PATH [--salt TEXT]] [--threads N] [--block-tokens B]\n"
+	"\n"
+	"Writes the float32 logits of every position as a NumPy array of shape\n"
+	"(n_tokens, vocab).\n"
+	"\n"
+	MODEL_HELP
+	"  --tokens IDS       the prompt's token ids (below)\n"
+	"  --out FILE.npy     where to write the logits\n"
+	"  --split K          run the first K tokens, freeze them, and append the rest in\n"
+	"                     one call (the cached path; the result is the same)\n"
+	"  --socket PATH      prefill through the prefixd at PATH: cached leading blocks\n"
+	"                     are attached, so the file holds only the rows of the\n"
+	"                     positions computed here (stderr says which)\n"
+	"  --salt TEXT        share only with processes that give the same salt\n"
+	"  --no-cache         compute everything here (what logits does without --socket)\n"
+	COMMON_HELP IDS_HELP;
+
+static const char help_generate[] =
+	"usage: prefix-run generate --model DIR --tokens IDS --max-new N [--ignore-eos]\n"
+	"                           [--temperature T [--top-k K] [--top-p P] [--seed S]]\n"
+	"                           [--socket PATH] [--salt TEXT] [--no-cache]\n"
+	"                           [--threads N] [--block-tokens B]\n"
+	"\n"
+	"Prints the ids of at most N new tokens on one line; on stderr, the time to the\n"
+	"first token and the rate after it. It stops after the model's end-of-sequence\n"
+	"token (eos_token_id in generation_config.json, else in config.json), unless\n"
+	"--ignore-eos. The prompt and every new token but the last must fit the model's\n"
+	"context (max_position_embeddings): a --max-new past it is refused up front.\n"
+	"\n"
+	MODEL_HELP
+	"  --tokens IDS       the prompt's token ids (below)\n"
+	"  --max-new N        how many new tokens at most\n"
+	"  --ignore-eos       do not stop at end-of-sequence tokens: make all N\n"
+	"  --temperature T    sample at temperature T (default: greedy, the likeliest)\n"
+	"  --top-k K          sample among the K likeliest tokens only (0: all)\n"
+	"  --top-p P          sample among the likeliest tokens whose probabilities add\n"
+	"                     up to P (1: all)\n"
+	"  --seed S           the sampler's seed: the same seed gives the same tokens\n"
+	"  --socket PATH      prefixd's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
+	"                     else /run/prefixd.sock, when a daemon runs there)\n"
+	"  --salt TEXT        share only with processes that give the same salt\n"
+	"  --no-cache         compute everything here, without prefixd\n"
+	COMMON_HELP IDS_HELP;
+
+static const char help_demo[] =
+	"usage: prefix-run demo [--model DIR] [--prefix N] [--suffix N] [--suffixes N]\n"
+	"                       [--threads N] [--block-tokens B]\n"
+	"\n"
+	"Runs a shared frozen prefix and several suffixes on it, timed against\n"
+	"recomputing each from scratch. Without --model it writes a small random-weight\n"
+	"Llama to a temporary directory first.\n"
+	"\n"
+	"  --model DIR        the checkpoint's directory (default: a random model)\n"
+	"  --prefix N         prefix tokens (default 1024)\n"
+	"  --suffix N         tokens of each suffix (default 32)\n"
+	"  --suffixes N       how many suffixes (default 4)\n"
+	COMMON_HELP;
+
+static const char help_warm[] =
+	"usage: prefix-run warm --model DIR --tokens IDS [--pin [--ttl SECS]]\n"
+	"                       [--socket PATH] [--salt TEXT] [--threads N] [--block-tokens B]\n"
+	"\n"
+	"Computes a prefix (a system prompt, say) and publishes its full blocks to\n"
+	"prefixd ahead of time, so the first request already attaches it. Exits 1 when\n"
+	"no daemon can be used or it did not store every block.\n"
+	"\n"
+	MODEL_HELP
+	"  --tokens IDS       the prefix's token ids (below)\n"
+	"  --pin              keep the prefix from eviction (the daemon's own user and\n"
+	"                     root only)\n"
+	"  --ttl SECS         with --pin: for SECS seconds\n"
+	"  --socket PATH      prefixd's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
+	"                     else /run/prefixd.sock)\n"
+	"  --salt TEXT        share only with processes that give the same salt\n"
+	COMMON_HELP IDS_HELP;
+
+static const char help_random_model[] =
+	"usage: prefix-run random-model --out DIR [--shape demo|smollm] [--force]\n"
+	"\n"
+	"Writes a random-weight Llama checkpoint, config.json and model.safetensors, to\n"
+	"DIR (created if need be), for benchmarks and demos.\n"
+	"\n"
+	"  --out DIR          a new or empty directory\n"
+	"  --shape SHAPE      demo (small, the default) or smollm (SmolLM-135M's shape)\n"
+	"  --force            write into a directory that is not empty: config.json and\n"
+	"                     model.safetensors are replaced, other files stay\n";
 
 enum opt {
 	O_MODEL = 1 << 0, O_TOKENS = 1 << 1, O_SPLIT = 1 << 2, O_OUT = 1 << 3,
@@ -64,7 +178,8 @@ enum opt {
 	O_SEED = 1 << 8, O_THREADS = 1 << 9, O_BLOCK = 1 << 10, O_PREFIX = 1 << 11,
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
 	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
-	O_LAST = O_TTL,
+	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21,
+	O_LAST = O_FORCE,
 };
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
 
@@ -89,25 +204,36 @@ static const struct option longopts[] = {
 	{ "shape", required_argument, NULL, O_SHAPE },
 	{ "pin", no_argument, NULL, O_PIN },
 	{ "ttl", required_argument, NULL, O_TTL },
+	{ "ignore-eos", no_argument, NULL, O_IGNORE_EOS },
+	{ "force", no_argument, NULL, O_FORCE },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
+
+/* Flags that struct run_args (prefix_run.h) does not carry. */
+static int ignore_eos; /* generate: go on past end-of-sequence tokens */
+static int force_out;  /* random-model: write into a directory that is not empty */
+
+static int run_random_model(struct run_args *a);
 
 static const struct {
 	const char *name;
 	int allowed, required;
 	int (*run)(struct run_args *a);
+	const char *help;
 } commands[] = {
-	{ "info", O_MODEL | O_THREADS | O_BLOCK, O_MODEL, cmd_info },
+	{ "info", O_MODEL | O_THREADS | O_BLOCK, O_MODEL, cmd_info, help_info },
 	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_THREADS | O_BLOCK | O_CACHE,
-	  O_MODEL | O_TOKENS | O_OUT, cmd_logits },
+	  O_MODEL | O_TOKENS | O_OUT, cmd_logits, help_logits },
 	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_THREADS |
-	  O_BLOCK | O_CACHE, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate },
-	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_THREADS | O_BLOCK, 0, cmd_demo },
-	{ "random-model", O_OUT | O_SHAPE, O_OUT, cmd_random_model },
+	  O_BLOCK | O_CACHE | O_IGNORE_EOS, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate, help_generate },
+	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_THREADS | O_BLOCK, 0, cmd_demo,
+	  help_demo },
+	{ "random-model", O_OUT | O_SHAPE | O_FORCE, O_OUT, run_random_model, help_random_model },
 	{ "warm", O_MODEL | O_TOKENS | O_THREADS | O_BLOCK | O_SOCKET | O_SALT | O_PIN | O_TTL,
-	  O_MODEL | O_TOKENS, cmd_warm },
+	  O_MODEL | O_TOKENS, cmd_warm, help_warm },
 };
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 static const char *opt_name(int bit)
 {
@@ -121,11 +247,198 @@ int load_model(const struct run_args *a, struct pfx_model **m)
 {
 	struct pfx_model_opts o = { .threads = a->threads, .block_tokens = a->block_tokens };
 	struct pfx_error err = { "" };
+	struct stat st;
+	if (!stat(a->model, &st) && !S_ISDIR(st.st_mode)) {
+		/* A file: most likely the checkpoint's config.json or weights. */
+		char parent[PATH_MAX], hint[PATH_MAX + 32] = "";
+		snprintf(parent, sizeof(parent), "%s", a->model);
+		char *slash = strrchr(parent, '/');
+		if (slash == parent)
+			slash[1] = 0;
+		else if (slash)
+			*slash = 0;
+		else
+			snprintf(parent, sizeof(parent), ".");
+		char cfg[PATH_MAX + 16];
+		snprintf(cfg, sizeof(cfg), "%s/config.json", parent);
+		if (!access(cfg, F_OK))
+			snprintf(hint, sizeof(hint), ": --model %s", parent);
+		fprintf(stderr, "prefix-run: cannot load model: %s is not a directory (give the checkpoint's directory, the one holding config.json and model.safetensors%s)\n",
+			a->model, hint);
+		return -1;
+	}
 	if (pfx_model_load(a->model, &o, m, &err)) {
 		fprintf(stderr, "prefix-run: cannot load model: %s\n", err.msg);
 		return -1;
 	}
 	return 0;
+}
+
+/* Whether a prompt of n tokens, and max_new new tokens after it (0: none),
+ * fit m's context. Every new token but the last takes a position: the last
+ * is printed, never run. 0, or -1 after saying why. */
+static int check_context(const struct run_args *a, const struct pfx_model *m, const char *cmd,
+			 size_t n, long max_new)
+{
+	size_t P = (size_t)pfx_model_config(m)->max_positions;
+	if (n > P) {
+		fprintf(stderr, "prefix-run %s: the prompt's %zu tokens do not fit the model's context of %zu positions (max_position_embeddings in %s/config.json)\n",
+			cmd, n, P, a->model);
+		return -1;
+	}
+	if (max_new > 0 && n + (size_t)max_new - 1 > P) {
+		fprintf(stderr, "prefix-run %s: a prompt of %zu tokens and --max-new %ld need %zu positions, more than the model's context of %zu (max_position_embeddings in %s/config.json); every new token but the last takes a position, so --max-new is at most %zu here\n",
+			cmd, n, max_new, n + (size_t)max_new - 1, P, a->model, P - n + 1);
+		return -1;
+	}
+	return 0;
+}
+
+/* The model's end-of-sequence token ids. */
+#define MAX_EOS 64
+struct eos {
+	int n;
+	int32_t id[MAX_EOS];
+	char from[32]; /* the file that named them */
+};
+
+#define MAX_CONFIG_BYTES (1u << 20)
+
+/* dir/name as a JSON object: 1 and *out (json_object_put it), 0 when there
+ * is no such file, -1 after saying why. */
+static int read_json_file(const char *dir, const char *name, json_object **out)
+{
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		if (errno == ENOENT)
+			return 0;
+		fprintf(stderr, "prefix-run: cannot read %s: %s (or give --ignore-eos)\n", path,
+			strerror(errno));
+		return -1;
+	}
+	char *buf = malloc(MAX_CONFIG_BYTES + 1);
+	size_t n = buf ? fread(buf, 1, MAX_CONFIG_BYTES + 1, fp) : 0;
+	int bad = ferror(fp);
+	fclose(fp);
+	if (!buf || bad || n > MAX_CONFIG_BYTES) {
+		fprintf(stderr, "prefix-run: cannot read %s (%s)\n", path,
+			!buf ? "out of memory" : bad ? "read error" : "over 1 MiB");
+		free(buf);
+		return -1;
+	}
+	const char *why;
+	int rc = json_parse_object(buf, n, out, &why);
+	free(buf);
+	if (rc) {
+		fprintf(stderr, "prefix-run: %s: malformed JSON: %s (fix it, or give --ignore-eos)\n",
+			path, why);
+		return -1;
+	}
+	return 1;
+}
+
+/* The ids of o's "eos_token_id", an integer or a list of them, into e:
+ * 1, 0 when o has none (or null), -1 after saying why. */
+static int eos_of(json_object *o, const char *dir, const char *name, int vocab, struct eos *e)
+{
+	json_object *v;
+	if (!json_object_object_get_ex(o, "eos_token_id", &v) || json_object_is_type(v, json_type_null))
+		return 0;
+	int list = json_object_is_type(v, json_type_array);
+	size_t k = list ? json_object_array_length(v) : 1;
+	if (k > MAX_EOS) {
+		fprintf(stderr, "prefix-run: %s/%s: eos_token_id lists %zu ids; at most %d are supported (or give --ignore-eos)\n",
+			dir, name, k, MAX_EOS);
+		return -1;
+	}
+	for (size_t i = 0; i < k; i++) {
+		json_object *x = list ? json_object_array_get_idx(v, i) : v;
+		int64_t id = json_object_is_type(x, json_type_int) ? json_object_get_int64(x) : -1;
+		if (id < 0 || id >= vocab) {
+			fprintf(stderr, "prefix-run: %s/%s: eos_token_id must be a token id from 0 to %d or a list of them, not %s (fix it, or give --ignore-eos)\n",
+				dir, name, vocab - 1, json_object_to_json_string(v));
+			return -1;
+		}
+		e->id[i] = (int32_t)id;
+	}
+	e->n = (int)k;
+	snprintf(e->from, sizeof(e->from), "%s", name);
+	return 1;
+}
+
+/* The end-of-sequence ids of the checkpoint in dir: generation_config.json's
+ * eos_token_id, else config.json's; none when neither names one. 0, or -1
+ * after saying why. */
+static int read_eos(const char *dir, int vocab, struct eos *e)
+{
+	static const char *const files[] = { "generation_config.json", "config.json" };
+	e->n = 0;
+	for (int f = 0; f < 2; f++) {
+		json_object *o;
+		int rc = read_json_file(dir, files[f], &o);
+		if (rc < 0)
+			return -1;
+		if (!rc)
+			continue;
+		rc = eos_of(o, dir, files[f], vocab, e);
+		json_object_put(o);
+		if (rc)
+			return rc < 0 ? -1 : 0;
+	}
+	return 0;
+}
+
+static int is_eos(const struct eos *e, int32_t t)
+{
+	for (int i = 0; i < e->n; i++)
+		if (e->id[i] == t)
+			return 1;
+	return 0;
+}
+
+/* random-model writes into a new or empty directory unless --force: a
+ * checkpoint written over another one would mix their files. Returns the
+ * exit status. */
+static int run_random_model(struct run_args *a)
+{
+	struct stat st;
+	if (stat(a->out, &st)) {
+		if (errno != ENOENT) {
+			fprintf(stderr, "prefix-run random-model: cannot use --out %s: %s\n", a->out,
+				strerror(errno));
+			return 1;
+		}
+		return cmd_random_model(a);
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "prefix-run random-model: --out %s is a file, not a directory; give a new or empty directory\n",
+			a->out);
+		return 2;
+	}
+	DIR *d = opendir(a->out);
+	if (!d) {
+		fprintf(stderr, "prefix-run random-model: cannot read --out %s: %s\n", a->out,
+			strerror(errno));
+		return 1;
+	}
+	size_t entries = 0;
+	char first[256] = "";
+	for (struct dirent *de; (de = readdir(d));) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (!entries++)
+			snprintf(first, sizeof(first), "%s", de->d_name);
+	}
+	closedir(d);
+	if (entries && !force_out) {
+		fprintf(stderr, "prefix-run random-model: --out %s is not empty (%zu entr%s, '%s'%s); give a new or empty directory, or --force to replace config.json and model.safetensors there\n",
+			a->out, entries, entries == 1 ? "y" : "ies", first,
+			entries > 1 ? " and more" : "");
+		return 2;
+	}
+	return cmd_random_model(a);
 }
 
 int cmd_info(struct run_args *a)
@@ -193,15 +506,30 @@ struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int 
 
 void report_prefill(const struct pfx_prefill_info *info, const struct pfx_error *cache_err)
 {
-	if (info->cache_rc)
-		fprintf(stderr, "prefix-run: prefixd could not be used: %s; computed alone\n",
-			cache_err->msg);
-	fprintf(stderr, "prefix-run: prompt of %zu tokens: %zu attached from the cache, %zu computed; %u new blocks published, %u already there\n",
-		info->attached + info->computed, info->attached, info->computed, info->published,
-		info->deduplicated);
-	if (info->publish_rc)
-		fprintf(stderr, "prefix-run: %u new blocks not published: %s\n", info->unpublished,
-			cache_err->msg);
+	size_t n = info->attached + info->computed;
+	if (info->cache_rc) {
+		fprintf(stderr, "prefix-run: prompt of %zu tokens computed alone, nothing attached or published: prefixd could not be used: %s\n",
+			n, cache_err->msg);
+		return;
+	}
+	/* One line, whatever happened: the counts are the daemon's. */
+	char stop[sizeof(cache_err->msg) + 128] = "";
+	if (info->unpublished) {
+		int known = info->publish_rc == -ENOSPC || info->publish_rc == -EDQUOT ||
+			    info->publish_rc == -EEXIST;
+		snprintf(stop, sizeof(stop), "; then publishing %s: %u new block%s not published (%s)",
+			 known ? "stopped" : "failed", info->unpublished,
+			 info->unpublished == 1 ? "" : "s", cache_err->msg);
+	}
+	fprintf(stderr, "prefix-run: prompt of %zu tokens: %zu attached from the cache, %zu computed; %u new block%s published, %u already there%s\n",
+		n, info->attached, info->computed, info->published, info->published == 1 ? "" : "s",
+		info->deduplicated, stop);
+	if (info->recomputed && !info->attached)
+		fprintf(stderr, "prefix-run: the prompt is one block (%zu tokens), already cached, but its last token must be computed, so nothing is attached; prompts longer than a block attach all their full blocks\n",
+			info->recomputed);
+	else if (info->recomputed)
+		fprintf(stderr, "prefix-run: the prompt ends on a block boundary: its last block (%zu tokens) is cached but computed again, since its last token must be computed; a prompt one token longer attaches all its full blocks\n",
+			info->recomputed);
 }
 
 int cmd_warm(struct run_args *a)
@@ -214,6 +542,10 @@ int cmd_warm(struct run_args *a)
 	struct pfx_session *s = NULL;
 	struct pfx_prefill_info info;
 	struct pfx_error err = { "" }, cerr = { "" };
+	if (check_context(a, m, "warm", a->ntokens, 0)) {
+		pfx_model_free(m);
+		return 2;
+	}
 	struct pfx_cache *cache = open_cache(a, m, 0);
 	if (!cache) {
 		fprintf(stderr, "prefix-run: warm needs prefixd (above): nothing was published\n");
@@ -263,6 +595,10 @@ int cmd_logits(struct run_args *a)
 	struct pfx_session *s = NULL;
 	struct pfx_cache *cache = NULL;
 	struct pfx_error err = { "" };
+	if (check_context(a, m, "logits", n, 0)) {
+		pfx_model_free(m);
+		return 2;
+	}
 	float *logits = malloc(n * (size_t)V * sizeof(float));
 	if (a->has_split && (split < 1 || split >= n)) {
 		fprintf(stderr, "prefix-run: --split %zu must be between 1 and %zu (tokens - 1)\n",
@@ -310,6 +646,17 @@ int cmd_generate(struct run_args *a)
 	if (load_model(a, &m))
 		return 1;
 	int rc = 1, V = pfx_model_config(m)->vocab;
+	/* Up front, not after hundreds of tokens: what does not fit the
+	 * context, and a generation_config.json that cannot be read. */
+	struct eos eos = { 0 };
+	if (check_context(a, m, "generate", a->ntokens, a->max_new)) {
+		pfx_model_free(m);
+		return 2;
+	}
+	if (!ignore_eos && read_eos(a->model, V, &eos)) {
+		pfx_model_free(m);
+		return 1;
+	}
 	struct pfx_session *s = NULL;
 	struct pfx_sampler *smp = NULL;
 	struct pfx_cache *cache = open_cache(a, m, 0);
@@ -327,17 +674,27 @@ int cmd_generate(struct run_args *a)
 	double t1 = cli_now();
 	if (cache)
 		report_prefill(&info, &cerr);
-	for (long i = 0; i < a->max_new; i++) {
-		int32_t t = pfx_sample(smp, logits);
-		printf("%s%d", i ? " " : "", t);
-		if (i + 1 < a->max_new && pfx_session_decode(s, t, logits, &err))
+	long made = 0;
+	int32_t t = -1;
+	while (made < a->max_new) {
+		t = pfx_sample(smp, logits);
+		printf("%s%d", made++ ? " " : "", t);
+		if (is_eos(&eos, t) || made == a->max_new)
+			break;
+		if (pfx_session_decode(s, t, logits, &err)) {
+			printf("\n");
 			goto fail;
+		}
 	}
 	printf("\n");
+	fflush(stdout);
 	double t2 = cli_now();
+	if (is_eos(&eos, t) && made < a->max_new)
+		fprintf(stderr, "prefix-run: stopped at the end-of-sequence token %d (eos_token_id in %s) after %ld of at most %ld new tokens; give --ignore-eos to go on to --max-new\n",
+			t, eos.from, made, a->max_new);
 	fprintf(stderr, "prefix-run: time to first token %.1f ms (prompt of %zu tokens); %ld more tokens in %.1f ms (%.1f tok/s)\n",
-		(t1 - t0) * 1e3, a->ntokens, a->max_new - 1, (t2 - t1) * 1e3,
-		a->max_new > 1 ? (a->max_new - 1) / (t2 - t1) : 0.0);
+		(t1 - t0) * 1e3, a->ntokens, made - 1, (t2 - t1) * 1e3,
+		made > 1 ? (made - 1) / (t2 - t1) : 0.0);
 	rc = 0;
 	goto out;
 fail:
@@ -353,38 +710,57 @@ out:
 
 int main(int argc, char **argv)
 {
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-	    !strcmp(argv[1], "help")) {
+	if (argc == 2 && !strcmp(argv[1], "--version")) {
+		printf("prefix-run %s\n", PREFIXD_VERSION);
+		return 0;
+	}
+	/* "help COMMAND" is "COMMAND --help". */
+	int help = argc > 2 && !strcmp(argv[1], "help");
+	const char *name = argc > 1 ? argv[1 + help] : NULL;
+	if (argc < 2 || (!help && (!strcmp(name, "--help") || !strcmp(name, "-h") ||
+				   !strcmp(name, "help")))) {
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
 	int cmd = -1;
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (!strcmp(argv[1], commands[i].name))
+	char names[128] = "";
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		if (!strcmp(name, commands[i].name))
 			cmd = (int)i;
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+			 i ? ", " : "", commands[i].name);
+	}
 	if (cmd < 0) {
-		fprintf(stderr, "prefix-run: unknown command '%s' (info, logits, generate, demo, random-model)\n",
-			argv[1]);
+		fprintf(stderr, "prefix-run: unknown command '%s' (%s; prefix-run --help says more)\n",
+			name, names);
 		return 2;
+	}
+	if (help) {
+		fputs(commands[cmd].help, stdout);
+		return 0;
 	}
 	struct run_args a = { .top_p = 1.0, .prefix = 1024, .suffix = 32, .nsuffixes = 4 };
 	int seen = 0, c;
 	long v;
 	const char *tokens = NULL;
 	opterr = 0;
-	while ((c = getopt_long(argc - 1, argv + 1, "h", longopts, NULL)) != -1) {
+	/* COMMAND --help prints that command's help, whatever else the line
+	 * holds (a first pass that only looks for it). */
+	while ((c = getopt_long(argc - 1, argv + 1, "h", longopts, NULL)) != -1)
 		if (c == 'h') {
-			fputs(usage, stdout);
+			fputs(commands[cmd].help, stdout);
 			return 0;
 		}
+	optind = 0; /* getopt starts over */
+	while ((c = getopt_long(argc - 1, argv + 1, "h", longopts, NULL)) != -1) {
 		if (c == '?' || c == ':') {
-			fprintf(stderr, "prefix-run: unknown option or missing value: %s\n",
-				argv[optind]);
+			fprintf(stderr, "prefix-run: unknown option or missing value: %s (prefix-run %s --help lists its options)\n",
+				argv[optind], commands[cmd].name);
 			return 2;
 		}
 		if (!(commands[cmd].allowed & c)) {
-			fprintf(stderr, "prefix-run: --%s is not an option of '%s'\n", opt_name(c),
-				commands[cmd].name);
+			fprintf(stderr, "prefix-run: --%s is not an option of '%s' (prefix-run %s --help lists its options)\n",
+				opt_name(c), commands[cmd].name, commands[cmd].name);
 			return 2;
 		}
 		seen |= c;
@@ -419,6 +795,8 @@ int main(int argc, char **argv)
 		case O_SHAPE: a.shape = optarg; break;
 		case O_PIN: a.pin = 1; break;
 		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
+		case O_IGNORE_EOS: ignore_eos = 1; break;
+		case O_FORCE: force_out = 1; break;
 		}
 		if (bad)
 			return 2;

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* prefix-run as users call it: outputs, files and error messages. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon_util.h"
 #include "helpers.h"
 
 Test(cli, logits_uncached_and_split_match_transformers)
@@ -129,6 +133,12 @@ Test(cli, errors_are_clear)
 		{ "logits --model M --tokens 1,2 --split 2 --out /tmp/x.npy", 1, "--split 2 must be between 1 and 1" },
 		{ "logits --model M --tokens 1,2 --out /nonexistent/dir/x.npy", 1, "cannot create" },
 		{ "logits --model M --tokens @/nonexistent --out /tmp/x.npy", 2, "cannot read token file" },
+		{ "logits --model M --tokens 1,,3 --out /tmp/x.npy", 2, "token 1 (counting from 0) is empty, at character 3: two commas" },
+		{ "logits --model M --tokens ,1 --out /tmp/x.npy", 2, "token 0 (counting from 0) is empty, at character 1: a comma with no id before it" },
+		{ "logits --model M --tokens 1,2, --out /tmp/x.npy", 2, "token 2 (counting from 0) is empty, at character 5: a comma with no id after it" },
+		{ "logits --model M --tokens '1, ,2' --out /tmp/x.npy", 2, "token 1 (counting from 0) is empty" },
+		{ "info --model M/config.json", 1, "neox-tiny/config.json is not a directory (give the checkpoint's directory" },
+		{ "generate --model M --tokens 1 --max-new 2 --force", 2, "not an option of 'generate' (prefix-run generate --help lists its options)" },
 		{ "generate --model M --tokens 1 --max-new 0", 2, "--max-new takes a whole number" },
 		{ "generate --model M --tokens 1 --max-new 2 --top-k 5", 2, "need --temperature" },
 		{ "generate --model M --tokens 1 --max-new 2 --temperature 1 --top-p 2", 2, "--top-p" },
@@ -139,13 +149,379 @@ Test(cli, errors_are_clear)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char args[512];
 		const char *m = strstr(cases[i].args, " M ");
+		if (!m)
+			m = strstr(cases[i].args, " M/");
 		if (m)
-			snprintf(args, sizeof(args), "%.*s %s/neox-tiny %s", (int)(m - cases[i].args),
-				 cases[i].args, fixtures_dir(), m + 3);
+			snprintf(args, sizeof(args), "%.*s %s/neox-tiny%s%s", (int)(m - cases[i].args),
+				 cases[i].args, fixtures_dir(), m[2] == '/' ? "" : " ", m + 2 + (m[2] == ' '));
 		else
 			snprintf(args, sizeof(args), "%s", cases[i].args);
 		struct cmd_result r = run("%s", args);
 		cr_expect_eq(r.status, cases[i].status, "'%s' exited %d:\n%s", args, r.status, r.out);
 		cr_expect(strstr(r.out, cases[i].msg), "'%s' lacks '%s':\n%s", args, cases[i].msg, r.out);
 	}
+}
+
+/* ==== The model's context, checked before generating ==== */
+
+/* neox-tiny has 512 positions: a prompt of 3 leaves room for 510 new
+ * tokens (the last one is printed, never run). More is refused up front,
+ * not after printing hundreds of ids. */
+Test(cli, generate_refuses_a_max_new_past_the_context_up_front)
+{
+	struct cmd_result r = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 600",
+				  fixtures_dir());
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect(strstr(r.out, "a prompt of 3 tokens and --max-new 600 need 602 positions, more than the model's context of 512"),
+		  "%s", r.out);
+	cr_expect(strstr(r.out, "--max-new is at most 510 here"), "%s", r.out);
+	cr_expect_not(strstr(r.out, "exceed"), "no failure half-way: %s", r.out);
+	r = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 600 2>/dev/null", fixtures_dir());
+	cr_expect_str_empty(r.out, "no ids printed");
+	/* Exactly the bound fits. */
+	r = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 510 --ignore-eos 2>/dev/null",
+		fixtures_dir());
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	size_t ids = 0;
+	for (char *p = r.out; *p; ids++) {
+		while (*p == ' ' || *p == '\n')
+			p++;
+		if (!*p)
+			break;
+		strtol(p, &p, 10);
+	}
+	cr_expect_eq(ids, 510, "%s", r.out);
+	/* A prompt longer than the context. */
+	char *csv = malloc(513 * 4 + 1), *p = csv;
+	for (int i = 0; i < 513; i++)
+		p += sprintf(p, "%s%d", i ? "," : "", 1 + i % 400);
+	r = run("generate --model %s/neox-tiny --tokens %s --max-new 1", fixtures_dir(), csv);
+	free(csv);
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect(strstr(r.out, "the prompt's 513 tokens do not fit the model's context of 512 positions"),
+		  "%s", r.out);
+}
+
+/* ==== End of sequence ==== */
+
+/* The llama fixture ships eos_token_id 2, and its greedy reference (made
+ * with EOS disabled) has 2 as its 4th token. */
+Test(cli, generate_stops_after_the_eos_token_of_generation_config)
+{
+	const char *name = "llama-tiny-gqa";
+	size_t np, no;
+	int32_t *prompt = expected_i32(name, "greedy_prompt", &np);
+	int32_t *ref = expected_i32(name, "greedy_out", &no);
+	cr_assert_eq(ref[3], 2, "the fixture's greedy output holds its EOS");
+	char *csv = tokens_csv(prompt, np), want[64], all[512], *p = all;
+	snprintf(want, sizeof(want), "%d %d %d 2\n", ref[0], ref[1], ref[2]);
+	for (size_t i = 0; i < no; i++)
+		p += sprintf(p, "%s%d", i ? " " : "", ref[i]);
+	struct cmd_result r = run("generate --model %s/%s --tokens %s --max-new %zu 2>/dev/null",
+				  fixtures_dir(), name, csv, no);
+	cr_expect_eq(r.status, 0);
+	cr_expect_str_eq(r.out, want);
+	r = run("generate --model %s/%s --tokens %s --max-new %zu", fixtures_dir(), name, csv, no);
+	cr_expect(strstr(r.out, "stopped at the end-of-sequence token 2 (eos_token_id in generation_config.json) after 4 of at most 20 new tokens"),
+		  "%s", r.out);
+	cr_expect(strstr(r.out, "3 more tokens in"), "%s", r.out);
+	r = run("generate --model %s/%s --tokens %s --max-new %zu --ignore-eos 2>/dev/null",
+		fixtures_dir(), name, csv, no);
+	cr_expect_eq(r.status, 0);
+	cr_expect(!strncmp(r.out, all, strlen(all)) && r.out[strlen(all)] == '\n',
+		  "--ignore-eos goes on like transformers with EOS disabled:\n%s\n%s", r.out, all);
+	free(csv);
+	free(ref);
+	free(prompt);
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *fp = fopen(path, "w");
+	cr_assert(fp, "%s", path);
+	fputs(text, fp);
+	fclose(fp);
+}
+
+/* A copy of fixtures/neox-tiny (weights linked) with config.json's
+ * eos_token_id set to eos and no generation_config.json. */
+static void copy_neox_tiny(char *dir, int eos)
+{
+	char src[512], dst[512];
+	cr_assert(mkdtemp(dir));
+	snprintf(src, sizeof(src), "%s/neox-tiny/model.safetensors", fixtures_dir());
+	snprintf(dst, sizeof(dst), "%s/model.safetensors", dir);
+	cr_assert_eq(symlink(src, dst), 0);
+	snprintf(src, sizeof(src), "%s/neox-tiny/config.json", fixtures_dir());
+	FILE *fp = fopen(src, "r");
+	cr_assert(fp);
+	char cfg[8192];
+	size_t n = fread(cfg, 1, sizeof(cfg) - 1, fp);
+	fclose(fp);
+	cfg[n] = 0;
+	char *at = strstr(cfg, "\"eos_token_id\": 2,");
+	cr_assert(at, "%s", cfg);
+	char out[8300];
+	snprintf(out, sizeof(out), "%.*s\"eos_token_id\": %d,%s", (int)(at - cfg), cfg, eos,
+		 at + strlen("\"eos_token_id\": 2,"));
+	write_file(dir, "config.json", out);
+}
+
+static void remove_copy(const char *dir)
+{
+	const char *files[] = { "model.safetensors", "config.json", "generation_config.json" };
+	for (size_t i = 0; i < 3; i++) {
+		char path[512];
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+Test(cli, generate_reads_eos_ids_from_generation_config_then_config)
+{
+	/* The first greedy token, to make it the EOS. */
+	struct cmd_result r = run("generate --model %s/neox-tiny --tokens 5,6,7 --max-new 3 --ignore-eos 2>/dev/null",
+				  fixtures_dir());
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	int first = atoi(r.out);
+	char dir[] = "/tmp/pfx-cli-eos-XXXXXX", gen[128], want[32];
+	snprintf(want, sizeof(want), "%d\n", first);
+	copy_neox_tiny(dir, first == 7 ? 8 : 7);
+	/* A list in generation_config.json wins over config.json. */
+	snprintf(gen, sizeof(gen), "{\"eos_token_id\": [%d, %d]}\n", first == 500 ? 501 : 500, first);
+	write_file(dir, "generation_config.json", gen);
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3 2>/dev/null", dir);
+	cr_expect_eq(r.status, 0);
+	cr_expect_str_eq(r.out, want, "stops after the first token");
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3", dir);
+	cr_expect(strstr(r.out, "(eos_token_id in generation_config.json) after 1 of at most 3"), "%s", r.out);
+	/* Without eos_token_id there, config.json's. */
+	write_file(dir, "generation_config.json", "{\"bos_token_id\": 0}\n");
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3", dir);
+	cr_expect_not(strstr(r.out, "end-of-sequence"), "config.json's EOS is not the first token: %s", r.out);
+	char cfg_dir[] = "/tmp/pfx-cli-eos-XXXXXX";
+	copy_neox_tiny(cfg_dir, first);
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3 2>/dev/null", cfg_dir);
+	cr_expect_eq(r.status, 0);
+	cr_expect_str_eq(r.out, want);
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3", cfg_dir);
+	cr_expect(strstr(r.out, "(eos_token_id in config.json) after 1 of at most 3"), "%s", r.out);
+	remove_copy(cfg_dir);
+	/* A bad one is refused up front; --ignore-eos does not read it. */
+	write_file(dir, "generation_config.json", "{\"eos_token_id\": \"</s>\"}\n");
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3", dir);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "generation_config.json: eos_token_id must be a token id from 0 to 511 or a list of them, not \"<\\/s>\" (fix it, or give --ignore-eos)"),
+		  "%s", r.out);
+	write_file(dir, "generation_config.json", "{\"eos_token_id\": [1,\n");
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3", dir);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "generation_config.json: malformed JSON"), "%s", r.out);
+	r = run("generate --model %s --tokens 5,6,7 --max-new 3 --ignore-eos", dir);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	remove_copy(dir);
+}
+
+/* ==== The cache report ==== */
+
+/* One counter from prefixctl stats --json. */
+static unsigned long long counter(const struct test_daemon *d, const char *key)
+{
+	char cmd[2 * PATH_MAX + 64], want[64];
+	snprintf(cmd, sizeof(cmd), "%s --socket %s stats --json", PREFIXCTL, d->sock);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	static char out[1 << 16];
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = 0;
+	cr_assert_eq(pclose(p), 0, "prefixctl failed: %s", out);
+	snprintf(want, sizeof(want), "\"%s\":", key);
+	const char *at = strstr(out, want);
+	cr_assert(at, "no %s in %s", key, out);
+	return strtoull(at + strlen(want), NULL, 10);
+}
+
+/* The stderr line that holds needle (copied to line), and how many lines
+ * begin with "prefix-run: prompt of". */
+static int report_line(const char *out, const char *needle, char *line, size_t cap)
+{
+	int reports = 0;
+	line[0] = 0;
+	for (const char *p = out; *p;) {
+		const char *end = strchr(p, '\n');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (!strncmp(p, "prefix-run: prompt of", 21))
+			reports++;
+		char buf[4096];
+		snprintf(buf, sizeof(buf), "%.*s", (int)len, p);
+		if (strstr(buf, needle))
+			snprintf(line, cap, "%s", buf);
+		p += len + (end != NULL);
+	}
+	return reports;
+}
+
+static void count_csv(char *out, size_t cap, int n)
+{
+	size_t at = 0;
+	for (int i = 1; i <= n && at < cap; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s%d", i > 1 ? "," : "", i);
+}
+
+/* 20 blocks of 4 tokens against a budget of 16: the report is one line
+ * whose counts are the daemon's, in the run that fills the budget and in
+ * the next, which attaches what the first stored. */
+Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
+{
+	struct test_daemon d;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64K", NULL };
+	cr_assert_eq(td_start(&d, args), 0);
+	char csv[512], line[4096];
+	count_csv(csv, sizeof(csv), 81);
+	struct cmd_result r = run("generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s --max-new 1",
+				  fixtures_dir(), d.sock, csv);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect_eq(report_line(r.out, "not published", line, sizeof(line)), 1, "%s", r.out);
+	cr_expect_str_eq(line, "prefix-run: prompt of 81 tokens: 0 attached from the cache, 81 computed; 16 new blocks published, 0 already there; then publishing stopped: 4 new blocks not published (prefixd's memory budget is full of leased or pinned blocks)",
+			 "%s", r.out);
+	cr_expect_not(strstr(r.out, "computed alone"), "the cache was used: %s", r.out);
+	cr_expect_eq(counter(&d, "blocks"), 16, "the daemon stored what the line says");
+	r = run("generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s --max-new 1",
+		fixtures_dir(), d.sock, csv);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect_eq(report_line(r.out, "not published", line, sizeof(line)), 1, "%s", r.out);
+	cr_expect_str_eq(line, "prefix-run: prompt of 81 tokens: 64 attached from the cache, 17 computed; 0 new blocks published, 0 already there; then publishing stopped: 4 new blocks not published (prefixd's memory budget is full of leased or pinned blocks)",
+			 "%s", r.out);
+	cr_expect_not(strstr(r.out, "computed alone"), "%s", r.out);
+	cr_expect_eq(counter(&d, "blocks"), 16);
+	/* warm fails when the daemon did not take every block. */
+	r = run("warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s", fixtures_dir(),
+		d.sock, csv);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect_eq(report_line(r.out, "then publishing stopped", line, sizeof(line)), 1, "%s", r.out);
+	cr_expect_eq(td_stop(&d), 0);
+}
+
+/* A prompt of exactly one block leaves that block to compute: its last
+ * token's logits are the answer. The run says so rather than showing a
+ * bare "0 attached, 1 already there". */
+Test(cli, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
+{
+	struct test_daemon d;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&d, args), 0);
+#define GEN "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s --max-new 1"
+	struct cmd_result r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4");
+	cr_expect(strstr(r.out, "0 attached from the cache, 4 computed; 1 new block published, 0 already there\n"),
+		  "%s", r.out);
+	cr_expect_not(strstr(r.out, "the prompt is one block"), "not cached yet: %s", r.out);
+	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4");
+	cr_expect(strstr(r.out, "0 attached from the cache, 4 computed; 0 new blocks published, 1 already there\n"),
+		  "%s", r.out);
+	cr_expect(strstr(r.out, "prefix-run: the prompt is one block (4 tokens), already cached, but its last token must be computed, so nothing is attached; prompts longer than a block attach all their full blocks"),
+		  "%s", r.out);
+	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4,5");
+	cr_expect(strstr(r.out, "4 attached from the cache, 1 computed"), "%s", r.out);
+	cr_expect_not(strstr(r.out, "block boundary"), "%s", r.out);
+	cr_expect_not(strstr(r.out, "one block"), "%s", r.out);
+	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4,5,6,7,8");
+	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4,5,6,7,8");
+	cr_expect(strstr(r.out, "4 attached from the cache, 4 computed; 0 new blocks published, 1 already there\n"),
+		  "%s", r.out);
+	cr_expect(strstr(r.out, "the prompt ends on a block boundary: its last block (4 tokens) is cached but computed again"),
+		  "%s", r.out);
+	cr_expect_eq(td_stop(&d), 0);
+#undef GEN
+}
+
+/* ==== The command line ==== */
+
+Test(cli, tokens_from_standard_input)
+{
+	char path[] = "/tmp/pfx-cli-stdin-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "5, 6\n7\n", 7), 7);
+	close(fd);
+	struct cmd_result a = run("generate --model %s/neox-tiny --tokens @- --max-new 4 --ignore-eos < %s 2>/dev/null",
+				  fixtures_dir(), path);
+	struct cmd_result b = run("generate --model %s/neox-tiny --tokens 5,6,7 --max-new 4 --ignore-eos 2>/dev/null",
+				  fixtures_dir());
+	cr_expect_eq(a.status, 0, "%s", a.out);
+	cr_expect_eq(b.status, 0, "%s", b.out);
+	cr_expect_str_eq(a.out, b.out);
+	/* Positions in a file are lines and columns. */
+	fd = open(path, O_WRONLY | O_TRUNC);
+	cr_assert_eq(write(fd, "5, 6,\n,7\n", 9), 9);
+	close(fd);
+	a = run("generate --model %s/neox-tiny --tokens @- --max-new 4 < %s", fixtures_dir(), path);
+	cr_expect_eq(a.status, 2, "%s", a.out);
+	cr_expect(strstr(a.out, "--tokens @-: token 2 (counting from 0) is empty, at line 2, column 1: two commas with no id between them"),
+		  "%s", a.out);
+	unlink(path);
+	a = run("generate --model %s/neox-tiny --tokens @- --max-new 4 < /dev/null", fixtures_dir());
+	cr_expect_eq(a.status, 2, "%s", a.out);
+	cr_expect(strstr(a.out, "--tokens @-: no tokens given"), "%s", a.out);
+}
+
+Test(cli, a_command_with_help_prints_its_own_help)
+{
+	const char *cmds[] = { "info", "logits", "generate", "demo", "warm", "random-model" };
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char want[64];
+		snprintf(want, sizeof(want), "usage: prefix-run %s ", cmds[i]);
+		struct cmd_result r = run("%s --help", cmds[i]);
+		cr_expect_eq(r.status, 0, "%s", r.out);
+		cr_expect(!strncmp(r.out, want, strlen(want)), "%s --help:\n%s", cmds[i], r.out);
+		cr_expect_not(strstr(r.out, "commands:"), "not the global help: %s", r.out);
+		struct cmd_result h = run("help %s", cmds[i]);
+		cr_expect_str_eq(h.out, r.out, "help %s", cmds[i]);
+	}
+	struct cmd_result r = run("generate --help");
+	cr_expect(strstr(r.out, "--ignore-eos") && strstr(r.out, "--max-new N") &&
+		  strstr(r.out, "@- from standard input"), "%s", r.out);
+	/* Whatever else the line holds. */
+	r = run("generate --max-new 0 --bogus -h");
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(!strncmp(r.out, "usage: prefix-run generate ", 27), "%s", r.out);
+	r = run("random-model --help");
+	cr_expect(strstr(r.out, "--force"), "%s", r.out);
+	r = run("--help");
+	cr_expect(strstr(r.out, "commands:"), "%s", r.out);
+	r = run("help frobnicate");
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect(strstr(r.out, "unknown command 'frobnicate' (info, logits, generate, demo, random-model, warm;"),
+		  "%s", r.out);
+}
+
+Test(cli, random_model_refuses_a_directory_that_is_not_empty)
+{
+	char dir[] = "/tmp/pfx-cli-rm-XXXXXX", path[256];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/notes.txt", dir);
+	write_file(dir, "notes.txt", "mine\n");
+	struct cmd_result r = run("random-model --out %s", dir);
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect(strstr(r.out, "is not empty (1 entry, 'notes.txt'); give a new or empty directory, or --force"),
+		  "%s", r.out);
+	cr_expect_eq(access(path, F_OK), 0, "untouched");
+	char cfg[256];
+	snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
+	cr_expect_neq(access(cfg, F_OK), 0, "nothing written");
+	/* --force goes ahead: config.json is a directory here, so the write
+	 * fails at once (rather than writing a 100 MB model). */
+	cr_assert_eq(mkdir(cfg, 0755), 0);
+	r = run("random-model --out %s --force", dir);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect_not(strstr(r.out, "not empty"), "%s", r.out);
+	cr_expect(strstr(r.out, "config.json: cannot write"), "%s", r.out);
+	rmdir(cfg);
+	r = run("random-model --out %s", path);
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect(strstr(r.out, "is a file, not a directory"), "%s", r.out);
+	unlink(path);
+	rmdir(dir);
 }
