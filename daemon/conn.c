@@ -96,13 +96,17 @@ bool conn_output_pending(const struct conn *c) { return c->out != NULL; }
 
 const char *conn_expired(const struct conn *c, uint64_t now_ms)
 {
+	uint64_t idle = c->d->idle_timeout_ms;
+	if (c->served && !c->out && !c->hdr_got)
+		/* Between requests: only an idle timeout, and never while the
+		 * client holds leases (it reads their blocks). */
+		return idle && !c->nleases && now_ms - c->since_ms > idle ? "held no lease and was idle"
+									  : NULL;
 	if (now_ms - c->since_ms <= c->d->request_timeout_ms)
 		return NULL;
 	if (c->out)
 		return "did not take its reply";
-	if (c->hdr_got)
-		return "did not send the rest of its request";
-	return c->served ? NULL : "sent no request";
+	return c->hdr_got ? "did not send the rest of its request" : "sent no request";
 }
 
 /* ==== Replies ==== */
@@ -309,6 +313,7 @@ int conn_on_input(struct conn *c)
 		return rc;
 	rc = handle(c);
 	c->served = true;
+	c->since_ms = conn_now_ms(); /* idle from here */
 	c->extra_fds = false;
 	c->body = NULL;
 	pd_buf_trim(&c->body_buf);

@@ -21,6 +21,7 @@ struct daemon {
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */
 	struct admission adm;     /* connections and request memory */
 	uint64_t request_timeout_ms; /* for a frame, and for a first request */
+	uint64_t idle_timeout_ms;    /* for a served connection with no lease; 0: none */
 	_Atomic uint64_t connections, matches, errors;
 };
 

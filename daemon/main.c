@@ -33,6 +33,7 @@ static void usage(FILE *f)
 		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
 		"               [--max-connections N] [--max-user-connections N]\n"
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
+		"               [--idle-timeout SECS]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
@@ -62,6 +63,8 @@ static void usage(FILE *f)
 		"                      a request must arrive whole, and its reply be taken, within\n"
 		"                      SECS of its first byte, and a new connection must send its\n"
 		"                      first request within SECS (default: 10)\n"
+		"  --idle-timeout SECS close a connection that holds no lease after SECS without a\n"
+		"                      request (default: 0, never: libprefixd does not reconnect)\n"
 		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
 		"                      collisions happen; hits are still confirmed token by token\n"
 		"  -h, --help          this text\n"
@@ -134,6 +137,7 @@ int main(int argc, char **argv)
 		{ "max-user-connections", required_argument, NULL, 'U' },
 		{ "request-memory", required_argument, NULL, 'R' },
 		{ "request-timeout", required_argument, NULL, 'T' },
+		{ "idle-timeout", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -208,6 +212,11 @@ int main(int argc, char **argv)
 				return bad("--request-timeout: '%s' is not a number of seconds from 1 to 3600", optarg);
 			cfg.request_timeout_s = (uint32_t)v;
 			break;
+		case 'I':
+			if (parse_int(optarg, 0, 1 << 30, &v))
+				return bad("--idle-timeout: '%s' is not a number of seconds (0: never)", optarg);
+			cfg.idle_timeout_s = (uint32_t)v;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -229,6 +238,13 @@ int main(int argc, char **argv)
 	if (pin_max && (parse_size(pin_max, &cfg.pin_max) || cfg.pin_max > cfg.memory))
 		return bad("--pin-max: '%s' is not a size from 0 to --memory (%llu bytes)", pin_max,
 			   (unsigned long long)cfg.memory);
+	/* A budget the machine cannot back is no limit: memory runs out first. */
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	if (ram && cfg.memory > ram / 4 * 3)
+		fprintf(stderr, "prefixd: warning: --memory %.1f GiB is %s this machine's %.1f GiB of RAM: the system will run out of memory before the budget is full\n",
+			(double)cfg.memory / (1 << 30), cfg.memory > ram ? "more than" : "most of",
+			(double)ram / (1 << 30));
 	if (!cfg.socket_path) {
 		if (pd_default_socket(socket_buf, sizeof(socket_buf))) {
 			fprintf(stderr, "prefixd: $XDG_RUNTIME_DIR is too long for a socket path; use --socket\n");

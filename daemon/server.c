@@ -122,8 +122,7 @@ static void expire(struct worker *w)
 		next = n->next;
 		const char *why = conn_expired(n->c, now);
 		if (why) {
-			pd_log_limited(&timeouts, "closing a connection that %s within %llu s",
-				       why, (unsigned long long)w->d->request_timeout_ms / 1000);
+			pd_log_limited(&timeouts, "closing a connection that %s", why);
 			drop(w, n);
 		}
 	}
@@ -354,7 +353,8 @@ int server_run(const struct server_cfg *cfg)
 {
 	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid(),
 			    .lim = { cfg->quota, cfg->pin_max, cfg->memory },
-			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000 };
+			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000,
+			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000 };
 	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
 		pd_log("cannot set up admission");
 		return 1;

@@ -23,6 +23,7 @@ struct server_cfg {
 	uint32_t max_conns, max_user_conns;
 	uint64_t request_memory; /* bodies being read, in all */
 	uint32_t request_timeout_s;
+	uint32_t idle_timeout_s;  /* 0: none */
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

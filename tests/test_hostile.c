@@ -876,3 +876,91 @@ Test(limits, request_memory_is_bounded_and_a_request_past_it_is_refused)
 	prefixd_close(good);
 	cr_expect_eq(td_stop(&td), 0);
 }
+
+Test(limits, an_idle_timeout_closes_connections_without_leases_only)
+{
+	const char *extra[] = { "--idle-timeout", "1", NULL };
+	start_limited(extra);
+	char why[300] = "";
+	struct prefixd *holder = connect_layout(why, sizeof(why)), *idler = connect_layout(why, sizeof(why));
+	cr_assert(holder && idler, "%s", why);
+	uint32_t t[TD_BLOCK_TOKENS] = { 1, 2, 3, 4 };
+	uint32_t stored, dedup, hit;
+	cr_assert_eq(td_publish(holder, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	uint64_t lease;
+	const void *kv[1];
+	cr_assert_eq(prefixd_match(holder, t, 1, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(hit, 1);
+	usleep(2600 * 1000); /* two sweeps past the timeout */
+	cr_expect(td_block_ok(t, 0, kv[0]), "a leased block stays readable");
+	cr_expect_eq(prefixd_release(holder, lease), 0);
+	cr_expect_eq(prefixd_match(holder, t, 1, &lease, &hit, kv), 0,
+		     "a connection holding a lease is kept: %s", prefixd_errmsg());
+	cr_expect_neq(prefixd_match(idler, t, 1, &lease, &hit, kv), 0,
+		      "an idle one without leases was closed");
+	prefixd_close(holder);
+	prefixd_close(idler);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+Test(limits, a_budget_larger_than_the_machine_is_warned_about)
+{
+	const char *extra[] = { "--memory", "64T", NULL };
+	start_limited(extra);
+	FILE *f = fopen(td.log, "r");
+	char line[512];
+	int warned = 0;
+	while (f && fgets(line, sizeof(line), f))
+		warned |= strstr(line, "warning: --memory") && strstr(line, "RAM");
+	if (f)
+		fclose(f);
+	cr_expect(warned, "prefixd says the budget cannot be backed");
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+static uint64_t daemon_rss(void)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)td.pid);
+	FILE *f = fopen(path, "r");
+	unsigned long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+Test(limits, many_large_bodies_keep_the_daemon_rss_bounded)
+{
+	const char *extra[] = { "--request-memory", "8M", NULL };
+	start_limited(extra);
+	uint64_t before = daemon_rss();
+	/* 30 clients each start a 4 MiB body and send 1 MiB of it: 30 MiB
+	 * the daemon would hold; it admits two bodies (8 MiB) and refuses
+	 * the rest. */
+	enum { N = 30 };
+	int fds[N];
+	static uint8_t chunk[64 << 10];
+	memset(chunk, 0x5a, sizeof(chunk));
+	struct timeval tv = { 2, 0 };
+	for (int i = 0; i < N; i++) {
+		fds[i] = raw_connect();
+		setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		hello(fds[i]);
+		send_match_header(fds[i], 4u << 20);
+	}
+	/* A refused body's connection is closed: its sends fail at once. */
+	for (int i = 0; i < N; i++)
+		for (int k = 0; k < 16; k++)
+			if (send(fds[i], chunk, sizeof(chunk), MSG_NOSIGNAL) < 0)
+				break;
+	usleep(300000);
+	uint64_t rss = daemon_rss();
+	cr_expect_lt(rss, before + (12u << 20), "RSS grew by %.1f MiB (from %.1f MiB), not past the 8 MiB of --request-memory and some slack",
+		     (double)(rss - before) / (1 << 20), (double)before / (1 << 20));
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	cr_expect_eq(td_stop(&td), 0);
+}
