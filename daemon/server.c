@@ -134,12 +134,7 @@ static void *worker_main(void *arg)
 	struct epoll_event evs[64];
 	uint64_t swept = conn_now_ms();
 	for (bool run = true; run;) {
-		/* A sweep a second for deadlines, however busy. */
 		int n = epoll_wait(w->epfd, evs, 64, 1000);
-		if (conn_now_ms() - swept >= 1000) {
-			expire(w);
-			swept = conn_now_ms();
-		}
 		if (n < 0 && errno != EINTR) {
 			pd_log("worker: epoll_wait: %s", strerror(errno));
 			break;
@@ -149,6 +144,12 @@ static void *worker_main(void *arg)
 				run = adopt(w);
 			else
 				serve(w, evs[i].data.ptr);
+		}
+		/* A sweep a second for deadlines, however busy; after the
+		 * events, which may name connections a sweep frees. */
+		if (conn_now_ms() - swept >= 1000) {
+			expire(w);
+			swept = conn_now_ms();
 		}
 	}
 	/* Stopping: close every connection, which releases its leases. */
