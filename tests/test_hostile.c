@@ -964,3 +964,33 @@ Test(limits, many_large_bodies_keep_the_daemon_rss_bounded)
 		close(fds[i]);
 	cr_expect_eq(td_stop(&td), 0);
 }
+
+/* Connections past their deadline that are still sending: the sweep that
+ * closes them meets their events (a use-after-free once, under load). */
+Test(limits, clients_trickling_past_their_deadline_are_cut_cleanly)
+{
+	const char *extra[] = { "--request-timeout", "1", NULL };
+	start_limited(extra);
+	enum { N = 40 };
+	int fds[N];
+	for (int i = 0; i < N; i++) {
+		fds[i] = raw_connect();
+		hello(fds[i]);
+		send_match_header(fds[i], 64u << 10);
+	}
+	int open_ = N;
+	for (double t0 = now_s(); now_s() - t0 < 3.5 && open_;) {
+		open_ = 0;
+		for (int i = 0; i < N; i++)
+			open_ += send(fds[i], "", 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1;
+		usleep(5000);
+	}
+	cr_expect_eq(open_, 0, "every trickling client was cut");
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	char why[300] = "";
+	struct prefixd *good = connect_layout(why, sizeof(why));
+	cr_expect(good, "the daemon still serves: %s", why);
+	prefixd_close(good);
+	cr_expect_eq(td_stop(&td), 0, "and stops cleanly");
+}
