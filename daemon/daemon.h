@@ -25,8 +25,11 @@ struct daemon {
 	_Atomic uint64_t connections, matches, errors;
 };
 
-/* One line on stderr, prefixed with "prefixd: ". */
+/* One line on stderr with the time and its level ("info", "error"; log.c),
+ * or a syslog priority prefix when stderr is the journal. pd_err is for
+ * what stops the daemon or a worker. */
 void pd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pd_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Lines of one kind that a client can cause at will: at most one a
  * second, then how many were left out. */

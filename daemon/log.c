@@ -9,6 +9,7 @@
 #include "daemon.h"
 
 /* Syslog priorities, as sd-daemon.h's SD_WARNING and SD_INFO. */
+#define PRIO_ERR 3
 #define PRIO_WARNING 4
 #define PRIO_INFO 6
 
@@ -51,7 +52,7 @@ static void vlog(int prio, const char *fmt, va_list ap, uint64_t skipped)
 	if (gmtime_r(&t.tv_sec, &tm))
 		strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
 	fprintf(stderr, "%s.%03ldZ %s prefixd: %s%s\n", stamp, t.tv_nsec / 1000000,
-		prio == PRIO_WARNING ? "warn" : "info", line, more);
+		prio == PRIO_ERR ? "error" : prio == PRIO_WARNING ? "warn" : "info", line, more);
 }
 
 void pd_log(const char *fmt, ...)
@@ -59,6 +60,14 @@ void pd_log(const char *fmt, ...)
 	va_list ap;
 	va_start(ap, fmt);
 	vlog(PRIO_INFO, fmt, ap, 0);
+	va_end(ap);
+}
+
+void pd_err(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(PRIO_ERR, fmt, ap, 0);
 	va_end(ap);
 }
 

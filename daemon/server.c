@@ -72,7 +72,7 @@ static bool adopt(struct worker *w)
 {
 	uint64_t v;
 	if (read(w->evfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		pd_log("worker: eventfd: %s", strerror(errno));
+		pd_err("worker: eventfd: %s", strerror(errno));
 	pthread_mutex_lock(&w->lock);
 	struct node *q = w->queue;
 	bool stop = w->stop;
@@ -89,7 +89,7 @@ static bool adopt(struct worker *w)
 		n->events = EPOLLIN;
 		struct epoll_event ev = { .events = n->events, .data.ptr = n };
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, conn_fd(n->c), &ev)) {
-			pd_log("worker: epoll_ctl: %s", strerror(errno));
+			pd_err("worker: epoll_ctl: %s", strerror(errno));
 			drop(w, n);
 		}
 	}
@@ -136,7 +136,7 @@ static void *worker_main(void *arg)
 	for (bool run = true; run;) {
 		int n = epoll_wait(w->epfd, evs, 64, 1000);
 		if (n < 0 && errno != EINTR) {
-			pd_log("worker: epoll_wait: %s", strerror(errno));
+			pd_err("worker: epoll_wait: %s", strerror(errno));
 			break;
 		}
 		for (int i = 0; i < n && run; i++) {
@@ -169,7 +169,7 @@ static int worker_start(struct worker *w, struct daemon *d)
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 	if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) ||
 	    pthread_create(&w->thread, NULL, worker_main, w)) {
-		pd_log("cannot start a worker: %s", strerror(errno));
+		pd_err("cannot start a worker: %s", strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -179,7 +179,7 @@ static void worker_wake(struct worker *w)
 {
 	uint64_t one = 1;
 	if (write(w->evfd, &one, sizeof(one)) < 0)
-		pd_log("worker: eventfd: %s", strerror(errno));
+		pd_err("worker: eventfd: %s", strerror(errno));
 }
 
 static void worker_stop(struct worker *w)
@@ -239,12 +239,12 @@ static int inherited_socket(void)
 	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l2) ||
 	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l3) || !listening || domain != AF_UNIX ||
 	    type != SOCK_STREAM) {
-		pd_log("socket activation: descriptor 3 is not a listening Unix stream socket");
+		pd_err("socket activation: descriptor 3 is not a listening Unix stream socket");
 		return -2;
 	}
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) || fcntl(fd, F_SETFD, FD_CLOEXEC)) {
-		pd_log("socket activation: descriptor 3: %s", strerror(errno));
+		pd_err("socket activation: descriptor 3: %s", strerror(errno));
 		return -2;
 	}
 	if (n > 1)
@@ -260,20 +260,20 @@ static int listen_on(const struct server_cfg *cfg)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(cfg->socket_path) >= sizeof(a.sun_path)) {
-		pd_log("socket path too long (at most %zu bytes): %s", sizeof(a.sun_path) - 1,
+		pd_err("socket path too long (at most %zu bytes): %s", sizeof(a.sun_path) - 1,
 		       cfg->socket_path);
 		return -1;
 	}
 	strcpy(a.sun_path, cfg->socket_path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
-		pd_log("socket: %s", strerror(errno));
+		pd_err("socket: %s", strerror(errno));
 		return -1;
 	}
 	struct stat st;
 	if (!lstat(a.sun_path, &st)) {
 		if (!S_ISSOCK(st.st_mode)) {
-			pd_log("%s exists and is not a socket; not touching it", a.sun_path);
+			pd_err("%s exists and is not a socket; not touching it", a.sun_path);
 			goto fail;
 		}
 		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -281,7 +281,7 @@ static int listen_on(const struct server_cfg *cfg)
 		if (probe >= 0)
 			close(probe);
 		if (live) {
-			pd_log("another prefixd is serving %s", a.sun_path);
+			pd_err("another prefixd is serving %s", a.sun_path);
 			goto fail;
 		}
 		unlink(a.sun_path); /* left by a daemon that died */
@@ -291,17 +291,17 @@ static int listen_on(const struct server_cfg *cfg)
 	int rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
 	umask(old);
 	if (rc) {
-		pd_log("cannot bind %s: %s", a.sun_path, strerror(errno));
+		pd_err("cannot bind %s: %s", a.sun_path, strerror(errno));
 		goto fail;
 	}
 	if (cfg->has_group && chown(a.sun_path, (uid_t)-1, cfg->group)) {
-		pd_log("cannot give %s to group %u: %s", a.sun_path, (unsigned)cfg->group,
+		pd_err("cannot give %s to group %u: %s", a.sun_path, (unsigned)cfg->group,
 		       strerror(errno));
 		unlink(a.sun_path);
 		goto fail;
 	}
 	if (listen(fd, 128)) {
-		pd_log("listen: %s", strerror(errno));
+		pd_err("listen: %s", strerror(errno));
 		unlink(a.sun_path);
 		goto fail;
 	}
@@ -332,7 +332,7 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
-			pd_log("SO_PEERCRED: %s", strerror(errno));
+			pd_err("SO_PEERCRED: %s", strerror(errno));
 			close(fd);
 			continue;
 		}
@@ -357,12 +357,12 @@ int server_run(const struct server_cfg *cfg)
 			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000,
 			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000 };
 	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
-		pd_log("cannot set up admission");
+		pd_err("cannot set up admission");
 		return 1;
 	}
 	partitions_init(&d.parts, cfg->memory, arena_bytes(cfg->memory));
 	if (idx_new(cfg->block_tokens, cfg->key_bytes, &d.lim, &d.idx)) {
-		pd_log("out of memory");
+		pd_err("out of memory");
 		partitions_destroy(&d.parts);
 		admission_destroy(&d.adm);
 		return 1;
@@ -406,11 +406,11 @@ int server_run(const struct server_cfg *cfg)
 	struct epoll_event sev = { .events = EPOLLIN, .data.fd = sfd };
 	if (sfd < 0 || epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev) ||
 	    epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &sev)) {
-		pd_log("cannot set up the listener: %s", strerror(errno));
+		pd_err("cannot set up the listener: %s", strerror(errno));
 		goto out;
 	}
 	if (reaper_start()) {
-		pd_log("cannot start the descriptor reaper");
+		pd_err("cannot start the descriptor reaper");
 		goto out;
 	}
 	for (; nw < cfg->threads; nw++)
@@ -433,7 +433,7 @@ int server_run(const struct server_cfg *cfg)
 			paused_ms = 0;
 		}
 		if (n < 0 && errno != EINTR) {
-			pd_log("epoll_wait: %s", strerror(errno));
+			pd_err("epoll_wait: %s", strerror(errno));
 			goto out;
 		}
 		if (n <= 0)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "pfx_error.h"
 #include "prefixd_proto.h"
 
 #ifdef __cplusplus

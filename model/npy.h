@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "error.h"
+#include "pfx_error.h"
 
 /* Writes a C-order float32 array of shape (rows, cols). 0 or -errno. */
 int npy_write_f32(const char *path, const float *data, size_t rows, size_t cols,

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "pfx_error.h"
 
 #define ST_MAX_DIMS 8
 /* A header larger than this is not a checkpoint (the format's own limit). */

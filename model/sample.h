@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "error.h"
+#include "pfx_error.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "pfx_error.h"
 
 struct st_out {
 	const char *name;

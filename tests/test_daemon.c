@@ -539,6 +539,7 @@ Test(daemon, a_live_socket_or_a_file_is_never_taken_over)
 	char out[4096];
 	cr_expect_eq(sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, td.sock), 1);
 	cr_expect(strstr(out, "another prefixd is serving"), "%s", out);
+	cr_expect(strstr(out, " error prefixd: another"), "logged as an error: %s", out);
 	char file[PATH_MAX + 16];
 	snprintf(file, sizeof(file), "%s/file", td.dir);
 	FILE *f = fopen(file, "w");

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Error message formatting for the library's return codes. */
-#include "error.h"
+#include "pfx_error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
