@@ -788,25 +788,6 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-/* utime + stime of a process, in seconds (0 when it cannot be read). */
-static double proc_cpu_s(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	/* Fields after the command name, which may hold spaces: ") S ppid ...". */
-	char *p = strrchr(buf, ')');
-	unsigned long long ut = 0, st = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			 &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static double loadavg(void)
 {
 	double load = 0;
@@ -840,7 +821,7 @@ int main(int argc, char **argv)
 	static struct result r;
 	int rc = run(d.sock, &o, &r);
 	/* The daemon is not this process: what it used is not "others". */
-	double daemon_cpu = proc_cpu_s(d.pid), wall = bench_now() - cpu0.wall;
+	double daemon_cpu = bench_proc_cpu_s(d.pid), wall = bench_now() - cpu0.wall;
 	if (td_stop(&d) && !rc) {
 		fprintf(stderr, "bench/admin: prefixd did not stop cleanly\n");
 		rc = -1;

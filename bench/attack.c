@@ -194,20 +194,6 @@ static pid_t attack_start(enum attack a)
 
 /* ==== Measuring ==== */
 
-static uint64_t rss_bytes(pid_t pid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	unsigned long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return (uint64_t)kb << 10;
-}
-
 static int cmp_u32(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -240,7 +226,7 @@ static struct phase run_phase(struct good *g, enum attack a, double seconds)
 	unsigned from = atomic_load(&g->n), failed0 = atomic_load(&g->failed);
 	t0 = bench_now();
 	while (bench_now() - t0 < seconds) {
-		uint64_t r = rss_bytes(td.pid);
+		uint64_t r = td_rss(td.pid);
 		p.rss_max = r > p.rss_max ? r : p.rss_max;
 		usleep(50000);
 	}
@@ -282,7 +268,7 @@ int main(int argc, char **argv)
 		return 1;
 	struct bench_cpu cpu0;
 	bench_cpu_now(&cpu0);
-	uint64_t rss_start = rss_bytes(td.pid);
+	uint64_t rss_start = td_rss(td.pid);
 	struct phase ph[2 * NATTACKS];
 	int np = 0, met = 1;
 	unsigned failed = 0;

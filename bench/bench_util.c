@@ -139,3 +139,21 @@ void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal)
 	*others = o > 0 ? o : 0; /* /proc/stat's ticks are coarser than rusage */
 	*steal = wall > 0 ? (b.steal - a->steal) / wall : 0;
 }
+
+double bench_proc_cpu_s(int pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	/* Fields after the command name, which may hold spaces: ") S ppid ...". */
+	char *p = strrchr(buf, ')');
+	unsigned long long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			 &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}

@@ -26,5 +26,7 @@ struct bench_cpu {
 void bench_cpu_now(struct bench_cpu *c);
 /* CPUs (on average) other processes used, and steal, since a. */
 void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal);
+/* utime + stime of a process, in seconds (0 when it cannot be read). */
+double bench_proc_cpu_s(int pid);
 
 #endif

@@ -70,25 +70,6 @@
 
 /* ==== CPU time ==== */
 
-/* utime + stime of a process, in seconds. */
-static double proc_cpu_s(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	/* Fields after the command name, which may hold spaces: ") S ppid ...". */
-	char *p = strrchr(buf, ')');
-	unsigned long long ut = 0, st = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			 &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static double self_cpu_s(void)
 {
 	struct rusage ru;
@@ -661,7 +642,7 @@ typedef double figures[F_N][MAX_ROUNDS];
 static int run_phase(struct bench *b, int mode, pid_t server, double seconds, figures fig,
 		     int k, uint32_t **all)
 {
-	double s0 = proc_cpu_s(server), c0 = self_cpu_s();
+	double s0 = bench_proc_cpu_s(server), c0 = self_cpu_s();
 	atomic_store(&b->mode, mode);
 	atomic_store(&b->check, k < 0);
 	atomic_store(&b->stop, 0);
@@ -672,7 +653,7 @@ static int run_phase(struct bench *b, int mode, pid_t server, double seconds, fi
 	pthread_barrier_wait(&b->end);
 	if (atomic_load(&b->failed))
 		return -1;
-	double t1 = t0, scpu = proc_cpu_s(server) - s0, ccpu = self_cpu_s() - c0;
+	double t1 = t0, scpu = bench_proc_cpu_s(server) - s0, ccpu = self_cpu_s() - c0;
 	size_t ops = 0;
 	for (int i = 0; i < b->nclients; i++) {
 		t1 = b->cl[i].end > t1 ? b->cl[i].end : t1;

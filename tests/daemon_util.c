@@ -166,3 +166,39 @@ int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32
 	free(kv);
 	return rc;
 }
+
+int td_stats(const struct test_daemon *d, struct prefixd_stats *out)
+{
+	struct prefixd *c;
+	int rc = prefixd_connect(d->sock, NULL, &c);
+	if (rc)
+		return rc;
+	rc = prefixd_stats(c, out);
+	prefixd_close(c);
+	return rc;
+}
+
+uint64_t td_wait_leases(const struct test_daemon *d, uint64_t n)
+{
+	struct prefixd_stats s = { 0 };
+	for (int i = 0; i < 500; i++) {
+		if (!td_stats(d, &s) && s.leases == n)
+			break;
+		usleep(10000);
+	}
+	return s.leases;
+}
+
+uint64_t td_rss(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	unsigned long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}

@@ -43,6 +43,15 @@ struct prefixd_layout td_layout(uint8_t model);
 void td_fill_block(const uint32_t *tokens, uint32_t b, void *kv);
 /* Whether kv is exactly what td_fill_block makes. */
 int td_block_ok(const uint32_t *tokens, uint32_t b, const void *kv);
+/* The daemon's counters over a connection of its own: 0, or the error of
+ * libprefixd (prefixd_errmsg() says why). */
+int td_stats(const struct test_daemon *d, struct prefixd_stats *out);
+/* RELEASE is one-way: another connection sees it once the daemon has read
+ * it. Waits (up to 5 s) until n leases are held in all; the leases held
+ * when it stopped waiting. */
+uint64_t td_wait_leases(const struct test_daemon *d, uint64_t n);
+/* A process's resident memory (VmRSS), in bytes; 0 when unknown. */
+uint64_t td_rss(pid_t pid);
 /* Publishes blocks [first, first + n) of tokens with generated KV. */
 int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
 	       uint32_t n, uint32_t *stored, uint32_t *dedup);

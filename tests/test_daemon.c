@@ -42,23 +42,14 @@ static struct prefixd *client(uint8_t model)
 
 static struct prefixd_stats stats(void)
 {
-	struct prefixd *c;
 	struct prefixd_stats s;
-	cr_assert_eq(prefixd_connect(td.sock, NULL, &c), 0, "%s", prefixd_errmsg());
-	cr_assert_eq(prefixd_stats(c, &s), 0, "%s", prefixd_errmsg());
-	prefixd_close(c);
+	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
 	return s;
 }
 
-/* RELEASE is one-way: another connection sees it once the daemon has read
- * it. Waits until n leases are held in all. */
 static void wait_leases(uint64_t n)
 {
-	uint64_t now = stats().leases;
-	for (int i = 0; i < 200 && now != n; i++) {
-		usleep(10000);
-		now = stats().leases;
-	}
+	uint64_t now = td_wait_leases(&td, n);
 	cr_assert_eq(now, n, "%llu leases held, not %llu", (unsigned long long)now,
 		     (unsigned long long)n);
 }

@@ -918,25 +918,11 @@ Test(limits, a_budget_larger_than_the_machine_is_warned_about)
 	cr_expect_eq(td_stop(&td), 0);
 }
 
-static uint64_t daemon_rss(void)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)td.pid);
-	FILE *f = fopen(path, "r");
-	unsigned long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %lu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return (uint64_t)kb << 10;
-}
-
 Test(limits, many_large_bodies_keep_the_daemon_rss_bounded)
 {
 	const char *extra[] = { "--request-memory", "8M", NULL };
 	start_limited(extra);
-	uint64_t before = daemon_rss();
+	uint64_t before = td_rss(td.pid);
 	/* 30 clients each start a 4 MiB body and send 1 MiB of it: 30 MiB
 	 * the daemon would hold; it admits two bodies (8 MiB) and refuses
 	 * the rest. */
@@ -957,7 +943,7 @@ Test(limits, many_large_bodies_keep_the_daemon_rss_bounded)
 			if (send(fds[i], chunk, sizeof(chunk), MSG_NOSIGNAL) < 0)
 				break;
 	usleep(300000);
-	uint64_t rss = daemon_rss();
+	uint64_t rss = td_rss(td.pid);
 	cr_expect_lt(rss, before + (12u << 20), "RSS grew by %.1f MiB (from %.1f MiB), not past the 8 MiB of --request-memory and some slack",
 		     (double)(rss - before) / (1 << 20), (double)before / (1 << 20));
 	for (int i = 0; i < N; i++)

@@ -259,23 +259,14 @@ static void publish_as_other(int m, uint32_t base, uint32_t n, char id[ID_CHARS 
 
 static struct prefixd_stats lib_stats(void)
 {
-	struct prefixd *c;
 	struct prefixd_stats s;
-	cr_assert_eq(prefixd_connect(td.sock, NULL, &c), 0, "%s", prefixd_errmsg());
-	cr_assert_eq(prefixd_stats(c, &s), 0, "%s", prefixd_errmsg());
-	prefixd_close(c);
+	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
 	return s;
 }
 
-/* RELEASE is one-way: prefixctl's connection sees it once the daemon read
- * it. Waits until n leases are held in all. */
 static void wait_leases(uint64_t n)
 {
-	uint64_t now = lib_stats().leases;
-	for (int i = 0; i < 500 && now != n; i++) {
-		sleep_ms(10);
-		now = lib_stats().leases;
-	}
+	uint64_t now = td_wait_leases(&td, n);
 	cr_assert_eq(now, n, "%llu leases held, not %llu", (unsigned long long)now,
 		     (unsigned long long)n);
 }
