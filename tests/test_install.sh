@@ -5,7 +5,7 @@
 # used as a user would: the installed programs run with no LD_LIBRARY_PATH
 # (their rpath is relative, so a staged tree runs where it is), the README's
 # two C examples build against the installed headers and pkg-config files
-# and run against the installed daemon, and the man page and the systemd
+# and run against the installed daemon, and the man pages and the systemd
 # units are where they belong. Run by tests/test_install.c (suite install),
 # which sets:
 #   PFX_BUILD       the build directory     PFX_MESON   the meson command
@@ -278,6 +278,29 @@ if command -v groff >/dev/null; then
 		fail "groff warns about prefixd.8"
 	fi
 fi
+# The client pages, and every option of --help and of each COMMAND --help
+# (the commands listed under "commands:" in --help) in them.
+for t in prefixctl prefix-run; do
+	man=$root$PFX_MANDIR/man1/$t.1
+	[ -f "$man" ] || fail "$PFX_MANDIR/man1/$t.1 is not installed"
+	"$bin/$t" --help >"$tmp/help" || fail "$t --help exits $?"
+	cmds=$(sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' "$tmp/help")
+	[ -n "$cmds" ] || fail "$t --help lists no commands"
+	for c in $cmds; do
+		"$bin/$t" "$c" --help >>"$tmp/help" || fail "$t $c --help exits $?"
+	done
+	for opt in $(grep -o -- '--[a-z][a-z-]*' "$tmp/help" | sort -u); do
+		roff=$(printf '%s' "$opt" | sed 's/-/\\-/g')
+		grep -qF -- "$roff" "$man" || fail "$t.1 does not describe $opt"
+	done
+	if command -v groff >/dev/null; then
+		groff -man -Tutf8 -ww -z "$man" >"$tmp/groff.log" 2>&1 || true
+		if [ -s "$tmp/groff.log" ]; then
+			cat "$tmp/groff.log" >&2
+			fail "groff warns about $t.1"
+		fi
+	fi
+done
 
 # The systemd units, pointing at the installed daemon.
 units=$root$PFX_PREFIX/lib/systemd
@@ -290,4 +313,4 @@ grep -qx "ExecStart=$PFX_BINDIR/prefixd \$PREFIXD_OPTS" "$units/user/prefixd.ser
 [ -f "$units/user/prefixd.socket" ] || fail "no user prefixd.socket"
 [ -f "$root$PFX_PREFIX/lib/sysusers.d/prefixd.conf" ] || fail "no sysusers.d/prefixd.conf"
 
-say "ok: installed under $PFX_PREFIX (staged), programs, libraries, examples, man page, units"
+say "ok: installed under $PFX_PREFIX (staged), programs, libraries, examples, man pages, units"
