@@ -58,8 +58,8 @@ struct prefixd_stats {
 #undef PREFIXD_FIELD_
 };
 
-/* Connects to the daemon's socket (NULL: $XDG_RUNTIME_DIR/prefixd.sock, else
- * /run/prefixd.sock) and, with a layout, introduces this client. A
+/* Connects to the daemon's socket (NULL: $PREFIXD_SOCKET, else
+ * $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock) and, with a layout, introduces this client. A
  * connection without a layout can only ask for statistics. */
 int prefixd_connect(const char *socket_path, const struct prefixd_layout *layout,
 		    struct prefixd **out);

@@ -68,7 +68,8 @@ static const char usage[] =
 	"\n"
 	"sharing prompt prefixes through prefixd (generate, logits):\n"
 	"  --socket PATH     the daemon's socket. generate uses the default socket\n"
-	"                    ($XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock) when a\n"
+	"                    ($PREFIXD_SOCKET, else $XDG_RUNTIME_DIR/prefixd.sock, else\n"
+	"                    /run/prefixd.sock) when a\n"
 	"                    daemon is running there; logits only with --socket, and then\n"
 	"                    writes the rows of the positions it computed (stderr says which)\n"
 	"  --salt TEXT       share only with processes that give the same salt\n"
@@ -123,8 +124,9 @@ static const char help_generate[] =
 	"  --top-p P          sample among the likeliest tokens whose probabilities add\n"
 	"                     up to P (1: all)\n"
 	"  --seed S           the sampler's seed: the same seed gives the same tokens\n"
-	"  --socket PATH      prefixd's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
-	"                     else /run/prefixd.sock, when a daemon runs there)\n"
+	"  --socket PATH      prefixd's socket (default: $PREFIXD_SOCKET, else\n"
+	"                     $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock, when a\n"
+	"                     daemon runs there)\n"
 	"  --salt TEXT        share only with processes that give the same salt\n"
 	"  --no-cache         compute everything here, without prefixd\n"
 	COMMON_HELP IDS_HELP;
@@ -156,8 +158,8 @@ static const char help_warm[] =
 	"  --pin              keep the prefix from eviction (the daemon's own user and\n"
 	"                     root only)\n"
 	"  --ttl SECS         with --pin: for SECS seconds\n"
-	"  --socket PATH      prefixd's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
-	"                     else /run/prefixd.sock)\n"
+	"  --socket PATH      prefixd's socket (default: $PREFIXD_SOCKET, else\n"
+	"                     $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
 	"  --salt TEXT        share only with processes that give the same salt\n"
 	COMMON_HELP IDS_HELP;
 

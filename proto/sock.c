@@ -140,7 +140,8 @@ fail:
 
 int pd_default_socket(char *buf, size_t cap)
 {
-	const char *dir = getenv("XDG_RUNTIME_DIR");
-	int n = snprintf(buf, cap, "%s/prefixd.sock", dir && *dir ? dir : "/run");
+	const char *env = getenv("PREFIXD_SOCKET"), *dir = getenv("XDG_RUNTIME_DIR");
+	int n = env && *env ? snprintf(buf, cap, "%s", env)
+			    : snprintf(buf, cap, "%s/prefixd.sock", dir && *dir ? dir : "/run");
 	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }

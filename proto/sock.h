@@ -35,8 +35,9 @@ ssize_t pd_send_some(int sock, const struct iovec *iov, int iovcnt, const int *f
  * are closed. */
 ssize_t pd_recv_some(int sock, void *buf, size_t n, int *fds, int *nfds);
 
-/* The daemon's default socket: $XDG_RUNTIME_DIR/prefixd.sock, else
- * /run/prefixd.sock. Returns 0, or -ENAMETOOLONG. */
+/* The daemon's default socket: $PREFIXD_SOCKET (a system daemon's, say),
+ * else $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock. Returns 0,
+ * or -ENAMETOOLONG. */
 int pd_default_socket(char *buf, size_t cap);
 
 #endif

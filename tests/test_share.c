@@ -198,6 +198,25 @@ Test(share, generate_finds_a_daemon_at_the_default_socket)
 	unsetenv("XDG_RUNTIME_DIR");
 }
 
+Test(share, prefixd_socket_names_the_default_socket_before_the_runtime_dir)
+{
+	struct test_daemon d2;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start_named(&d2, "system.sock", args), 0);
+	setenv("XDG_RUNTIME_DIR", "/nonexistent", 1);
+	setenv("PREFIXD_SOCKET", d2.sock, 1);
+	struct cmd_result r = run("generate --model %s/" MODEL " --block-tokens 4 --tokens %s --max-new 1",
+				  fixtures_dir(), csv_head);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "0 attached") && !strstr(r.out, "no prefixd"), "found it: %s", r.out);
+	char cmd[PATH_MAX + 64];
+	snprintf(cmd, sizeof(cmd), "%s stats --json >/dev/null", PREFIXCTL);
+	cr_expect_eq(system(cmd), 0, "prefixctl found it too");
+	unsetenv("PREFIXD_SOCKET");
+	unsetenv("XDG_RUNTIME_DIR");
+	cr_expect_eq(td_stop(&d2), 0);
+}
+
 /* A prompt of 1 .. n, comma-separated. */
 static void count_csv(char *out, size_t cap, int n)
 {

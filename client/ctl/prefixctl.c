@@ -137,8 +137,8 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-7s %s\n", commands[i].name, commands[i].summary);
 	fputs("\n"
-	      "  --socket PATH   the daemon's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
-	      "                  else /run/prefixd.sock)\n"
+	      "  --socket PATH   the daemon's socket (default: $PREFIXD_SOCKET, else\n"
+	      "                  $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
 	      "  -h, --help      this text; 'prefixctl COMMAND --help' describes a command\n"
 	      "  --version       the version\n"
 	      "\n"
@@ -150,8 +150,8 @@ static void usage(FILE *f)
 static void command_help(const struct ctl_command *c)
 {
 	printf("usage: prefixctl [--socket PATH] %s\n\n%s\n"
-	       "  --socket PATH   the daemon's socket (default: $XDG_RUNTIME_DIR/prefixd.sock,\n"
-	       "                  else /run/prefixd.sock)\n"
+	       "  --socket PATH   the daemon's socket (default: $PREFIXD_SOCKET, else\n"
+	       "                  $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
 	       "  -h, --help      this text\n",
 	       c->synopsis, c->help);
 }
