@@ -3,7 +3,7 @@
 # skipping the download when every package is already there.
 set -e
 PKGS="build-essential meson ninja-build pkg-config python3 libopenblas-dev \
-libcriterion-dev liburing-dev libjson-c-dev libsodium-dev"
+libcriterion-dev liburing-dev libjson-c-dev libsodium-dev libxxhash-dev"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

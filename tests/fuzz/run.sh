@@ -5,7 +5,7 @@
 # for FUZZ_SECONDS (default 30; 0 skips). Without clang it says so and exits
 # 0: clang is not a dependency of prefixd (scripts/deps.sh).
 #
-#   tests/fuzz/run.sh [HARNESS...]      wire, safetensors, config (default: all)
+#   tests/fuzz/run.sh [HARNESS...]      wire, safetensors, config, record (default: all)
 #
 # New inputs go to build-fuzz/fuzz/corpus-NAME (the seeds in
 # tests/fuzz/corpus/NAME are only read); a crash is saved as
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-30}
 dir=${FUZZ_BUILD:-build-fuzz}
 [ "$seconds" -gt 0 ] 2>/dev/null || { echo "fuzz: FUZZ_SECONDS=$seconds, skipped"; exit 0; }
-names=${*:-wire safetensors config}
+names=${*:-wire safetensors config record}
 cc=${FUZZ_CC:-clang}
 command -v "$cc" >/dev/null 2>&1 || { echo "fuzz: no $cc, skipped"; exit 0; }
 
