@@ -256,6 +256,8 @@ static void list_insert(struct list *L, struct entry *e, int w)
 	struct entry *after = NULL; /* e goes just after this one (NULL: first) */
 	if (!L->newest || L->newest->use <= e->use) {
 		after = L->newest;
+	} else if (e->use <= L->oldest->use) {
+		after = NULL; /* older than all: the head (the distance below would wrap) */
 	} else if (e->use - L->oldest->use < L->newest->use - e->use) {
 		for (struct entry *o = L->oldest; o && o->use <= e->use; o = o->l[w].newer)
 			after = o;

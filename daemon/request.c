@@ -40,9 +40,13 @@ int req_hello(struct conn *c)
 	if (m.block_bytes % ((uint64_t)m.block_tokens * 4))
 		return conn_fail(c, PD_E_LAYOUT, "a block of %llu bytes is not a whole number of f32 values per token",
 			    (unsigned long long)m.block_bytes);
-	if (m.block_bytes > d->lim.quota && d->lim.quota < d->lim.budget)
-		return conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than a user's quota (%llu bytes)",
-				 (unsigned long long)m.block_bytes, (unsigned long long)d->lim.quota);
+	/* A block holds whole pages of the quota, as the store charges it. */
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t slot = (m.block_bytes + page - 1) / page * page;
+	if (slot > d->lim.quota && d->lim.quota < d->lim.budget)
+		return conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes, %llu in whole pages) is larger than a user's quota (%llu bytes)",
+				 (unsigned long long)m.block_bytes, (unsigned long long)slot,
+				 (unsigned long long)d->lim.quota);
 	struct partition *p;
 	if ((rc = partitions_get(&d->parts, c->cred.uid, m.block_bytes, &p)))
 		return rc == -ENOSPC ? conn_fail(c, PD_E_NOSPACE, "one block (%llu bytes) is larger than the memory budget (%llu bytes)",
@@ -338,10 +342,11 @@ int req_publish(struct conn *c)
 		      : rc == -EDQUOT ? PD_STOP_QUOTA : PD_STOP_MAX + 1;
 	if (stop > PD_STOP_MAX)
 		return conn_fail(c, PD_E_INTERNAL, "%s", strerror(-rc));
+	static struct pd_log_limit cut;
 	if (stop == PD_STOP_BUDGET || stop == PD_STOP_QUOTA)
-		pd_log("pid %d uid %u: PUBLISH: %u of %u blocks stored: the %s is full of leased or pinned blocks",
-		       (int)c->cred.pid, (unsigned)c->cred.uid, stored + dedup, m.count,
-		       stop == PD_STOP_BUDGET ? "memory budget" : "user's quota");
+		pd_log_limited(&cut, "pid %d uid %u: PUBLISH: %u of %u blocks stored: the %s is full of leased or pinned blocks",
+			       (int)c->cred.pid, (unsigned)c->cred.uid, stored + dedup, m.count,
+			       stop == PD_STOP_BUDGET ? "memory budget" : "user's quota");
 	/* A collision stops a publish too: the client has lost nothing. */
 	struct pd_publish_reply r = { stored, dedup, stop };
 	uint8_t *b = conn_reply(c, PD_OK, PD_PUBLISH_REPLY_SIZE);

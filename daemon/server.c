@@ -421,11 +421,16 @@ int server_run(const struct server_cfg *cfg)
 	       (double)cfg->quota / (1 << 20), (double)cfg->pin_max / (1 << 20), cfg->threads);
 	unsigned next = 0;
 	int backoff_ms = 10, paused_ms = 0;
+	uint64_t ticked = conn_now_ms();
 	for (;;) {
 		struct epoll_event e;
-		/* A tick a second ends the pins whose TTL ran out. */
 		int n = epoll_wait(epfd, &e, 1, paused_ms ? paused_ms : 1000);
-		idx_expire(d.idx);
+		/* A tick a second ends the pins whose TTL ran out (not every
+		 * accept: it takes the index lock and walks the pins). */
+		if (conn_now_ms() - ticked >= 1000) {
+			idx_expire(d.idx);
+			ticked = conn_now_ms();
+		}
 		if (paused_ms) {
 			/* Listening again after an accept error's backoff. */
 			ev.events = EPOLLIN;

@@ -109,8 +109,9 @@ int store_alloc(void *store, struct idx_loc *loc)
 								    &s->arenas[s->narenas])
 						 : -ENOSPC;
 		if (rc) {
+			/* Not the budget: evicting others would not help. */
 			atomic_fetch_sub(&s->budget->charged, s->slot_bytes);
-			return rc == -ENOMEM ? -ENOSPC : rc;
+			return rc;
 		}
 		last = s->narenas++;
 		shm_arena_slot_new(s->arenas[last], &loc->offset);

@@ -980,3 +980,17 @@ Test(limits, clients_trickling_past_their_deadline_are_cut_cleanly)
 	prefixd_close(good);
 	cr_expect_eq(td_stop(&td), 0, "and stops cleanly");
 }
+
+Test(limits, a_block_larger_than_the_quota_in_whole_pages_is_refused_at_hello)
+{
+	/* 8208 bytes fit a 10 KiB quota, the three pages they hold do not. */
+	const char *extra[] = { "--quota", "10K", NULL };
+	start_limited(extra);
+	struct prefixd_layout l = td_layout(1);
+	l.block_bytes = TD_BLOCK_BYTES + 16;
+	struct prefixd *c = NULL;
+	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -ENOSPC, "refused at HELLO, not at every publish");
+	cr_expect(strstr(prefixd_errmsg(), "whole pages"), "%s", prefixd_errmsg());
+	prefixd_close(c);
+	cr_expect_eq(td_stop(&td), 0);
+}
