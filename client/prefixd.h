@@ -18,11 +18,13 @@
  *   -EPROTONOSUPPORT                  no protocol version in common
  *   -EINVAL                           a layout the daemon does not store
  *   -ENOSPC                           the daemon's memory is full of leased or pinned blocks
+ *                                     (publish), or one block is larger than it (connect)
  *   -EDQUOT                           this user's quota is full of their leased or pinned blocks
  *   -ENOENT (release, publish)        a lease this connection does not hold
  *   -EACCES                           an admin call from another user
  *   -ENOENT (admin)                   no such chain (or pin)
- *   -E2BIG                            more blocks than one call takes
+ *   -E2BIG                            over a daemon limit: blocks per call, connections,
+ *                                     leases, block sizes of one user, --pin-max
  *   -EBADMSG, -EPROTO                 the daemon and the client disagree on the protocol
  *   -EIO                              the daemon failed
  *   other                             the system call's errno
@@ -59,8 +61,9 @@ struct prefixd_stats {
 };
 
 /* Connects to the daemon's socket (NULL: $PREFIXD_SOCKET, else
- * $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock) and, with a layout, introduces this client. A
- * connection without a layout can only ask for statistics. */
+ * $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock) and, with a
+ * layout, introduces this client. A connection without a layout can only
+ * make the admin calls (stats, list, evict, pin, unpin). */
 int prefixd_connect(const char *socket_path, const struct prefixd_layout *layout,
 		    struct prefixd **out);
 /* Closes the connection: the daemon releases every lease it held, and the
@@ -80,8 +83,8 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
 /*
  * A prompt and the hashes that name its full blocks, computed as tokens are
  * appended. Hashing is the one part of a match that grows with the prompt
- * (~6 ns a token): a prompt built while it is read or tokenized is then
- * matched for the cost of the round trip. prefixd_match() keeps one such
+ * (~6 ns a token on a 2-vCPU AMD EPYC): a prompt built while it is read or
+ * tokenized is then matched for the cost of the round trip. prefixd_match() keeps one such
  * prompt per connection (the last one it saw) and rehashes only the blocks
  * that differ from it. A prompt has one owner: calls on one prompt must not
  * run concurrently.

@@ -41,8 +41,8 @@ int admission_enter(struct admission *a, uid_t uid, int *tell);
 void admission_leave(struct admission *a, uid_t uid);
 void admission_told(struct admission *a);
 
-/* Memory for a body of n bytes: 0, or -ENOMEM when the bodies being read
- * hold the limit already. admission_body_give when done with it. */
+/* Memory for a body of n bytes: 0, or -ENOMEM when n more would pass the
+ * limit. admission_body_give when done with it. */
 int admission_body_take(struct admission *a, uint64_t n);
 void admission_body_give(struct admission *a, uint64_t n);
 

@@ -133,9 +133,11 @@ static int vfail(struct conn *c, int status, bool log, const char *fmt, va_list 
 	char msg[PD_MAX_MESSAGE + 1];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	atomic_fetch_add(&c->d->errors, 1);
+	/* A client can repeat a bad request at will: at most a line a second. */
+	static struct pd_log_limit refused;
 	if (log)
-		pd_log("pid %d uid %u: %s: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid,
-		       op_names[c->h.op], pd_status_str(status), msg);
+		pd_log_limited(&refused, "pid %d uid %u: %s: %s: %s", (int)c->cred.pid,
+			       (unsigned)c->cred.uid, op_names[c->h.op], pd_status_str(status), msg);
 	size_t n = 4 + strlen(msg);
 	uint8_t *b = conn_reply(c, status, n);
 	if (!b)
@@ -276,9 +278,10 @@ int conn_on_input(struct conn *c)
 		bool oneway = c->h.flags & PD_FLAG_NOREPLY;
 		if (rc || (c->h.flags & PD_FLAG_REPLY) || c->h.status ||
 		    (oneway && c->h.op != PD_OP_RELEASE)) {
+			static struct pd_log_limit malformed;
 			atomic_fetch_add(&c->d->errors, 1);
-			pd_log("pid %d uid %u: malformed frame header; closing the connection",
-			       (int)c->cred.pid, (unsigned)c->cred.uid);
+			pd_log_limited(&malformed, "pid %d uid %u: malformed frame header; closing the connection",
+				       (int)c->cred.pid, (unsigned)c->cred.uid);
 			return -1;
 		}
 		c->body_got = 0;

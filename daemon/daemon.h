@@ -25,7 +25,7 @@ struct daemon {
 	_Atomic uint64_t connections, matches, errors;
 };
 
-/* One line on stderr with the time and its level ("info", "error"; log.c),
+/* One line on stderr with the time and its level ("info", "warn", "error"; log.c),
  * or a syslog priority prefix when stderr is the journal. pd_err is for
  * what stops the daemon or a worker. */
 void pd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -115,7 +115,7 @@ int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n);
 /* ==== Admin ==== */
 
 /*
- * Up to req->max_rows chains ending at a leaf, from req->cursor on; *next
+ * Up to req->max_rows chains ending at a leaf or at a pin, from req->cursor on; *next
  * is where the next page starts, 0 when there is none. Each call holds the
  * lock for a bounded number of entries, so listing never stalls MATCHes
  * for long; a listing is not a snapshot (blocks may come and go between

@@ -641,7 +641,7 @@ const char *pd_status_str(int status)
 {
 	static const char *const names[] = {
 		"ok", "malformed message", "no common protocol version", "not allowed now",
-		"over a limit", "memory budget full", "not found", "unsupported KV layout",
+		"over a limit", "block larger than the memory budget or quota", "not found", "unsupported KV layout",
 		"internal error", "permission denied",
 	};
 	return status >= 0 && status <= PD_STATUS_MAX ? names[status] : "unknown status";

@@ -55,8 +55,8 @@ enum pd_status {
 	PD_E_VERSION = 2,      /* no protocol version in common */
 	PD_E_STATE = 3,        /* e.g. MATCH before HELLO */
 	PD_E_LIMIT = 4,        /* a count or size past the limits above, or --pin-max */
-	PD_E_NOSPACE = 5,      /* the memory budget is full of leased blocks */
-	PD_E_NOTFOUND = 6,     /* unknown lease */
+	PD_E_NOSPACE = 5,      /* HELLO: one block is larger than the budget or the quota */
+	PD_E_NOTFOUND = 6,     /* unknown lease, or no such chain or pin (admin) */
 	PD_E_LAYOUT = 7,       /* KV layout the daemon cannot store */
 	PD_E_INTERNAL = 8,
 	PD_E_DENIED = 9,       /* an admin request from another user */
@@ -202,7 +202,7 @@ enum pd_list_flag {
 	PD_LIST_MODEL = 1u << 1,
 };
 
-/* LIST: chains ending at a leaf, a page at a time. */
+/* LIST: chains ending at a leaf or at a pin, a page at a time. */
 struct pd_list {
 	uint64_t cursor;         /* 0 to start; then the reply's next */
 	uint32_t max_rows;       /* 1 .. PD_MAX_ROWS */
