@@ -261,7 +261,7 @@ int main(int argc, char **argv)
 	}
 	const char *args[] = { "--block-tokens", "4", "--memory", "256M", "--threads", "2",
 			       "--group", "65534", NULL };
-	if (td_start(&td, args) || chmod(td.dir, 0711))
+	if (td_start(&td, args) || td_share_dir(&td))
 		return 1;
 	struct good g = { .us = malloc(MAX_SAMPLES * sizeof(uint32_t)) };
 	if (!g.us || pthread_create(&g.thread, NULL, good_main, &g))

@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -201,4 +203,49 @@ uint64_t td_rss(pid_t pid)
 	if (f)
 		fclose(f);
 	return (uint64_t)kb << 10;
+}
+
+/* Appends a NULL-terminated list to args[*n ..]; -1 past 32 in all. */
+static int append_args(const char **args, int *n, const char *const *list)
+{
+	for (int i = 0; list && list[i]; i++) {
+		if (*n == 32)
+			return -1;
+		args[(*n)++] = list[i];
+	}
+	return 0;
+}
+
+int td_start_args(struct test_daemon *d, const char *const *base, const char *const *extra)
+{
+	const char *args[33];
+	int n = 0;
+	if (append_args(args, &n, base) || append_args(args, &n, extra)) {
+		fprintf(stderr, "td_start_args: more than 32 arguments\n");
+		return -1;
+	}
+	args[n] = NULL;
+	return td_start(d, args);
+}
+
+int td_share_dir(const struct test_daemon *d)
+{
+	return chmod(d->dir, 0711) ? -errno : 0;
+}
+
+int td_sh(char *out, size_t cap, const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	size_t n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

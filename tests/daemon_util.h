@@ -25,6 +25,15 @@ struct test_daemon {
 /* Starts PREFIXD_EXE --socket DIR/sock plus args (NULL-terminated) and
  * waits until it accepts connections. 0, or -1 with the reason on stderr. */
 int td_start(struct test_daemon *d, const char *const *args);
+/* td_start with base's arguments, then extra's (NULL-terminated lists,
+ * either may be NULL; 32 arguments in all at most). */
+int td_start_args(struct test_daemon *d, const char *const *base, const char *const *extra);
+/* Lets other users reach the socket of a daemon started with --group: its
+ * directory becomes 0711. 0 or -errno. */
+int td_share_dir(const struct test_daemon *d);
+/* Runs a shell command: its stdout and stderr in out, its exit status
+ * (128 + signal when killed, -1 when it could not run). */
+int td_sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The same with the socket named DIR/name. */
 int td_start_named(struct test_daemon *d, const char *name, const char *const *args);
 /* SIGTERM, then the exit status (128 + signal when killed). Prints the

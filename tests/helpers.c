@@ -145,3 +145,10 @@ float *read_npy(const char *path, size_t rows, size_t cols)
 	return d;
 }
 
+
+void count_csv(char *out, size_t cap, int n)
+{
+	size_t at = 0;
+	for (int i = 1; i <= n && at < cap; i++)
+		at += (size_t)snprintf(out + at, cap - at, "%s%d", i > 1 ? "," : "", i);
+}

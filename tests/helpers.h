@@ -37,6 +37,8 @@ struct cmd_result {
 /* Runs PREFIX_RUN with args (shell words); stdout and stderr captured
  * unless args redirect 2> themselves. */
 struct cmd_result run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "1,2,...,n" into out. */
+void count_csv(char *out, size_t cap, int n);
 /* "1,2,3" for tokens (malloc'd). */
 char *tokens_csv(const int32_t *t, size_t n);
 /* Reads a (rows, cols) float32 .npy written by prefix-run (malloc'd). */

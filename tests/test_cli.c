@@ -364,13 +364,6 @@ static int report_line(const char *out, const char *needle, char *line, size_t c
 	return reports;
 }
 
-static void count_csv(char *out, size_t cap, int n)
-{
-	size_t at = 0;
-	for (int i = 1; i <= n && at < cap; i++)
-		at += (size_t)snprintf(out + at, cap - at, "%s%d", i > 1 ? "," : "", i);
-}
-
 /* 20 blocks of 4 tokens against a budget of 16: the report is one line
  * whose counts are the daemon's, in the run that fills the budget and in
  * the next, which attaches what the first stored. */

@@ -247,7 +247,7 @@ Test(daemon, another_user_never_sees_or_replaces_your_prefixes)
 	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root (the README's test command does)");
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--group", "65534", NULL };
 	start(args);
-	chmod(td.dir, 0711); /* let the other user reach the socket */
+	td_share_dir(&td); /* let the other user reach the socket */
 	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup, hit;
 	prompt(t, 2, 500);
 	struct prefixd *a = client(1);
@@ -479,23 +479,6 @@ Test(daemon, many_clients_at_once_keep_every_invariant)
 	cr_expect_eq(case_daemon_many_clients(why, sizeof(why)), 0, "%s", why);
 }
 
-/* Runs a shell command; its exit status and output (stdout + stderr). */
-static int sh(char *out, size_t cap, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t n = fread(out, 1, cap - 1, p);
-	out[n] = 0;
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 Test(daemon, bad_command_lines_say_what_is_wrong)
 {
 	char out[4096];
@@ -512,15 +495,15 @@ Test(daemon, bad_command_lines_say_what_is_wrong)
 		{ "extra", "unexpected argument" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		cr_expect_eq(sh(out, sizeof(out), "%s --socket /nonexistent/x %s", PREFIXD_EXE, cases[i].args), 2,
+		cr_expect_eq(td_sh(out, sizeof(out), "%s --socket /nonexistent/x %s", PREFIXD_EXE, cases[i].args), 2,
 			     "%s", cases[i].args);
 		cr_expect(strstr(out, cases[i].says), "%s: %s", cases[i].args, out);
 	}
-	cr_expect_eq(sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
 	cr_expect(strstr(out, "--memory SIZE"), "%s", out);
-	cr_expect_eq(sh(out, sizeof(out), "%s --socket /nonexistent/dir/x stats", PREFIXCTL), 1);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket /nonexistent/dir/x stats", PREFIXCTL), 1);
 	cr_expect(strstr(out, "cannot connect"), "%s", out);
-	cr_expect_eq(sh(out, sizeof(out), "%s frobnicate", PREFIXCTL), 2);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s frobnicate", PREFIXCTL), 2);
 	cr_expect(strstr(out, "unknown command"), "%s", out);
 }
 
@@ -528,7 +511,7 @@ Test(daemon, a_live_socket_or_a_file_is_never_taken_over)
 {
 	start(NULL);
 	char out[4096];
-	cr_expect_eq(sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, td.sock), 1);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, td.sock), 1);
 	cr_expect(strstr(out, "another prefixd is serving"), "%s", out);
 	cr_expect(strstr(out, " error prefixd: another"), "logged as an error: %s", out);
 	char file[PATH_MAX + 16];
@@ -537,7 +520,7 @@ Test(daemon, a_live_socket_or_a_file_is_never_taken_over)
 	cr_assert(f);
 	fputs("precious", f);
 	fclose(f);
-	cr_expect_eq(sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, file), 1);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket %s", PREFIXD_EXE, file), 1);
 	cr_expect(strstr(out, "not a socket"), "%s", out);
 	struct stat st;
 	cr_expect_eq(stat(file, &st), 0, "the file is still there");

@@ -660,12 +660,8 @@ Test(hostile, admin_requests_from_another_user_are_denied)
 /* These start their own daemon (with the limits under test). */
 static void start_limited(const char *const *extra)
 {
-	const char *args[16] = { "--block-tokens", "4", "--memory", "16M" };
-	int n = 4;
-	for (int i = 0; extra[i]; i++)
-		args[n++] = extra[i];
-	args[n] = NULL;
-	cr_assert_eq(td_start(&td, args), 0);
+	static const char *const base[] = { "--block-tokens", "4", "--memory", "16M", NULL };
+	cr_assert_eq(td_start_args(&td, base, extra), 0);
 }
 
 static struct prefixd *connect_layout(char *why, size_t cap)
@@ -779,7 +775,7 @@ Test(limits, connections_past_the_limits_are_told_why_at_once)
 	const char *extra[] = { "--max-connections", "6", "--max-user-connections", "3",
 				"--group", "65534", NULL };
 	start_limited(extra);
-	cr_assert_eq(chmod(td.dir, 0711), 0, "let another user reach the socket");
+	cr_assert_eq(td_share_dir(&td), 0, "let another user reach the socket");
 	char why[300] = "";
 	struct prefixd *mine[3];
 	for (int i = 0; i < 3; i++)

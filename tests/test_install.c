@@ -25,24 +25,6 @@
 #include "daemon_util.h"
 #include "prefixd_version.h"
 
-/* Runs a shell command; its stdout and stderr in out, its exit status
- * (128 + signal when killed). */
-__attribute__((format(printf, 3, 4))) static int sh(char *out, size_t cap, const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	strncat(cmd, " 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t n = fread(out, 1, cap - 1, p);
-	out[n] = 0;
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* ==== --version ==== */
 
 Test(version, every_program_prints_its_name_and_the_version_and_exits_0)
@@ -52,13 +34,13 @@ Test(version, every_program_prints_its_name_and_the_version_and_exits_0)
 	} progs[] = { { "prefixd", PREFIXD_EXE }, { "prefixctl", PREFIXCTL }, { "prefix-run", PREFIX_RUN } };
 	char out[4096], want[128];
 	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
-		cr_expect_eq(sh(out, sizeof(out), "%s --version", progs[i].exe), 0, "%s", progs[i].name);
+		cr_expect_eq(td_sh(out, sizeof(out), "%s --version", progs[i].exe), 0, "%s", progs[i].name);
 		snprintf(want, sizeof(want), "%s %s\n", progs[i].name, PREFIXD_VERSION);
 		cr_expect_str_eq(out, want);
 	}
-	cr_expect_eq(sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
 	cr_expect(strstr(out, "--version"), "prefixd --help lists --version: %s", out);
-	cr_expect_eq(sh(out, sizeof(out), "%s --help", PREFIXCTL), 0);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --help", PREFIXCTL), 0);
 	cr_expect(strstr(out, "--version"), "prefixctl --help lists --version: %s", out);
 }
 
@@ -369,6 +351,6 @@ Test(log, a_journal_stream_inherited_by_a_redirected_daemon_is_not_the_journal)
 Test(install, the_installed_tree_works_from_its_prefix, .timeout = 240)
 {
 	static char out[1 << 16];
-	int rc = sh(out, sizeof(out), "sh %s", INSTALL_SCRIPT);
+	int rc = td_sh(out, sizeof(out), "sh %s", INSTALL_SCRIPT);
 	cr_expect_eq(rc, 0, "tests/test_install.sh exits %d:\n%s", rc, out);
 }

@@ -152,15 +152,9 @@ static struct prefixd *conns[4]; /* root's, one per model */
 static void start(const char *const *extra)
 {
 	cr_assert_eq(geteuid(), 0, "these tests change uid: run them as root");
-	const char *args[24] = { "--block-tokens", "4", "--group", "65534" };
-	int n = 4;
-	for (int i = 0; extra && extra[i]; i++) {
-		cr_assert_lt(n, 23);
-		args[n++] = extra[i];
-	}
-	args[n] = NULL;
-	cr_assert_eq(td_start(&td, args), 0);
-	cr_assert_eq(chmod(td.dir, 0711), 0, "let other users reach the socket");
+	static const char *const base[] = { "--block-tokens", "4", "--group", "65534", NULL };
+	cr_assert_eq(td_start_args(&td, base, extra), 0);
+	cr_assert_eq(td_share_dir(&td), 0, "let other users reach the socket");
 }
 
 static void stop(void)

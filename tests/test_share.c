@@ -217,14 +217,6 @@ Test(share, prefixd_socket_names_the_default_socket_before_the_runtime_dir)
 	cr_expect_eq(td_stop(&d2), 0);
 }
 
-/* A prompt of 1 .. n, comma-separated. */
-static void count_csv(char *out, size_t cap, int n)
-{
-	size_t at = 0;
-	for (int i = 1; i <= n && at < cap; i++)
-		at += (size_t)snprintf(out + at, cap - at, "%s%d", i > 1 ? "," : "", i);
-}
-
 /* 20 blocks of 4 tokens against a budget of 16: the run's own chain holds
  * the memory (a block being extended is never evicted), so 4 blocks are
  * refused, and the process says so, with the reason, apart from its
