@@ -120,7 +120,6 @@ uint8_t *conn_reply(struct conn *c, int status, size_t body_len)
 	pd_hdr_encode(&h, c->out);
 	c->out_len = PD_HDR_SIZE + body_len;
 	c->out_pos = 0;
-	c->since_ms = conn_now_ms();
 	return c->out + PD_HDR_SIZE;
 }
 
@@ -316,7 +315,7 @@ int conn_on_input(struct conn *c)
 		return rc;
 	rc = handle(c);
 	c->served = true;
-	c->since_ms = conn_now_ms(); /* idle from here */
+	c->since_ms = conn_now_ms(); /* its reply's deadline, or idle from here */
 	c->extra_fds = false;
 	c->body = NULL;
 	pd_buf_trim(&c->body_buf);
