@@ -11,11 +11,14 @@
 #include "index.h"
 #include "partition.h"
 
+struct pd_tier;
+
 /* Lock order: a partitions' lock and the index's are never held together;
  * the index's is taken last of all (stores run under it). */
 struct daemon {
 	struct partitions parts;  /* arenas, and the budget */
 	struct pd_index *idx;     /* every block of every user and model */
+	struct pd_tier *tier;     /* the disk tier; NULL: none */
 	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */

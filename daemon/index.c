@@ -19,6 +19,18 @@
  * goes takes that child's place (a parent was used no later than its
  * child), so a chain goes leaf first, then its parent, as one unit of age.
  *
+ * With a disk tier, an entry is resident (its bytes in a slot), on disk (a
+ * record), both, or on its way (writing: held in memory for the tier;
+ * restoring: a slot being filled from disk). New blocks queue on the dirty
+ * list, oldest first, for the tier to write (write-behind: eviction from
+ * memory then costs no I/O, and a kill -9 loses only what was just
+ * published). Memory eviction then takes resident leaves of the resident
+ * forest (no resident children): one with a record only leaves memory, one
+ * without one leaves the index. Blocks held only on disk are on a third LRU
+ * list, the disk budget's, leaves only. An entry neither resident nor on
+ * disk (its restore failed) is hollow: MATCH stops there, PUBLISH fills it
+ * again, and it goes with its last child.
+ *
  * Locking: `lock` guards everything here, stores included (their
  * callbacks run under it). Functions named do_* expect it held.
  */
@@ -32,7 +44,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { LRU_ALL, LRU_USER };
+/* The lists an entry can be on: the two memory LRU lists, the disk LRU
+ * list, and the dirty queue. */
+enum { LRU_ALL, LRU_USER, LRU_DISK, Q_DIRTY, NLISTS };
 
 struct entry;
 
@@ -59,25 +73,30 @@ struct idx_group {
 	struct idx_store store;
 	struct user *user;
 	uint32_t refs;
-	uint64_t blocks, pinned_bytes, hits, hit_blocks, query_blocks, evictions;
+	uint64_t blocks;              /* entries: the group lives while it has some */
+	uint64_t resident, pinned_bytes, hits, hit_blocks, query_blocks, evictions;
 	struct idx_group *next;
 };
 
 struct entry {
 	uint8_t key[IDX_HASH_BYTES];
+	uint8_t hash[IDX_HASH_BYTES]; /* whole: what a record names */
 	struct idx_group *g;
 	struct entry *parent;
 	uint32_t children;
+	uint32_t res_children;        /* resident ones */
 	uint32_t leases;              /* leases holding this entry */
 	uint32_t pins;                /* pinned chains through this entry */
 	uint32_t depth;               /* blocks from the root, this one included */
 	uint64_t use;                 /* logical clock of the last use: LRU order */
 	uint64_t used_s;              /* monotonic seconds of the last use */
 	uint64_t hits;
-	struct idx_loc loc;
+	uint64_t sum;                 /* the record's payload checksum */
+	struct idx_loc loc;           /* while resident or restoring */
 	struct entry *hnext;          /* hash bucket chain */
-	struct link l[2];             /* LRU_ALL, LRU_USER; while on_lru */
-	int on_lru;
+	struct link l[NLISTS];
+	bool on[NLISTS];
+	bool resident, disk, writing, restoring;
 	uint32_t tokens[];            /* (block_tokens) */
 };
 
@@ -108,6 +127,10 @@ struct pd_index {
 	struct idx_limits lim;
 	struct entry *buckets[NBUCKETS];
 	struct list lru;              /* every evictable block */
+	struct list disk_lru;         /* blocks held only on disk, leaves */
+	struct list dirty;            /* blocks to write, oldest first */
+	uint64_t ndirty;
+	struct idx_tier tier;         /* drop NULL: no tier */
 	uint64_t clock;
 	struct idx_group *groups;
 	struct user *users;
@@ -160,6 +183,11 @@ static void admin_yield(struct pd_index *x)
 	}
 }
 
+void idx_set_tier(struct pd_index *x, const struct idx_tier *tier)
+{
+	x->tier = *tier;
+}
+
 int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	    struct pd_index **out)
 {
@@ -197,7 +225,8 @@ void idx_free(struct pd_index *x)
 		while (x->buckets[b]) {
 			struct entry *e = x->buckets[b];
 			x->buckets[b] = e->hnext;
-			e->g->store.free(e->g->store.ctx, e->loc, true);
+			if (e->resident || e->restoring)
+				e->g->store.free(e->g->store.ctx, e->loc, true);
 			free(e);
 		}
 	while (x->groups) {
@@ -218,7 +247,12 @@ void idx_free(struct pd_index *x)
 
 static struct list *list_of(struct pd_index *x, const struct entry *e, int w)
 {
-	return w == LRU_ALL ? &x->lru : &e->g->user->lru;
+	switch (w) {
+	case LRU_ALL: return &x->lru;
+	case LRU_USER: return &e->g->user->lru;
+	case LRU_DISK: return &x->disk_lru;
+	default: return &x->dirty;
+	}
 }
 
 static void list_unlink(struct list *L, struct entry *e, int w)
@@ -250,6 +284,22 @@ static void list_replace(struct list *L, struct entry *o, struct entry *n, int w
 	o->l[w].older = o->l[w].newer = NULL;
 }
 
+/* Puts e right after `after` (NULL: first). */
+static void list_link(struct list *L, struct entry *e, struct entry *after, int w)
+{
+	struct entry *before = after ? after->l[w].newer : L->oldest;
+	e->l[w].older = after;
+	e->l[w].newer = before;
+	if (after)
+		after->l[w].newer = e;
+	else
+		L->oldest = e;
+	if (before)
+		before->l[w].older = e;
+	else
+		L->newest = e;
+}
+
 /* Inserts e in use order, walking from the nearer end. */
 static void list_insert(struct list *L, struct entry *e, int w)
 {
@@ -266,47 +316,89 @@ static void list_insert(struct list *L, struct entry *e, int w)
 		while (after && after->use > e->use)
 			after = after->l[w].older;
 	}
-	struct entry *before = after ? after->l[w].newer : L->oldest;
-	e->l[w].older = after;
-	e->l[w].newer = before;
-	if (after)
-		after->l[w].newer = e;
-	else
-		L->oldest = e;
-	if (before)
-		before->l[w].older = e;
-	else
-		L->newest = e;
+	list_link(L, e, after, w);
 }
 
-static int evictable(const struct entry *e)
+/* An entry no lease, pin or transfer holds, and that no other needs. */
+static bool held(const struct entry *e)
 {
-	return !e->children && !e->leases && !e->pins;
+	return e->leases || e->pins || e->writing || e->restoring;
+}
+
+/* Memory may let it go: a resident leaf of what is resident, and one
+ * that either has a record or continues no chain (it then leaves the
+ * index). Without a tier: a leaf. */
+static bool mem_evictable(const struct entry *e)
+{
+	return e->resident && !e->res_children && !held(e) && (e->disk || !e->children);
+}
+
+/* The disk budget may let it go: a leaf held only on disk. */
+static bool disk_evictable(const struct entry *e)
+{
+	return e->disk && !e->resident && !e->children && !held(e);
+}
+
+/* Admin eviction and hollow entries: it can leave the index. */
+static bool removable(const struct entry *e)
+{
+	return !e->children && !held(e);
+}
+
+static bool hollow(const struct entry *e)
+{
+	return !e->resident && !e->disk && !e->restoring;
+}
+
+static void set_on(struct pd_index *x, struct entry *e, int w, bool want)
+{
+	if (want == e->on[w])
+		return;
+	if (want)
+		list_insert(list_of(x, e, w), e, w);
+	else
+		list_unlink(list_of(x, e, w), e, w);
+	e->on[w] = want;
 }
 
 /* Puts e on or off the LRU lists after its state changed. */
 static void do_update(struct pd_index *x, struct entry *e)
 {
-	int want = evictable(e);
-	if (want == e->on_lru)
-		return;
-	for (int w = 0; w < 2; w++) {
-		if (want)
-			list_insert(list_of(x, e, w), e, w);
-		else
-			list_unlink(list_of(x, e, w), e, w);
-	}
-	e->on_lru = want;
+	bool m = mem_evictable(e);
+	set_on(x, e, LRU_ALL, m);
+	set_on(x, e, LRU_USER, m);
+	set_on(x, e, LRU_DISK, disk_evictable(e));
 }
 
 static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
 {
 	e->use = ++x->clock;
 	e->used_s = now;
-	for (int w = 0; e->on_lru && w < 2; w++) {
-		list_unlink(list_of(x, e, w), e, w);
-		list_insert(list_of(x, e, w), e, w);
-	}
+	for (int w = LRU_ALL; w <= LRU_DISK; w++)
+		if (e->on[w]) {
+			list_unlink(list_of(x, e, w), e, w);
+			list_insert(list_of(x, e, w), e, w);
+		}
+}
+
+/* Queues a new resident block for the tier to write. */
+static void do_dirty(struct pd_index *x, struct entry *e)
+{
+	if (!x->tier.drop || e->on[Q_DIRTY])
+		return;
+	list_link(&x->dirty, e, x->dirty.newest, Q_DIRTY);
+	e->on[Q_DIRTY] = true;
+	x->ndirty++;
+	x->tier.wake(x->tier.ctx);
+}
+
+static void do_undirty(struct pd_index *x, struct entry *e)
+{
+	if (!e->on[Q_DIRTY])
+		return;
+	list_unlink(&x->dirty, e, Q_DIRTY);
+	e->on[Q_DIRTY] = false;
+	x->ndirty--;
 }
 
 /* ==== Entries (caller holds lock) ==== */
@@ -397,38 +489,101 @@ static void do_group_gc(struct pd_index *x, struct idx_group *g)
 	free(u);
 }
 
-/* Removes an evictable entry; its parent may become evictable. */
-static void do_remove(struct pd_index *x, struct entry *e, bool punch)
+/* e leaves the memory lists, its counts already updated; a parent that
+ * became evictable by it takes its place there (O(1), where inserting by
+ * its own use walks them): the prefix was in use as long as its last
+ * continuation was. */
+static void do_leave_memory_lists(struct pd_index *x, struct entry *e)
+{
+	struct entry *p = e->parent;
+	if (!e->on[LRU_ALL])
+		return;
+	if (p && !p->on[LRU_ALL] && mem_evictable(p) && p->use <= e->use) {
+		p->use = e->use;
+		for (int w = LRU_ALL; w <= LRU_USER; w++) {
+			list_replace(list_of(x, e, w), e, p, w);
+			p->on[w] = true;
+		}
+	} else {
+		for (int w = LRU_ALL; w <= LRU_USER; w++)
+			list_unlink(list_of(x, e, w), e, w);
+	}
+	e->on[LRU_ALL] = e->on[LRU_USER] = false;
+}
+
+/* e's slot goes back to its store (punch: and its memory to the budget). */
+static void do_unreside(struct pd_index *x, struct entry *e, bool punch)
 {
 	struct idx_group *g = e->g;
-	struct entry **pp = &x->buckets[bucket_of(x, g->ns, e->key)];
-	while (*pp != e)
-		pp = &(*pp)->hnext;
-	*pp = e->hnext;
-	struct entry *p = e->parent;
-	if (p)
-		p->children--;
-	if (p && e->on_lru && !p->on_lru && evictable(p) && p->use <= e->use) {
-		/* The prefix takes its last continuation's place in the lists
-		 * (O(1), where inserting by its own use walks them): it was in
-		 * use as long as that continuation was. */
-		p->use = e->use;
-		for (int w = 0; w < 2; w++)
-			list_replace(list_of(x, e, w), e, p, w);
-		p->on_lru = 1;
-		e->on_lru = 0;
-	}
-	for (int w = 0; e->on_lru && w < 2; w++)
-		list_unlink(list_of(x, e, w), e, w);
-	if (p)
-		do_update(x, p);
+	e->resident = false;
+	if (e->parent)
+		e->parent->res_children--;
 	g->store.free(g->store.ctx, e->loc, punch);
 	x->st.blocks--;
 	x->st.bytes -= g->store.slot_bytes;
 	g->user->bytes -= g->store.slot_bytes;
-	g->blocks--;
-	free(e);
-	do_group_gc(x, g);
+	g->resident--;
+}
+
+static void do_reside(struct pd_index *x, struct entry *e, struct idx_loc loc)
+{
+	struct idx_group *g = e->g;
+	e->loc = loc;
+	e->resident = true;
+	if (e->parent)
+		e->parent->res_children++;
+	x->st.blocks++;
+	x->st.bytes += g->store.slot_bytes;
+	g->user->bytes += g->store.slot_bytes;
+	g->resident++;
+}
+
+/* e's record is deleted (by the tier, later) and no longer counted. */
+static void do_drop_record(struct pd_index *x, struct entry *e)
+{
+	e->disk = false;
+	x->tier.drop(x->tier.ctx, e->g->ns, e->hash);
+	x->st.disk_blocks--;
+	x->st.disk_bytes -= e->g->store.record_bytes;
+}
+
+/* Removes a removable entry; its parent may become evictable, and goes
+ * too if it was hollow. */
+static void do_remove(struct pd_index *x, struct entry *e, bool punch)
+{
+	while (e) {
+		struct idx_group *g = e->g;
+		struct entry **pp = &x->buckets[bucket_of(x, g->ns, e->key)];
+		while (*pp != e)
+			pp = &(*pp)->hnext;
+		*pp = e->hnext;
+		struct entry *p = e->parent;
+		if (p)
+			p->children--;
+		if (e->resident)
+			do_unreside(x, e, punch);
+		do_leave_memory_lists(x, e);
+		set_on(x, e, LRU_DISK, false);
+		do_undirty(x, e);
+		if (e->disk)
+			do_drop_record(x, e);
+		if (p)
+			do_update(x, p);
+		g->blocks--;
+		free(e);
+		do_group_gc(x, g);
+		e = p && hollow(p) && removable(p) ? p : NULL;
+	}
+}
+
+/* A resident block with a record leaves memory only. */
+static void do_to_disk(struct pd_index *x, struct entry *e, bool punch)
+{
+	do_unreside(x, e, punch);
+	do_leave_memory_lists(x, e);
+	do_update(x, e);
+	if (e->parent)
+		do_update(x, e->parent);
 }
 
 /* Evicts the oldest entry of L for group g's next block. Memory moves
@@ -441,7 +596,25 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
 		return -ENOENT;
 	v->g->evictions++;
 	x->st.evictions++;
-	do_remove(x, v, v->g->store.ctx != g->store.ctx);
+	bool punch = v->g->store.ctx != g->store.ctx;
+	if (v->disk)
+		do_to_disk(x, v, punch);
+	else
+		do_remove(x, v, punch);
+	return 0;
+}
+
+/* Room for a record of `bytes` within the disk budget: the least recently
+ * used blocks held only on disk go. -ENOSPC when there are none left. */
+static int do_disk_room(struct pd_index *x, uint64_t bytes)
+{
+	while (x->st.disk_bytes + bytes > x->lim.disk_budget) {
+		struct entry *v = x->disk_lru.oldest;
+		if (!v)
+			return -ENOSPC;
+		x->st.disk_evictions++;
+		do_remove(x, v, true);
+	}
 	return 0;
 }
 
@@ -577,16 +750,35 @@ void idx_group_put(struct pd_index *x, struct idx_group *g)
 
 /* ==== Requests ==== */
 
+static void fill_block(const struct pd_index *x, const struct entry *e, struct idx_block *b)
+{
+	const struct idx_group *g = e->g;
+	(void)x;
+	memset(b, 0, sizeof(*b));
+	b->ref = e;
+	b->ns = g->ns;
+	b->depth = e->depth - 1;
+	memcpy(b->hash, e->hash, IDX_HASH_BYTES);
+	if (e->parent)
+		memcpy(b->parent, e->parent->hash, IDX_HASH_BYTES);
+	memcpy(b->h0, g->h0, IDX_HASH_BYTES);
+	memcpy(b->fp, g->fp, PD_FP_SIZE);
+	b->tokens = e->tokens;
+	b->store = g->store;
+	b->loc = e->loc;
+	b->sum = e->sum;
+}
+
 int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
-	      uint32_t *hit)
+	      uint32_t *hit, struct idx_block *fetch, uint32_t *nfetch)
 {
 	struct lease *l = malloc(sizeof(*l) + count * sizeof(l->blocks[0]));
 	if (!l)
 		return -ENOMEM;
 	uint8_t key[IDX_HASH_BYTES];
 	struct entry *parent = NULL;
-	uint32_t n = 0;
+	uint32_t n = 0, nf = 0;
 	uint64_t now = now_s();
 	hot_lock(x);
 	for (; n < count; n++) {
@@ -599,10 +791,35 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 			x->st.collisions++;
 			break;
 		}
+		/* Another MATCH restores it: this one takes what comes before. */
+		if (!e->resident && (!fetch || !e->disk || e->restoring))
+			break;
 		l->blocks[n] = e;
-		locs[n] = e->loc;
 		parent = e;
 	}
+	/* Leased first, so that the slots of the restores evict none of them. */
+	for (uint32_t i = 0; i < n; i++)
+		lease_add(x, l->blocks[i]);
+	for (uint32_t i = 0; i < n; i++) {
+		struct entry *e = l->blocks[i];
+		if (!e->resident) {
+			struct idx_loc loc;
+			if (do_alloc(x, g, NULL, &loc)) {
+				for (uint32_t j = n; j-- > i;)
+					lease_drop(x, l->blocks[j]);
+				n = i;
+				break;
+			}
+			e->loc = loc;
+			e->restoring = true;
+			do_update(x, e);
+			fill_block(x, e, &fetch[nf]);
+			fetch[nf++].pos = i;
+		}
+		locs[i] = e->loc;
+	}
+	if (nfetch)
+		*nfetch = nf;
 	*hit = n;
 	*lease = 0;
 	x->st.query_blocks += count;
@@ -610,7 +827,6 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	if (n) {
 		for (uint32_t i = 0; i < n; i++) {
 			l->blocks[i]->hits++;
-			lease_add(x, l->blocks[i]);
 			do_touch(x, l->blocks[i], now);
 		}
 		l->id = x->next_lease++;
@@ -631,6 +847,58 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	pthread_mutex_unlock(&x->lock);
 	free(l);
 	return 0;
+}
+
+/* Errors of a restore that say the record itself is bad: it goes. */
+static bool record_bad(int rc)
+{
+	return rc == -EBADMSG || rc == -EACCES || rc == -ENOTSUP || rc == -ENOENT ||
+	       rc == -ENODATA;
+}
+
+void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
+		  const struct idx_block *fetch, uint32_t nfetch, const int *ok)
+{
+	hot_lock(x);
+	struct lease **slot = do_lease_slot(x, *lease), *l = *slot;
+	uint32_t cut = l->n;
+	for (uint32_t i = 0; i < nfetch; i++) {
+		struct entry *e = (struct entry *)fetch[i].ref;
+		struct idx_group *g = e->g;
+		e->restoring = false;
+		if (cut == l->n && !ok[i]) {
+			do_reside(x, e, e->loc);
+			x->st.restores++;
+			x->st.restore_bytes += g->store.block_bytes;
+		} else {
+			/* Past a failure the run is cut: its slots go back too. */
+			g->store.free(g->store.ctx, e->loc, true);
+			if (cut == l->n)
+				for (cut = 0; l->blocks[cut] != e; cut++)
+					;
+			if (ok[i] && record_bad(ok[i]) && e->disk) {
+				x->st.disk_corrupt++;
+				do_drop_record(x, e);
+			}
+		}
+		do_update(x, e);
+	}
+	/* Leaf first: each block then enters the LRU after its child. */
+	for (uint32_t j = l->n; j-- > cut;) {
+		struct entry *e = l->blocks[j];
+		lease_drop(x, e);
+		if (hollow(e) && removable(e))
+			do_remove(x, e, true);
+	}
+	l->n = cut;
+	*hit = cut;
+	if (!cut) {
+		*slot = l->next;
+		x->st.leases--;
+		free(l);
+		*lease = 0;
+	}
+	pthread_mutex_unlock(&x->lock);
 }
 
 int idx_release(struct pd_index *x, uint64_t lease)
@@ -674,12 +942,12 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		const uint32_t *t = tokens + (size_t)i * x->block_tokens;
 		make_key(x, hashes + (size_t)i * IDX_HASH_BYTES, key);
 		struct entry *e = do_find(x, g->ns, key);
-		if (e) {
-			if (!do_confirms(x, e, parent, g, t)) {
-				x->st.collisions++;
-				rc = -EEXIST;
-				break;
-			}
+		if (e && !do_confirms(x, e, parent, g, t)) {
+			x->st.collisions++;
+			rc = -EEXIST;
+			break;
+		}
+		if (e && (e->resident || e->restoring)) {
 			(*dedup)++;
 			x->st.dedup++;
 			do_touch(x, e, now);
@@ -687,7 +955,12 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 			continue;
 		}
 		struct idx_loc loc;
-		if ((rc = do_alloc(x, g, parent, &loc))) {
+		if (e)
+			lease_add(x, e); /* it stays while its slot is found */
+		rc = do_alloc(x, g, parent, &loc);
+		if (e)
+			lease_drop(x, e);
+		if (rc) {
 			x->st.refused_blocks += count - i;
 			break;
 		}
@@ -696,6 +969,21 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 			g->store.free(g->store.ctx, loc, true);
 			break;
 		}
+		if (e) {
+			/* Held only on disk, or hollow: the publisher's bytes are
+			 * as good as a restore. */
+			do_reside(x, e, loc);
+			if (!e->disk)
+				do_dirty(x, e);
+			do_touch(x, e, now);
+			do_update(x, e);
+			if (parent)
+				do_update(x, parent);
+			x->st.published++;
+			(*stored)++;
+			parent = e;
+			continue;
+		}
 		e = calloc(1, esize);
 		if (!e) {
 			g->store.free(g->store.ctx, loc, true);
@@ -703,25 +991,24 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 			break;
 		}
 		memcpy(e->key, key, IDX_HASH_BYTES);
+		memcpy(e->hash, hashes + (size_t)i * IDX_HASH_BYTES, IDX_HASH_BYTES);
 		e->g = g;
 		e->parent = parent;
 		e->depth = parent ? parent->depth + 1 : 1;
-		e->loc = loc;
 		memcpy(e->tokens, t, x->block_tokens * sizeof(uint32_t));
 		size_t b = bucket_of(x, g->ns, e->key);
 		e->hnext = x->buckets[b];
 		x->buckets[b] = e;
-		if (parent) {
+		if (parent)
 			parent->children++;
+		do_reside(x, e, loc);
+		if (parent)
 			do_update(x, parent);
-		}
 		e->use = ++x->clock;
 		e->used_s = now;
 		do_update(x, e);
+		do_dirty(x, e);
 		g->blocks++;
-		g->user->bytes += g->store.slot_bytes;
-		x->st.blocks++;
-		x->st.bytes += g->store.slot_bytes;
 		x->st.published++;
 		(*stored)++;
 		parent = e;
@@ -729,6 +1016,117 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 out:
 	pthread_mutex_unlock(&x->lock);
 	return rc;
+}
+
+/* ==== The disk tier ==== */
+
+uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max)
+{
+	uint32_t n = 0;
+	pthread_mutex_lock(&x->lock);
+	while (n < max && x->dirty.oldest) {
+		struct entry *e = x->dirty.oldest;
+		if (do_disk_room(x, e->g->store.record_bytes))
+			break; /* the disk holds what memory holds too: wait */
+		do_undirty(x, e);
+		e->writing = true;
+		x->st.disk_bytes += e->g->store.record_bytes;
+		do_update(x, e);
+		fill_block(x, e, &out[n++]);
+	}
+	pthread_mutex_unlock(&x->lock);
+	return n;
+}
+
+void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
+{
+	pthread_mutex_lock(&x->lock);
+	struct entry *e = (struct entry *)b->ref;
+	e->writing = false;
+	if (!rc) {
+		e->disk = true;
+		e->sum = b->sum;
+		x->st.disk_blocks++;
+		x->st.spills++;
+	} else {
+		x->st.disk_bytes -= e->g->store.record_bytes;
+		if (rc == -ENOSPC) { /* first in line again */
+			list_link(&x->dirty, e, NULL, Q_DIRTY);
+			e->on[Q_DIRTY] = true;
+			x->ndirty++;
+		}
+	}
+	do_update(x, e);
+	pthread_mutex_unlock(&x->lock);
+}
+
+uint64_t idx_dirty(struct pd_index *x)
+{
+	pthread_mutex_lock(&x->lock);
+	uint64_t n = x->ndirty;
+	pthread_mutex_unlock(&x->lock);
+	return n;
+}
+
+int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
+{
+	uint8_t key[IDX_HASH_BYTES], pkey[IDX_HASH_BYTES];
+	struct entry *parent = NULL;
+	int rc = 0;
+	make_key(x, b->hash, key);
+	make_key(x, b->parent, pkey);
+	size_t esize = sizeof(struct entry) + x->block_tokens * sizeof(uint32_t);
+	struct entry *e = calloc(1, esize);
+	if (!e)
+		return -ENOMEM;
+	pthread_mutex_lock(&x->lock);
+	if (do_find(x, g->ns, key)) {
+		rc = -EEXIST;
+		goto out;
+	}
+	/* The chain as it was: the parent one block shallower, in g. */
+	if (b->depth && (!(parent = do_find(x, g->ns, pkey)) || parent->g != g ||
+			 parent->depth != b->depth || memcmp(parent->hash, b->parent, IDX_HASH_BYTES))) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (x->st.disk_bytes + g->store.record_bytes > x->lim.disk_budget) {
+		rc = -ENOSPC;
+		goto out;
+	}
+	memcpy(e->key, key, IDX_HASH_BYTES);
+	memcpy(e->hash, b->hash, IDX_HASH_BYTES);
+	memcpy(e->tokens, b->tokens, x->block_tokens * sizeof(uint32_t));
+	e->g = g;
+	e->parent = parent;
+	e->depth = b->depth + 1;
+	e->sum = b->sum;
+	e->disk = true;
+	e->use = ++x->clock;
+	e->used_s = now_s();
+	size_t k = bucket_of(x, g->ns, e->key);
+	e->hnext = x->buckets[k];
+	x->buckets[k] = e;
+	if (parent) {
+		parent->children++;
+		do_update(x, parent);
+	}
+	do_update(x, e);
+	g->blocks++;
+	x->st.disk_blocks++;
+	x->st.disk_bytes += g->store.record_bytes;
+	e = NULL;
+out:
+	pthread_mutex_unlock(&x->lock);
+	free(e);
+	return rc;
+}
+
+void idx_count_corrupt(struct pd_index *x, uint64_t n)
+{
+	pthread_mutex_lock(&x->lock);
+	x->st.disk_corrupt += n;
+	pthread_mutex_unlock(&x->lock);
 }
 
 void idx_get_stats(struct pd_index *x, struct idx_stats *out)
@@ -760,8 +1158,8 @@ int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
 			memcpy(r[k].fp, g->fp, PD_FP_SIZE);
 			k++;
 		}
-		r[i].blocks += g->blocks;
-		r[i].bytes += g->blocks * g->store.slot_bytes;
+		r[i].blocks += g->resident;
+		r[i].bytes += g->resident * g->store.slot_bytes;
 		r[i].pinned_bytes += g->pinned_bytes;
 		r[i].hits += g->hits;
 		r[i].hit_tokens += g->hit_blocks * x->block_tokens;
@@ -798,7 +1196,8 @@ static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now
 	r->bytes = (uint64_t)e->depth * g->store.slot_bytes;
 	r->hits = e->hits;
 	r->idle_s = now > e->used_s ? (uint32_t)(now - e->used_s) : 0;
-	r->flags = PD_CHAIN_MEMORY | (e->pins ? PD_CHAIN_PINNED : 0);
+	r->flags = (e->resident ? PD_CHAIN_MEMORY : 0) | (e->disk ? PD_CHAIN_DISK : 0) |
+		   (e->pins ? PD_CHAIN_PINNED : 0);
 	const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
 	uint64_t ms = now_ms();
 	if (p && p->expires_ms) /* whole seconds left, rounded up */
@@ -899,7 +1298,7 @@ static int round_full(const struct evict_round *r)
  * the next round comes). */
 static void do_evict_chain(struct pd_index *x, struct entry *e, struct evict_round *r)
 {
-	while (e && evictable(e) && selected(e, r->sel, r->now)) {
+	while (e && removable(e) && selected(e, r->sel, r->now)) {
 		if (round_full(r)) {
 			set_id(&r->pending, e);
 			r->has_pending = 1;
@@ -933,7 +1332,7 @@ static void do_evict_round(struct pd_index *x, uint64_t *b, struct evict_round *
 		uint32_t n = 0;
 		int more = 0;
 		for (struct entry *e = x->buckets[*b]; e; e = e->hnext, seen++) {
-			if (!evictable(e) || !selected(e, r->sel, r->now))
+			if (!removable(e) || !selected(e, r->sel, r->now))
 				continue;
 			if (n == 64) {
 				more = 1; /* this bucket again: what is left of it */

@@ -42,6 +42,17 @@ struct idx_store {
 	void *ctx;
 	uint64_t slot_bytes;    /* what one block holds of the budget */
 	void (*hold)(void *ctx, int delta);
+	uint64_t block_bytes;   /* KV bytes of one block */
+	uint64_t record_bytes;  /* what one block's record holds of the disk budget */
+};
+
+/* The disk tier as the index sees it (tier.h). Both run under the index
+ * lock, so they only queue work: drop, a record to delete (the block left
+ * the index); wake, blocks to write (idx_spill_take). */
+struct idx_tier {
+	void (*drop)(void *ctx, uint32_t ns, const uint8_t *hash);
+	void (*wake)(void *ctx);
+	void *ctx;
 };
 
 /* The context every chain of one client starts from: namespace (from the
@@ -56,12 +67,33 @@ struct idx_limits {
 				 * when it is the whole budget (the stores') */
 	uint64_t pin_max;       /* most bytes pinned blocks may hold */
 	uint64_t budget;        /* what the stores may hold in all */
+	uint64_t disk_budget;   /* what records may hold on disk (with a tier) */
 };
 
 struct idx_stats {
 	uint64_t blocks, bytes, hits, misses, hit_blocks, query_blocks, published, dedup,
 		evictions, admin_evictions, collisions, leases, leased_bytes, pinned_bytes, pins,
-		refused_blocks, pins_expired;
+		refused_blocks, pins_expired,
+		/* the disk tier */
+		disk_blocks, disk_bytes, spills, restores, restore_bytes, disk_corrupt,
+		disk_evictions;
+};
+
+/*
+ * A block on its way to or from disk. The index fills it; ref names the
+ * entry for the call that ends the transfer, which must come: until then
+ * the entry is held (neither evicted nor removed) and tokens stay valid.
+ */
+struct idx_block {
+	const void *ref;
+	uint32_t ns, depth;           /* depth: blocks before this one */
+	uint8_t hash[IDX_HASH_BYTES], parent[IDX_HASH_BYTES]; /* parent zero at depth 0 */
+	uint8_t h0[IDX_HASH_BYTES], fp[PD_FP_SIZE];
+	const uint32_t *tokens;       /* block_tokens ids, host order */
+	struct idx_store store;       /* the slot is store.ctx's loc */
+	struct idx_loc loc;
+	uint64_t sum;                 /* the payload's checksum (restores) */
+	uint32_t pos;                 /* restores: its place in the MATCH */
 };
 
 struct pd_index;
@@ -70,6 +102,10 @@ struct idx_group;
 /* key_bytes < 32 truncates keys (a test-only weak hash). 0 or -errno. */
 int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	    struct pd_index **out);
+/* Gives the index a disk tier, before any block is stored: blocks are
+ * then written out after they are published (idx_spill_take), evicted
+ * from memory once written, and restored by MATCH. */
+void idx_set_tier(struct pd_index *x, const struct idx_tier *tier);
 /* Frees every block through its store. Groups must have been put. */
 void idx_free(struct pd_index *x);
 
@@ -86,10 +122,21 @@ void idx_group_put(struct pd_index *x, struct idx_group *g);
  * tokens: count x block_tokens u32 (host order). On a hit, *lease is a new
  * lease on the hit blocks and locs[0 .. *hit) their places; *lease is 0
  * when nothing hit. Returns 0 or -ENOMEM.
+ *
+ * Blocks held only on disk are part of the hit when fetch is not NULL
+ * (count entries): each gets a slot and a fetch[] entry, *nfetch of them,
+ * whose bytes the caller reads from disk and then hands to idx_restored,
+ * which confirms the hit. With fetch NULL, the hit ends before them.
  */
 int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
-	      uint32_t *hit);
+	      uint32_t *hit, struct idx_block *fetch, uint32_t *nfetch);
+/* Ends the restores of an idx_match: ok[i] (0 or -errno) for fetch[i].
+ * The hit ends before the first block that failed (its record is dropped
+ * and counted corrupt when -EBADMSG); *hit and *lease are set anew (lease
+ * 0 when nothing is left). */
+void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
+		  const struct idx_block *fetch, uint32_t nfetch, const int *ok);
 /* Ends a lease: 0, or -ENOENT if there is no such lease. */
 int idx_release(struct pd_index *x, uint64_t lease);
 
@@ -107,6 +154,28 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup);
+
+/* ==== The disk tier ==== */
+
+/* Up to max blocks to write out, oldest published first, each held until
+ * idx_spilled; and the disk budget charged for them (the least recently
+ * used blocks held only on disk go to make room; a block that cannot fit
+ * stays in memory only). */
+uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max);
+/* rc 0: the block's record is on disk. -ENOSPC: not written, try again
+ * later. Anything else: not written, and not tried again. */
+void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc);
+/* Blocks that wait to be written. */
+uint64_t idx_dirty(struct pd_index *x);
+/*
+ * A block found on disk at start: b->ns, depth, hash, parent, tokens and
+ * sum, in group g (its h0 and fp). Its parent must be loaded first.
+ * 0, -ENOENT (no such parent in g), -EEXIST (there already), -ENOSPC (the
+ * disk budget is full) or -ENOMEM.
+ */
+int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b);
+/* Records found damaged elsewhere (at start), for the disk_corrupt count. */
+void idx_count_corrupt(struct pd_index *x, uint64_t n);
 
 void idx_get_stats(struct pd_index *x, struct idx_stats *out);
 /* One row per (user, model), malloc'd into *rows (free it). 0 or -ENOMEM. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "prefixd_version.h"
@@ -33,7 +34,7 @@ static void usage(FILE *f)
 		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
 		"               [--max-connections N] [--max-user-connections N]\n"
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
-		"               [--idle-timeout SECS]\n"
+		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE]]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
@@ -65,6 +66,12 @@ static void usage(FILE *f)
 		"                      first request within SECS (default: 10)\n"
 		"  --idle-timeout SECS close a connection that holds no lease after SECS without a\n"
 		"                      request (default: 0, never: libprefixd does not reconnect)\n"
+		"  --disk-dir DIR      keep blocks on disk too, in DIR (made if missing; one daemon\n"
+		"                      a DIR): written soon after they are published, served again\n"
+		"                      after eviction from memory and after a restart\n"
+		"  --disk-budget SIZE  the most the records in DIR may hold (default: 4 x --memory,\n"
+		"                      at most 90%% of the free space at start); full, the least\n"
+		"                      recently used blocks held only on disk go\n"
 		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
 		"                      collisions happen; hits are still confirmed token by token\n"
 		"  -h, --help          this text\n"
@@ -122,6 +129,31 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 	return 0;
 }
 
+/* 4 x the memory budget, within 90% of what DIR's file system has free
+ * (of its parent's, when DIR is still to be made). */
+static uint64_t default_disk_budget(const char *dir, uint64_t memory)
+{
+	uint64_t want = memory * 4;
+	struct statvfs fs;
+	char parent[4096];
+	snprintf(parent, sizeof(parent), "%s", dir);
+	int rc = statvfs(dir, &fs);
+	if (rc) {
+		char *slash = strrchr(parent, '/');
+		if (slash && slash != parent)
+			*slash = 0;
+		else
+			snprintf(parent, sizeof(parent), "%s", slash ? "/" : ".");
+		rc = statvfs(parent, &fs);
+	}
+	if (!rc) {
+		uint64_t free_bytes = (uint64_t)fs.f_bavail * fs.f_frsize / 10 * 9;
+		if (free_bytes < want)
+			want = free_bytes > (1u << 20) ? free_bytes : (1u << 20);
+	}
+	return want;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -138,6 +170,8 @@ int main(int argc, char **argv)
 		{ "request-memory", required_argument, NULL, 'R' },
 		{ "request-timeout", required_argument, NULL, 'T' },
 		{ "idle-timeout", required_argument, NULL, 'I' },
+		{ "disk-dir", required_argument, NULL, 'D' },
+		{ "disk-budget", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -149,7 +183,7 @@ int main(int argc, char **argv)
 				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT };
 	long max_user = 0;
 	char socket_buf[256];
-	const char *quota = NULL, *pin_max = NULL;
+	const char *quota = NULL, *pin_max = NULL, *disk_budget = NULL;
 	long v;
 	int o;
 	opterr = 0;
@@ -217,6 +251,14 @@ int main(int argc, char **argv)
 				return bad("--idle-timeout: '%s' is not a number of seconds (0: never)", optarg);
 			cfg.idle_timeout_s = (uint32_t)v;
 			break;
+		case 'D':
+			if (!*optarg)
+				return bad("--disk-dir: an empty path");
+			cfg.disk_dir = optarg;
+			break;
+		case 'B':
+			disk_budget = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -229,6 +271,12 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad("unexpected argument '%s'", argv[optind]);
+	if (disk_budget && !cfg.disk_dir)
+		return bad("--disk-budget: only with --disk-dir");
+	if (disk_budget && (parse_size(disk_budget, &cfg.disk_budget) || cfg.disk_budget < (1u << 20)))
+		return bad("--disk-budget: '%s' is not a size of at least 1M (e.g. 10G)", disk_budget);
+	if (cfg.disk_dir && !disk_budget)
+		cfg.disk_budget = default_disk_budget(cfg.disk_dir, cfg.memory);
 	/* Read once --memory is known, whatever the order of the flags. */
 	cfg.quota = cfg.memory;
 	cfg.pin_max = cfg.memory / 4;

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "partition.h"
 
+#include "record.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,4 +115,12 @@ void partitions_usage(struct partitions *ps, uint64_t *charged, uint64_t *arenas
 	pthread_mutex_unlock(&ps->lock);
 	*charged = c;
 	*arenas = n;
+}
+
+void partition_ops(const struct partition *p, uint32_t block_tokens, struct idx_store *ops)
+{
+	*ops = (struct idx_store){ .alloc = store_alloc, .free = store_release, .ctx = p->store,
+				   .slot_bytes = store_slot_bytes(p->store), .hold = store_hold,
+				   .block_bytes = p->block_bytes,
+				   .record_bytes = rec_size(block_tokens, p->block_bytes) };
 }

@@ -47,6 +47,8 @@ void partitions_destroy(struct partitions *ps);
 int partitions_get(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 		   struct partition **out);
 void partitions_put(struct partitions *ps, struct partition *p);
+/* The index's view of p's store (with the size of a block's disk record). */
+void partition_ops(const struct partition *p, uint32_t block_tokens, struct idx_store *ops);
 /* Bytes charged to the budget (resident slots) and arenas, over all. */
 void partitions_usage(struct partitions *ps, uint64_t *charged, uint64_t *arenas);
 

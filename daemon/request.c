@@ -14,6 +14,7 @@
 
 #include "chain.h"
 #include "peer.h"
+#include "tier.h"
 
 /* Leases one connection may hold at once: each pins blocks and costs the
  * index memory, so an endless MATCH loop must not. */
@@ -60,8 +61,8 @@ int req_hello(struct conn *c)
 	/* The namespace comes from the peer's credentials, never the client. */
 	struct idx_root root = { .ns = c->cred.uid };
 	pd_chain_root(&m, root.h0);
-	struct idx_store ops = { store_alloc, store_release, p->store, store_slot_bytes(p->store),
-				 store_hold };
+	struct idx_store ops;
+	partition_ops(p, d->block_tokens, &ops);
 	if (idx_group_get(d->idx, &root, m.fingerprint, &ops, &c->group)) {
 		partitions_put(&d->parts, p);
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
@@ -162,13 +163,15 @@ static struct held_lease *find_lease(struct conn *c, uint64_t id)
 }
 
 static int match_reply(struct conn *c, uint64_t lease, uint32_t hit, const struct idx_loc *locs,
-		       uint32_t nnew, const uint32_t *ids)
+		       const bool *from_disk, uint32_t nnew, const uint32_t *ids)
 {
 	struct pd_place places[PD_MAX_HASHES];
 	struct pd_arena_desc arenas[PD_MAX_FDS];
 	struct pd_store *s = c->part->store;
 	for (uint32_t i = 0; i < hit; i++)
-		places[i] = (struct pd_place){ locs[i].arena, locs[i].offset };
+		places[i] = (struct pd_place){ locs[i].arena,
+					       from_disk && from_disk[i] ? PD_PLACE_FROM_DISK : 0,
+					       locs[i].offset };
 	for (uint32_t i = 0; i < nnew; i++) {
 		struct shm_arena *a = store_arena(s, ids[i]);
 		int fd = shm_arena_ro_fd(a);
@@ -194,6 +197,19 @@ static int match_reply(struct conn *c, uint64_t lease, uint32_t hit, const struc
 	return 0;
 }
 
+/* Reads the blocks idx_match found only on disk and confirms the hit;
+ * from_disk[i] is set for each block i that came back. */
+static void restore(struct conn *c, struct idx_block *fetch, uint32_t nfetch, uint64_t *lease,
+		    uint32_t *hit, bool *from_disk)
+{
+	int ok[PD_MAX_HASHES];
+	tier_restore(c->d->tier, fetch, nfetch, ok);
+	idx_restored(c->d->idx, lease, hit, fetch, nfetch, ok);
+	for (uint32_t i = 0; i < nfetch && !ok[i]; i++)
+		if (fetch[i].pos < *hit)
+			from_disk[fetch[i].pos] = true;
+}
+
 int req_match(struct conn *c)
 {
 	if (!c->group)
@@ -211,14 +227,20 @@ int req_match(struct conn *c)
 	uint32_t *owned;
 	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
 	struct idx_loc locs[PD_MAX_HASHES];
+	bool from_disk[PD_MAX_HASHES] = { 0 };
+	/* Only with a tier; without memory for it, blocks on disk miss. */
+	struct idx_block *fetch = c->d->tier ? malloc(m.count * sizeof(*fetch)) : NULL;
 	uint64_t lease = 0;
-	uint32_t hit = 0, count = m.count, ids[PD_MAX_FDS], nnew = 0;
+	uint32_t hit = 0, count = m.count, ids[PD_MAX_FDS], nnew = 0, nfetch = 0;
 	rc = tokens ? 0 : -ENOMEM;
-	/* More new arenas than one reply carries: lease a shorter run. */
+	/* More new arenas than one reply carries: lease a shorter run (what
+	 * was restored stays in memory, and is found there). */
 	while (!rc && count) {
 		if ((rc = idx_match(c->d->idx, c->group, m.hashes, tokens, count, &lease, locs,
-				    &hit)))
+				    &hit, fetch, &nfetch)))
 			break;
+		if (nfetch)
+			restore(c, fetch, nfetch, &lease, &hit, from_disk);
 		uint32_t fit = hit;
 		nnew = new_arenas(c, locs, &fit, ids);
 		if (fit == hit)
@@ -228,6 +250,7 @@ int req_match(struct conn *c)
 		hit = 0;
 		count = fit;
 	}
+	free(fetch);
 	free(owned);
 	if (!rc && hit && add_lease(c, lease, m.hashes + (size_t)(hit - 1) * PD_HASH_SIZE))
 		rc = -ENOMEM;
@@ -236,7 +259,7 @@ int req_match(struct conn *c)
 			idx_release(c->d->idx, lease);
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	}
-	return match_reply(c, lease, hit, locs, nnew, ids);
+	return match_reply(c, lease, hit, locs, from_disk, nnew, ids);
 }
 
 int req_release(struct conn *c)

@@ -6,6 +6,8 @@
  * index and the partitions, which lock themselves.
  */
 #include "server.h"
+#include "restart.h"
+#include "tier.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -350,10 +352,35 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 	}
 }
 
+/* Opens the disk tier, loads what it holds, starts its writer. */
+static int disk_start(const struct server_cfg *cfg, struct daemon *d)
+{
+	char err[512];
+	if (tier_open(cfg->disk_dir, cfg->block_tokens, &d->tier, err, sizeof(err))) {
+		pd_err("%s", err);
+		return -1;
+	}
+	struct restart_report r;
+	int rc = restart_load(d, d->tier, &r);
+	if (rc) {
+		pd_err("cannot read the disk directory %s: %s", cfg->disk_dir, strerror(-rc));
+		return -1;
+	}
+	pd_log("disk tier %s: %llu blocks (%.1f MiB of a %.1f MiB budget) loaded in %.1f ms; %llu damaged and %llu torn records deleted, %llu others dropped",
+	       cfg->disk_dir, (unsigned long long)r.loaded, (double)r.bytes / (1 << 20),
+	       (double)cfg->disk_budget / (1 << 20), r.ms, (unsigned long long)r.corrupt,
+	       (unsigned long long)r.torn, (unsigned long long)r.dropped);
+	if ((rc = tier_start(d->tier, d->idx))) {
+		pd_err("cannot start the disk tier: %s", strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
 int server_run(const struct server_cfg *cfg)
 {
 	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid(),
-			    .lim = { cfg->quota, cfg->pin_max, cfg->memory },
+			    .lim = { cfg->quota, cfg->pin_max, cfg->memory, cfg->disk_budget },
 			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000,
 			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000 };
 	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
@@ -369,6 +396,9 @@ int server_run(const struct server_cfg *cfg)
 	}
 	int rc = 1, nw = 0, lfd = -1, sfd = -1, epfd = -1;
 	struct worker *ws = calloc((size_t)cfg->threads, sizeof(*ws));
+	/* Before the socket: a second daemon on one directory stops here. */
+	if (cfg->disk_dir && disk_start(cfg, &d))
+		goto out;
 	sigset_t sigs;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
@@ -470,6 +500,13 @@ out:
 	for (int i = 0; i < nw; i++)
 		worker_stop(&ws[i]);
 	reaper_stop();
+	if (d.tier && rc == 0) {
+		uint64_t left = tier_drain(d.tier);
+		if (left)
+			pd_log("disk tier: %llu blocks held only in memory could not be written (the disk or its budget is full)",
+			       (unsigned long long)left);
+	}
+	tier_close(d.tier);
 	if (rc == 0) {
 		struct idx_stats s;
 		idx_get_stats(d.idx, &s);

@@ -24,6 +24,8 @@ struct server_cfg {
 	uint64_t request_memory; /* bodies being read, in all */
 	uint32_t request_timeout_s;
 	uint32_t idle_timeout_s;  /* 0: none */
+	const char *disk_dir;     /* the disk tier's directory; NULL: none */
+	uint64_t disk_budget;
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

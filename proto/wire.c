@@ -271,7 +271,7 @@ size_t pd_match_reply_encode(uint64_t lease, uint32_t hit, const struct pd_place
 	wr_le(&w, new_arenas, 4);
 	for (uint32_t i = 0; i < hit && !w.bad; i++) {
 		wr_le(&w, places[i].arena, 4);
-		wr_le(&w, 0, 4);
+		wr_le(&w, places[i].flags, 4);
 		wr_le(&w, places[i].offset, 8);
 	}
 	for (uint32_t i = 0; i < new_arenas && !w.bad; i++) {
@@ -302,7 +302,9 @@ int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply
 	for (uint32_t i = 0; i < m->hit + m->new_arenas; i++) {
 		const uint8_t *e = i < m->hit ? m->places + PD_PLACE_SIZE * i
 					      : m->arenas + PD_PLACE_SIZE * (i - m->hit);
-		if (e[4] | e[5] | e[6] | e[7])
+		uint32_t unknown = i < m->hit ? ~(uint32_t)PD_PLACE_FLAGS : ~0u;
+		if (((uint32_t)e[4] | (uint32_t)e[5] << 8 | (uint32_t)e[6] << 16 |
+		     (uint32_t)e[7] << 24) & unknown)
 			return PD_E_MALFORMED;
 	}
 	return 0;
@@ -313,7 +315,7 @@ static struct pd_place entry(const uint8_t *e)
 	struct rd r = { e, PD_PLACE_SIZE, 0, 0 };
 	struct pd_place p;
 	p.arena = rd_u32(&r);
-	rd_u32(&r);
+	p.flags = rd_u32(&r);
 	p.offset = rd_u64(&r);
 	return p;
 }

@@ -125,7 +125,13 @@ struct pd_match {
 
 struct pd_place {
 	uint32_t arena;
+	uint32_t flags;          /* enum pd_place_flag */
 	uint64_t offset;
+};
+
+enum pd_place_flag {
+	PD_PLACE_FROM_DISK = 1u << 0, /* read back from the disk tier for this MATCH */
+	PD_PLACE_FLAGS = PD_PLACE_FROM_DISK,
 };
 
 struct pd_arena_desc {
@@ -137,7 +143,7 @@ struct pd_match_reply {
 	uint64_t lease;          /* 0 when hit == 0 */
 	uint32_t hit;            /* leading blocks found */
 	uint32_t new_arenas;     /* descriptors attached, in this order */
-	const uint8_t *places;   /* hit x 16 bytes: u32 arena, u32 0, u64 offset */
+	const uint8_t *places;   /* hit x 16 bytes: u32 arena, u32 flags, u64 offset */
 	const uint8_t *arenas;   /* new_arenas x 16 bytes: u32 arena, u32 0, u64 size */
 };
 
@@ -214,6 +220,7 @@ struct pd_list {
 enum pd_chain_flag {
 	PD_CHAIN_PINNED = 1u << 0,
 	PD_CHAIN_MEMORY = 1u << 1,
+	PD_CHAIN_DISK = 1u << 2,
 };
 
 struct pd_chain_row {

@@ -73,7 +73,7 @@ static int fill(void *ctx, uint32_t i, struct idx_loc loc)
 	return 0;
 }
 
-static const struct idx_limits unlimited = { UINT64_MAX, UINT64_MAX, UINT64_MAX };
+static const struct idx_limits unlimited = { UINT64_MAX, UINT64_MAX, UINT64_MAX, 0 };
 
 /* An index over one store of `cap` slots; each slot costs 1 byte of the
  * limits. */
@@ -94,7 +94,7 @@ static struct idx_group *group_sized(struct pd_index *x, struct store *s, uint32
 {
 	struct idx_root r = { ns, { root } };
 	uint8_t f[PD_FP_SIZE] = { fp };
-	struct idx_store ops = { st_alloc, st_free, s, slot_bytes, NULL };
+	struct idx_store ops = { st_alloc, st_free, s, slot_bytes, NULL, slot_bytes, 0 };
 	struct idx_group *g;
 	cr_assert_eq(idx_group_get(x, &r, f, &ops, &g), 0);
 	return g;
@@ -145,7 +145,7 @@ static uint32_t match(struct pd_index *x, struct idx_group *r, const struct prom
 		      struct idx_loc *locs)
 {
 	uint32_t hit;
-	cr_assert_eq(idx_match(x, r, p->hashes, p->tokens, p->n, lease, locs, &hit), 0);
+	cr_assert_eq(idx_match(x, r, p->hashes, p->tokens, p->n, lease, locs, &hit, NULL, NULL), 0);
 	return hit;
 }
 
@@ -320,7 +320,7 @@ Test(index, tiny_hash_collisions_are_never_served)
 static struct pd_index *index_limits(int cap, uint64_t quota, uint64_t pin_max)
 {
 	one_pool = (struct pool){ cap, 0 };
-	struct idx_limits lim = { quota, pin_max, (uint64_t)cap };
+	struct idx_limits lim = { quota, pin_max, (uint64_t)cap, 0 };
 	struct pd_index *x;
 	cr_assert_eq(idx_new(B, 32, &lim, &x), 0);
 	return x;

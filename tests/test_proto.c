@@ -131,7 +131,7 @@ Test(proto, match_and_publish)
 
 Test(proto, match_reply)
 {
-	struct pd_place places[2] = { { 3, 4096 }, { 7, 1 << 30 } };
+	struct pd_place places[2] = { { .arena = 3, .offset = 4096 }, { .arena = 7, .flags = PD_PLACE_FROM_DISK, .offset = 1 << 30 } };
 	struct pd_arena_desc arenas[1] = { { 7, 64u << 20 } };
 	struct pd_match_reply g;
 	size_t n = pd_match_reply_encode(42, 2, places, 1, arenas, buf, sizeof(buf));
@@ -140,8 +140,13 @@ Test(proto, match_reply)
 	cr_expect_eq(g.hit, 2);
 	cr_expect_eq(pd_place_at(&g, 1).arena, 7);
 	cr_expect_eq(pd_place_at(&g, 1).offset, 1 << 30);
+	cr_expect_eq(pd_place_at(&g, 0).flags, 0);
+	cr_expect_eq(pd_place_at(&g, 1).flags, PD_PLACE_FROM_DISK);
 	cr_expect_eq(pd_arena_at(&g, 0).size, 64u << 20);
-	buf[8 + 4 + 4 + 5] = 1; /* reserved word of place 0 */
+	buf[16 + 32 + 4] = 1; /* an arena entry's word is reserved: no flags there */
+	cr_expect_eq(pd_match_reply_decode(buf, n, &g), PD_E_MALFORMED);
+	buf[16 + 32 + 4] = 0;
+	buf[16 + 5] = 1; /* a flag of place 0 that does not exist */
 	cr_expect_eq(pd_match_reply_decode(buf, n, &g), PD_E_MALFORMED);
 	n = pd_match_reply_encode(0, 2, places, 0, NULL, buf, sizeof(buf));
 	cr_expect_eq(pd_match_reply_decode(buf, n, &g), PD_E_MALFORMED, "a hit needs a lease");

@@ -90,8 +90,8 @@ Test(store, index_blocks_reach_a_read_only_client)
 	struct pd_store *s;
 	struct store_budget b = { .limit = 1 << 20 };
 	cr_assert_eq(store_new(8192, &b, 8, &s), 0);
-	struct idx_store ops = { store_alloc, store_release, s, store_slot_bytes(s), NULL };
-	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX };
+	struct idx_store ops = { store_alloc, store_release, s, store_slot_bytes(s), NULL, 8192, 0 };
+	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX, 0 };
 	struct pd_index *x;
 	cr_assert_eq(idx_new(2, 32, &lim, &x), 0);
 	struct idx_root r = { 1000, { 7 } };
@@ -104,7 +104,7 @@ Test(store, index_blocks_reach_a_read_only_client)
 	cr_assert_eq(idx_publish(x, root, 0, hash, tokens, 1, fill, &f, &stored, &dedup), 0);
 	uint64_t lease;
 	struct idx_loc loc;
-	cr_assert_eq(idx_match(x, root, hash, tokens, 1, &lease, &loc, &hit), 0);
+	cr_assert_eq(idx_match(x, root, hash, tokens, 1, &lease, &loc, &hit, NULL, NULL), 0);
 	cr_assert_eq(hit, 1);
 	struct shm_arena *a = store_arena(s, loc.arena);
 	int fd = shm_arena_ro_fd(a);

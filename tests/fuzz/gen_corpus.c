@@ -100,7 +100,7 @@ static void gen_wire(void)
 	wire("match", FW_MATCH, 4, pd_match_encode(&match, 4, body, sizeof(body)));
 	match.count = 0;
 	wire("match-empty", FW_MATCH, 16, pd_match_encode(&match, 16, body, sizeof(body)));
-	struct pd_place places[2] = { { 1, 0 }, { 1, 4096 } };
+	struct pd_place places[2] = { { .arena = 1, .offset = 0 }, { .arena = 1, .flags = PD_PLACE_FROM_DISK, .offset = 4096 } };
 	struct pd_arena_desc arenas[1] = { { 1, 1 << 20 } };
 	wire("match-reply", FW_MATCH_REPLY, 0,
 	     pd_match_reply_encode(77, 2, places, 1, arenas, body, sizeof(body)));

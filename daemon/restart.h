@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Warm restart: the index rebuilt from the records a disk tier's
+ * directory holds, before the daemon serves anyone. Each record's head is
+ * checked (record.h), its name must be its own, its hash must follow its
+ * chain from its parent's, and its parent must be there; what fails is
+ * deleted and counted. Payloads are checked when a MATCH reads them.
+ */
+#ifndef PD_RESTART_H
+#define PD_RESTART_H
+
+#include <stdint.h>
+
+#include "daemon.h"
+#include "tier.h"
+
+struct restart_report {
+	uint64_t records;     /* found */
+	uint64_t loaded, bytes;
+	uint64_t corrupt;     /* failed a check */
+	uint64_t torn;        /* temporary files of a write a stop cut short */
+	uint64_t dropped;     /* intact, but of another block size, without their
+			       * parent, past the disk budget or a partition limit */
+	double ms;
+};
+
+/* Loads d->idx from t's directory. 0 or -errno (-ENOMEM; a directory
+ * that cannot be read). */
+int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r);
+
+#endif

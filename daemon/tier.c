@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier (tier.h). One writer thread owns one io_uring: it takes
+ * batches of blocks from the index, checksums each payload where it lies
+ * in shared memory, and submits one vectored write per record (head,
+ * payload, zero padding) for the whole batch at once; the records that
+ * were written whole are then renamed into place. Restores run in the
+ * thread of the MATCH that needs them, with a ring of their own.
+ *
+ * Deletions (the index's drop callback, under its lock) only queue a name;
+ * the writer unlinks them before it takes the next batch, so a record
+ * deleted and then written again under the same name is never lost to a
+ * late unlink.
+ */
+#include "tier.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "record.h"
+#include "store.h"
+
+/* Records written by one submission: enough to keep a disk's queue busy,
+ * few enough that a stop waits for little. */
+#define SPILL_BATCH 32
+/* Records read by one submission of a restore (two reads each). */
+#define RESTORE_BATCH 64
+/* After a write failed for want of space: how long the disk is left alone. */
+#define FULL_BACKOFF_MS 1000
+
+struct drop {
+	uint32_t ns;
+	uint8_t hash[PD_HASH_SIZE];
+};
+
+struct spill {
+	struct idx_block b;
+	int fd;
+	int rc;
+	size_t total;
+	struct iovec iov[3];
+	int niov;
+};
+
+struct pd_tier {
+	int dirfd, lockfd;
+	uint32_t block_tokens;
+	size_t head_bytes;          /* rec_head_size(block_tokens) */
+	char dir[256];
+	struct pd_index *x;
+
+	pthread_t thread;
+	bool started;
+	struct io_uring ring;       /* the writer's */
+	uint8_t *bufs;              /* SPILL_BATCH x (head, one page of padding) */
+	struct spill batch[SPILL_BATCH];
+
+	pthread_mutex_t mu;         /* guards what follows */
+	pthread_cond_t cv;          /* the writer's wake-up */
+	pthread_cond_t done;        /* a drain's end */
+	bool stop, kick, draining, drained;
+	struct drop *drops;
+	size_t ndrops, cap_drops;
+	uint64_t unwritten;         /* a drain's result */
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+void tier_name(uint32_t ns, const uint8_t *hash, const char *ext, char out[TIER_NAME_MAX])
+{
+	int n = snprintf(out, TIER_NAME_MAX, "u%u-", (unsigned)ns);
+	for (int i = 0; i < PD_HASH_SIZE; i++)
+		n += snprintf(out + n, (size_t)(TIER_NAME_MAX - n), "%02x", hash[i]);
+	snprintf(out + n, (size_t)(TIER_NAME_MAX - n), "%s", ext);
+}
+
+int tier_dirfd(const struct pd_tier *t)
+{
+	return t->dirfd;
+}
+
+int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char *err,
+	      size_t errlen)
+{
+	*out = NULL;
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		int e = errno;
+		snprintf(err, errlen, "cannot make the disk directory %s: %s", dir, strerror(e));
+		return -e;
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open the disk directory %s: %s", dir, strerror(e));
+		return -e;
+	}
+	/* flock, not a pid file alone: the kernel ends the lock with its
+	 * holder, so a kill -9 leaves no stale lock behind. */
+	int lfd = openat(dfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+		char pid[32] = "";
+		if (lfd >= 0 && e == EWOULDBLOCK) {
+			ssize_t r = pread(lfd, pid, sizeof(pid) - 1, 0);
+			pid[r > 0 ? r : 0] = 0;
+			pid[strcspn(pid, "\n")] = 0;
+			snprintf(err, errlen, "the disk directory %s is in use by another prefixd (pid %s): give each daemon its own --disk-dir",
+				 dir, pid[0] ? pid : "unknown");
+			e = EBUSY;
+		} else {
+			snprintf(err, errlen, "cannot lock %s/lock: %s", dir, strerror(e));
+		}
+		if (lfd >= 0)
+			close(lfd);
+		close(dfd);
+		return -e;
+	}
+	char pid[32];
+	int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(lfd, 0) || pwrite(lfd, pid, (size_t)n, 0) != n) {
+		/* Only the message of a refused second daemon needs it. */
+	}
+	struct pd_tier *t = calloc(1, sizeof(*t));
+	if (!t) {
+		close(lfd);
+		close(dfd);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	t->dirfd = dfd;
+	t->lockfd = lfd;
+	t->block_tokens = block_tokens;
+	t->head_bytes = rec_head_size(block_tokens);
+	snprintf(t->dir, sizeof(t->dir), "%s", dir);
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	pthread_cond_init(&t->done, NULL);
+	*out = t;
+	return 0;
+}
+
+/* ==== The index's callbacks (under its lock: queue only) ==== */
+
+static void on_drop(void *ctx, uint32_t ns, const uint8_t *hash)
+{
+	struct pd_tier *t = ctx;
+	pthread_mutex_lock(&t->mu);
+	if (t->ndrops == t->cap_drops) {
+		size_t cap = t->cap_drops ? 2 * t->cap_drops : 64;
+		struct drop *d = realloc(t->drops, cap * sizeof(*d));
+		if (d) {
+			t->drops = d;
+			t->cap_drops = cap;
+		}
+	}
+	if (t->ndrops < t->cap_drops) {
+		t->drops[t->ndrops].ns = ns;
+		memcpy(t->drops[t->ndrops].hash, hash, PD_HASH_SIZE);
+		t->ndrops++;
+		pthread_cond_signal(&t->cv);
+	} else {
+		/* Out of memory: the record stays, an orphan the next start
+		 * finds without its parent or with its name taken, and drops. */
+		static struct pd_log_limit cut;
+		pd_log_limited(&cut, "disk tier: out of memory: a deleted block's record stays in %s until the next start",
+			       t->dir);
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void on_wake(void *ctx)
+{
+	struct pd_tier *t = ctx;
+	pthread_mutex_lock(&t->mu);
+	t->kick = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* ==== The writer ==== */
+
+static void unlink_drops(struct pd_tier *t, struct drop *d, size_t n)
+{
+	char name[TIER_NAME_MAX];
+	for (size_t i = 0; i < n; i++) {
+		tier_name(d[i].ns, d[i].hash, ".rec", name);
+		if (unlinkat(t->dirfd, name, 0) && errno != ENOENT) {
+			static struct pd_log_limit cut;
+			pd_log_limited(&cut, "disk tier: cannot delete %s/%s: %s", t->dir, name,
+				       strerror(errno));
+		}
+	}
+}
+
+/* Prepares record s: its temporary file, its head, its write. */
+static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint8_t *pad)
+{
+	const struct idx_block *b = &s->b;
+	uint64_t len = b->store.block_bytes;
+	const uint8_t *payload = store_slot(b->store.ctx, b->loc);
+	if (!payload)
+		return -EINVAL;
+	struct rec_meta m = { .ns = b->ns, .block_tokens = t->block_tokens, .depth = b->depth,
+			      .payload = len };
+	memcpy(m.fp, b->fp, PD_FP_SIZE);
+	memcpy(m.root, b->h0, PD_HASH_SIZE);
+	memcpy(m.hash, b->hash, PD_HASH_SIZE);
+	memcpy(m.parent, b->parent, PD_HASH_SIZE);
+	s->b.sum = rec_payload_sum(payload, len);
+	int rc = rec_encode_head(&m, b->tokens, s->b.sum, head, t->head_bytes);
+	if (rc < 0)
+		return rc;
+	/* The payload from its slot; its last partial page from a zeroed
+	 * copy, since a slot's tail past the block is not ours to trust. */
+	uint64_t whole = len / REC_ALIGN * REC_ALIGN, rest = len - whole;
+	s->niov = 0;
+	s->iov[s->niov++] = (struct iovec){ head, t->head_bytes };
+	if (whole)
+		s->iov[s->niov++] = (struct iovec){ (void *)payload, whole };
+	if (rest) {
+		memset(pad, 0, REC_ALIGN);
+		memcpy(pad, payload + whole, rest);
+		s->iov[s->niov++] = (struct iovec){ pad, REC_ALIGN };
+	}
+	s->total = t->head_bytes + rec_payload_span(len);
+	char tmp[TIER_NAME_MAX];
+	tier_name(b->ns, b->hash, ".tmp", tmp);
+	s->fd = openat(t->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	return s->fd < 0 ? -errno : 0;
+}
+
+/* Writes a batch: one submission, then renames what was written whole. */
+static void spill_batch(struct pd_tier *t, uint32_t n)
+{
+	uint32_t queued = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct spill *s = &t->batch[i];
+		uint8_t *head = t->bufs + i * (t->head_bytes + REC_ALIGN);
+		s->fd = -1;
+		s->rc = spill_prepare(t, s, head, head + t->head_bytes);
+		if (s->rc)
+			continue;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+		io_uring_prep_writev(sqe, s->fd, s->iov, (unsigned)s->niov, 0);
+		io_uring_sqe_set_data64(sqe, i);
+		queued++;
+	}
+	if (queued) {
+		int rc = io_uring_submit_and_wait(&t->ring, queued);
+		if (rc < 0)
+			pd_log("disk tier: io_uring submit: %s", strerror(-rc));
+	}
+	for (uint32_t done = 0; done < queued; done++) {
+		struct io_uring_cqe *cqe;
+		if (io_uring_wait_cqe(&t->ring, &cqe))
+			break;
+		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
+		/* A short write of a regular file: the disk is full. */
+		s->rc = cqe->res < 0 ? cqe->res : (size_t)cqe->res == s->total ? 0 : -ENOSPC;
+		io_uring_cqe_seen(&t->ring, cqe);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct spill *s = &t->batch[i];
+		char tmp[TIER_NAME_MAX], name[TIER_NAME_MAX];
+		tier_name(s->b.ns, s->b.hash, ".tmp", tmp);
+		tier_name(s->b.ns, s->b.hash, ".rec", name);
+		if (s->fd >= 0)
+			close(s->fd);
+		if (!s->rc && renameat(t->dirfd, tmp, t->dirfd, name))
+			s->rc = -errno;
+		if (s->rc) {
+			unlinkat(t->dirfd, tmp, 0);
+			static struct pd_log_limit cut;
+			pd_log_limited(&cut, s->rc == -ENOSPC || s->rc == -EDQUOT
+					     ? "disk tier: %s is full: blocks stay in memory only until it has room (%s)"
+					     : "disk tier: cannot write a record in %s: %s",
+				       t->dir, strerror(-s->rc));
+			if (s->rc == -EDQUOT)
+				s->rc = -ENOSPC;
+		}
+		idx_spilled(t->x, &s->b, s->rc);
+	}
+}
+
+static void *writer(void *arg)
+{
+	struct pd_tier *t = arg;
+	int64_t quiet_until = 0; /* after a full disk */
+	pthread_mutex_lock(&t->mu);
+	for (;;) {
+		int64_t now = mono_ms();
+		bool can_write = t->kick && (now >= quiet_until || t->draining);
+		if (!t->stop && !t->ndrops && !can_write && !(t->draining && !t->drained)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1; /* a full disk is tried again, kicked or not */
+			if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT)
+				t->kick = true;
+			continue;
+		}
+		if (t->stop)
+			break;
+		struct drop *d = t->drops;
+		size_t nd = t->ndrops;
+		t->drops = NULL;
+		t->ndrops = t->cap_drops = 0;
+		bool draining = t->draining;
+		t->kick = false;
+		pthread_mutex_unlock(&t->mu);
+
+		unlink_drops(t, d, nd);
+		free(d);
+		uint32_t n = 0, failed = 0;
+		if (can_write || draining) {
+			struct idx_block blocks[SPILL_BATCH];
+			n = idx_spill_take(t->x, blocks, SPILL_BATCH);
+			for (uint32_t i = 0; i < n; i++)
+				t->batch[i].b = blocks[i];
+			spill_batch(t, n);
+			for (uint32_t i = 0; i < n; i++)
+				failed += t->batch[i].rc != 0;
+			if (failed)
+				quiet_until = mono_ms() + FULL_BACKOFF_MS;
+		}
+
+		pthread_mutex_lock(&t->mu);
+		if (n && !failed)
+			t->kick = true; /* more may wait */
+		if (draining && (!n || failed)) {
+			t->drained = true;
+			pthread_cond_broadcast(&t->done);
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+int tier_start(struct pd_tier *t, struct pd_index *x)
+{
+	size_t per = t->head_bytes + REC_ALIGN;
+	if (posix_memalign((void **)&t->bufs, REC_ALIGN, SPILL_BATCH * per))
+		return -ENOMEM;
+	int rc = io_uring_queue_init(SPILL_BATCH, &t->ring, 0);
+	if (rc < 0) {
+		free(t->bufs);
+		t->bufs = NULL;
+		return rc;
+	}
+	t->x = x;
+	struct idx_tier cb = { on_drop, on_wake, t };
+	idx_set_tier(x, &cb);
+	if ((rc = -pthread_create(&t->thread, NULL, writer, t))) {
+		io_uring_queue_exit(&t->ring);
+		free(t->bufs);
+		t->bufs = NULL;
+		return rc;
+	}
+	t->started = true;
+	return 0;
+}
+
+uint64_t tier_drain(struct pd_tier *t)
+{
+	if (!t->started)
+		return 0;
+	pthread_mutex_lock(&t->mu);
+	t->draining = true;
+	t->drained = false;
+	pthread_cond_signal(&t->cv);
+	while (!t->drained)
+		pthread_cond_wait(&t->done, &t->mu);
+	t->draining = false;
+	pthread_mutex_unlock(&t->mu);
+	if (syncfs(t->dirfd))
+		pd_log("disk tier: syncing %s: %s", t->dir, strerror(errno));
+	return idx_dirty(t->x);
+}
+
+void tier_close(struct pd_tier *t)
+{
+	if (!t)
+		return;
+	if (t->started) {
+		pthread_mutex_lock(&t->mu);
+		t->stop = true;
+		pthread_cond_signal(&t->cv);
+		pthread_mutex_unlock(&t->mu);
+		pthread_join(t->thread, NULL);
+		io_uring_queue_exit(&t->ring);
+	}
+	unlink_drops(t, t->drops, t->ndrops);
+	free(t->drops);
+	free(t->bufs);
+	pthread_cond_destroy(&t->done);
+	pthread_cond_destroy(&t->cv);
+	pthread_mutex_destroy(&t->mu);
+	close(t->lockfd);
+	close(t->dirfd);
+	free(t);
+}
+
+/* ==== Restores ==== */
+
+struct fetch {
+	int fd;
+	uint8_t *head;
+	uint8_t *slot;
+	size_t span;
+	int rc;
+};
+
+static int fetch_open(struct pd_tier *t, const struct idx_block *b, struct fetch *f)
+{
+	char name[TIER_NAME_MAX];
+	tier_name(b->ns, b->hash, ".rec", name);
+	/* Straight into the slot when the file system allows (tmpfs may not). */
+	f->fd = openat(t->dirfd, name, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	if (f->fd < 0 && errno == EINVAL)
+		f->fd = openat(t->dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(f->fd, &st))
+		return -errno;
+	if ((uint64_t)st.st_size != rec_size(t->block_tokens, b->store.block_bytes))
+		return -ENODATA;
+	f->slot = store_slot(b->store.ctx, b->loc);
+	f->span = rec_payload_span(b->store.block_bytes);
+	return f->slot ? 0 : -EINVAL;
+}
+
+/* The record's head names this block, its payload is the one written. */
+static int fetch_check(struct pd_tier *t, const struct idx_block *b, struct fetch *f,
+		       const char **why)
+{
+	struct idx_root root = { .ns = b->ns };
+	memcpy(root.h0, b->h0, PD_HASH_SIZE);
+	struct rec_expect want = { t->block_tokens, b->store.block_bytes, &root, b->fp, b->hash };
+	struct rec_meta m;
+	int rc = rec_check_head(f->head, t->head_bytes, &want, &m, why);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < t->block_tokens; i++)
+		if (pd_token_at(m.tokens, t->block_tokens, 0, i) != b->tokens[i]) {
+			*why = "its tokens are not the block's";
+			return -EACCES;
+		}
+	if (m.payload_sum != b->sum) {
+		*why = "its payload is not the one written";
+		return -EBADMSG;
+	}
+	return rec_check_payload(&m, f->slot, f->span, why);
+}
+
+void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int *ok)
+{
+	struct io_uring ring;
+	struct fetch f[RESTORE_BATCH];
+	uint8_t *heads = NULL;
+	int rc = io_uring_queue_init(2 * RESTORE_BATCH, &ring, 0);
+	bool have_ring = !rc;
+	if (!rc && posix_memalign((void **)&heads, REC_ALIGN, RESTORE_BATCH * t->head_bytes))
+		rc = -ENOMEM;
+	for (uint32_t base = 0; base < n; base += RESTORE_BATCH) {
+		uint32_t m = n - base < RESTORE_BATCH ? n - base : RESTORE_BATCH, queued = 0;
+		for (uint32_t i = 0; i < m; i++) {
+			struct fetch *fi = &f[i];
+			fi->fd = -1;
+			fi->head = heads + i * t->head_bytes;
+			fi->rc = rc ? rc : fetch_open(t, &b[base + i], fi);
+			if (fi->rc)
+				continue;
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			io_uring_prep_read(sqe, fi->fd, fi->head, (unsigned)t->head_bytes, 0);
+			io_uring_sqe_set_data64(sqe, i);
+			sqe = io_uring_get_sqe(&ring);
+			io_uring_prep_read(sqe, fi->fd, fi->slot, (unsigned)fi->span, t->head_bytes);
+			io_uring_sqe_set_data64(sqe, i | 1ull << 32);
+			queued += 2;
+		}
+		if (queued && (rc = io_uring_submit_and_wait(&ring, queued)) < 0) {
+			/* Nothing was read: the records stay, this MATCH misses. */
+			pd_log("disk tier: io_uring submit: %s", strerror(-rc));
+			queued = 0;
+			for (uint32_t i = 0; i < m; i++)
+				if (!f[i].rc)
+					f[i].rc = -EIO;
+		}
+		if (rc > 0)
+			rc = 0;
+		for (uint32_t done = 0; done < queued; done++) {
+			struct io_uring_cqe *cqe;
+			if (io_uring_wait_cqe(&ring, &cqe))
+				break;
+			uint64_t d = io_uring_cqe_get_data64(cqe);
+			struct fetch *fi = &f[(uint32_t)d];
+			size_t want = d >> 32 ? fi->span : t->head_bytes;
+			if (!fi->rc && cqe->res != (int)want)
+				fi->rc = cqe->res < 0 ? cqe->res : -ENODATA;
+			io_uring_cqe_seen(&ring, cqe);
+		}
+		for (uint32_t i = 0; i < m; i++) {
+			const char *why = NULL;
+			if (!f[i].rc)
+				f[i].rc = fetch_check(t, &b[base + i], &f[i], &why);
+			else if (f[i].rc == -ENODATA)
+				why = "it is cut short";
+			if (f[i].fd >= 0)
+				close(f[i].fd);
+			ok[base + i] = f[i].rc;
+			if (f[i].rc) {
+				char name[TIER_NAME_MAX];
+				tier_name(b[base + i].ns, b[base + i].hash, ".rec", name);
+				static struct pd_log_limit cut;
+				pd_log_limited(&cut, "disk tier: record %s/%s: %s%s%s", t->dir, name,
+					       why ? why : strerror(-f[i].rc),
+					       f[i].rc == -EIO || f[i].rc == -ENOMEM ? "" : ": dropped, ",
+					       f[i].rc == -EIO || f[i].rc == -ENOMEM ? "" : "the client computes the block again");
+			}
+		}
+	}
+	if (have_ring)
+		io_uring_queue_exit(&ring);
+	free(heads);
+}

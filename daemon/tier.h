@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier: one record file per block in a directory (record.h has
+ * the format), written behind the index by one thread through its own
+ * io_uring, read back by the MATCH that needs them, and found again at
+ * start (restart.c). docs/DESIGN.md, "The disk tier", says why it writes
+ * every block soon after it is published rather than when it is evicted.
+ *
+ * A record is visible only once whole: it is written under a temporary
+ * name and renamed. No fsync per record: a record cut short by a crash of
+ * the machine fails its checksum and is dropped, never served; a graceful
+ * stop syncs the directory's file system once.
+ */
+#ifndef PD_TIER_H
+#define PD_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "index.h"
+
+struct pd_tier;
+
+/* Takes DIR (made if missing) for this daemon: a second one on the same
+ * DIR is refused (-EBUSY, with its pid in err). 0 or -errno, and a
+ * sentence for the log in err. */
+int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char *err,
+	      size_t errlen);
+/* The directory's descriptor, for restart.c. */
+int tier_dirfd(const struct pd_tier *t);
+/* Makes x write its blocks here, and starts the writer thread. 0 or -errno. */
+int tier_start(struct pd_tier *t, struct pd_index *x);
+/* Writes every block held only in memory, then syncs (a graceful stop).
+ * Returns how many could not be written (a full disk or budget). */
+uint64_t tier_drain(struct pd_tier *t);
+/* Stops the writer (what it has not written stays unwritten), closes DIR
+ * and lets another daemon have it. NULL is fine. */
+void tier_close(struct pd_tier *t);
+
+/* Reads n blocks' records into their slots and checks them: ok[i] is 0
+ * or -errno (-EBADMSG, -EACCES, -ENOENT, -ENODATA: the record is bad;
+ * others: it could not be read now). For idx_restored. Blocks the
+ * calling thread until every read is done. */
+void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int *ok);
+
+/* A record's file name: u<uid>-<hash in hex>.rec (and .tmp while written). */
+#define TIER_NAME_MAX 96
+void tier_name(uint32_t ns, const uint8_t *hash, const char *ext, char out[TIER_NAME_MAX]);
+
+#endif
