@@ -24,6 +24,7 @@
 #include "sock.h"
 
 static _Thread_local char errmsg[512];
+static _Thread_local uint32_t from_disk; /* of this thread's last match */
 
 const char *prefixd_errmsg(void) { return errmsg; }
 
@@ -269,8 +270,10 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 		return pd_fail(-EBADMSG, "prefixd sent a MATCH reply that does not decode");
 	}
 	rc = map_arenas(c, &r, fds, nfds);
+	uint32_t disk = 0;
 	for (uint32_t i = 0; !rc && i < r.hit; i++) {
 		struct pd_place pl = pd_place_at(&r, i);
+		disk += !!(pl.flags & PD_PLACE_FROM_DISK);
 		const struct mapped *a = pl.arena < c->narenas ? &c->arenas[pl.arena] : NULL;
 		if (!a || !a->base || pl.offset > a->size || a->size - pl.offset < c->block_bytes)
 			rc = pd_fail(-EPROTO, "prefixd placed block %u outside its arenas", i);
@@ -291,6 +294,7 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 		c->leases[c->nleases++] = r.lease;
 	*lease = rc ? 0 : r.lease;
 	*hit = rc ? 0 : r.hit;
+	from_disk = rc ? 0 : disk;
 	if (rc && r.lease)
 		release_oneway(c, r.lease);
 	/* An arena this connection could not map is never sent again: the
@@ -306,6 +310,7 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
 {
 	*lease = 0;
 	*hit = 0;
+	from_disk = 0;
 	int rc = need_layout(c);
 	if (rc || !nblocks)
 		return rc;
@@ -323,6 +328,7 @@ int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint
 {
 	*lease = 0;
 	*hit = 0;
+	from_disk = 0;
 	int rc = need_layout(c);
 	if (rc)
 		return rc;
@@ -433,6 +439,11 @@ out:
 		return pd_fail(-EDQUOT, "prefixd stored %u of %u blocks: this user's quota is full of their leased or pinned blocks",
 			       r.stored + r.deduplicated, n);
 	return 0;
+}
+
+uint32_t prefixd_match_from_disk(void)
+{
+	return from_disk;
 }
 
 int prefixd_limits(struct prefixd *c, struct prefixd_limits *out)

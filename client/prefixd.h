@@ -79,6 +79,10 @@ void prefixd_close(struct prefixd *c);
  */
 int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
 		  uint32_t *hit, const void **kv);
+/* Of the blocks the calling thread's last match attached, how many the
+ * daemon read back from its disk tier for it (they were evicted from
+ * memory, or the daemon restarted). */
+uint32_t prefixd_match_from_disk(void);
 
 /*
  * A prompt and the hashes that name its full blocks, computed as tokens are

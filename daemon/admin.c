@@ -69,6 +69,15 @@ int admin_stats(struct conn *c)
 		[PD_ST_refused_blocks] = s.refused_blocks,
 		[PD_ST_admin_evictions] = s.admin_evictions,
 		[PD_ST_pins_expired] = s.pins_expired,
+		[PD_ST_disk_blocks] = s.disk_blocks,
+		[PD_ST_disk_bytes] = s.disk_bytes,
+		[PD_ST_disk_budget] = d->tier ? d->lim.disk_budget : 0,
+		[PD_ST_spills] = s.spills,
+		[PD_ST_restores] = s.restores,
+		[PD_ST_restore_bytes] = s.restore_bytes,
+		[PD_ST_disk_corrupt] = s.disk_corrupt,
+		[PD_ST_disk_evictions] = s.disk_evictions,
+		[PD_ST_disk_pending] = s.disk_pending,
 	};
 	struct pd_usage *rows;
 	uint32_t n;

@@ -1134,6 +1134,7 @@ void idx_get_stats(struct pd_index *x, struct idx_stats *out)
 	pthread_mutex_lock(&x->lock);
 	do_expire(x);
 	*out = x->st;
+	out->disk_pending = x->ndirty;
 	pthread_mutex_unlock(&x->lock);
 }
 

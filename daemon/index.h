@@ -76,7 +76,7 @@ struct idx_stats {
 		refused_blocks, pins_expired,
 		/* the disk tier */
 		disk_blocks, disk_bytes, spills, restores, restore_bytes, disk_corrupt,
-		disk_evictions;
+		disk_evictions, disk_pending;
 };
 
 /*

@@ -273,8 +273,8 @@ int main(int argc, char **argv)
 		return bad("unexpected argument '%s'", argv[optind]);
 	if (disk_budget && !cfg.disk_dir)
 		return bad("--disk-budget: only with --disk-dir");
-	if (disk_budget && (parse_size(disk_budget, &cfg.disk_budget) || cfg.disk_budget < (1u << 20)))
-		return bad("--disk-budget: '%s' is not a size of at least 1M (e.g. 10G)", disk_budget);
+	if (disk_budget && (parse_size(disk_budget, &cfg.disk_budget) || cfg.disk_budget < (64u << 10)))
+		return bad("--disk-budget: '%s' is not a size of at least 64K (e.g. 10G)", disk_budget);
 	if (cfg.disk_dir && !disk_budget)
 		cfg.disk_budget = default_disk_budget(cfg.disk_dir, cfg.memory);
 	/* Read once --memory is known, whatever the order of the flags. */

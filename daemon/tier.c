@@ -302,6 +302,7 @@ static void *writer(void *arg)
 {
 	struct pd_tier *t = arg;
 	int64_t quiet_until = 0; /* after a full disk */
+	bool budget_full = false; /* said in the log */
 	pthread_mutex_lock(&t->mu);
 	for (;;) {
 		int64_t now = mono_ms();
@@ -337,6 +338,13 @@ static void *writer(void *arg)
 				failed += t->batch[i].rc != 0;
 			if (failed)
 				quiet_until = mono_ms() + FULL_BACKOFF_MS;
+			uint64_t waiting = n ? 0 : idx_dirty(t->x);
+			if (waiting && !budget_full)
+				pd_log("disk tier: the disk budget is full of blocks also held in memory: %llu blocks stay in memory only until some leave it",
+				       (unsigned long long)waiting);
+			else if (n && budget_full)
+				pd_log("disk tier: writing again");
+			budget_full = n ? false : waiting ? true : budget_full;
 		}
 
 		pthread_mutex_lock(&t->mu);

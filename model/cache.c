@@ -152,6 +152,7 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	}
 	size_t done = (size_t)hit * B;
 	info->attached = done;
+	info->from_disk = hit > 0 ? prefixd_match_from_disk() : 0;
 	info->computed = n - done;
 	int rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
 	if (rc) {

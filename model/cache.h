@@ -58,6 +58,8 @@ struct pfx_prefill_info {
 				     * stored) or another -errno (the connection, say);
 				     * cache_err says it in words. The prompt's result
 				     * is unaffected */
+	uint32_t from_disk;         /* of the attached blocks, those prefixd read back
+				     * from its disk tier for this prompt */
 	size_t recomputed;          /* of computed: tokens of the prompt's last block,
 				     * which the daemon already had but which was
 				     * computed again, since a prompt that ends on a

@@ -523,9 +523,13 @@ void report_prefill(const struct pfx_prefill_info *info, const struct pfx_error 
 			 known ? "stopped" : "failed", info->unpublished,
 			 info->unpublished == 1 ? "" : "s", cache_err->msg);
 	}
-	fprintf(stderr, "prefix-run: prompt of %zu tokens: %zu attached from the cache, %zu computed; %u new block%s published, %u already there%s\n",
-		n, info->attached, info->computed, info->published, info->published == 1 ? "" : "s",
-		info->deduplicated, stop);
+	char disk[64] = "";
+	if (info->from_disk)
+		snprintf(disk, sizeof(disk), " (%u block%s read back from prefixd's disk)",
+			 info->from_disk, info->from_disk == 1 ? "" : "s");
+	fprintf(stderr, "prefix-run: prompt of %zu tokens: %zu attached from the cache%s, %zu computed; %u new block%s published, %u already there%s\n",
+		n, info->attached, disk, info->computed, info->published,
+		info->published == 1 ? "" : "s", info->deduplicated, stop);
 	if (info->recomputed && !info->attached)
 		fprintf(stderr, "prefix-run: the prompt is one block (%zu tokens), already cached, but its last token must be computed, so nothing is attached; prompts longer than a block attach all their full blocks\n",
 			info->recomputed);

@@ -44,6 +44,15 @@
 	X(idle_bytes, gauge, "bytes of blocks no lease holds")                         \
 	X(refused_blocks, counter, "blocks not stored: budget or quota full")          \
 	X(admin_evictions, counter, "blocks evicted by prefixctl evict")               \
-	X(pins_expired, counter, "pins whose TTL ended")
+	X(pins_expired, counter, "pins whose TTL ended")                               \
+	X(disk_blocks, gauge, "blocks with a record on disk")                         \
+	X(disk_bytes, gauge, "bytes of records on disk")                               \
+	X(disk_budget, gauge, "disk budget in bytes (0: no disk tier)")               \
+	X(spills, counter, "records written to disk")                                  \
+	X(restores, counter, "blocks read back from disk")                             \
+	X(restore_bytes, counter, "KV bytes read back from disk")                      \
+	X(disk_corrupt, counter, "records that failed a check: dropped, never served") \
+	X(disk_evictions, counter, "records deleted to keep within the disk budget")   \
+	X(disk_pending, gauge, "blocks waiting to be written to disk")
 
 #endif

@@ -106,6 +106,19 @@ int td_stop(struct test_daemon *d)
 	return rc;
 }
 
+void td_kill(struct test_daemon *d)
+{
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		while (waitpid(d->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	unlink(d->sock);
+	unlink(d->log);
+	rmdir(d->dir);
+	d->pid = 0;
+}
+
 int td_open_fds(const struct test_daemon *d)
 {
 	char path[64];

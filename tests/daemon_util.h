@@ -39,6 +39,9 @@ int td_start_named(struct test_daemon *d, const char *name, const char *const *a
 /* SIGTERM, then the exit status (128 + signal when killed). Prints the
  * daemon's log when the status is not 0, and removes the directory. */
 int td_stop(struct test_daemon *d);
+/* SIGKILL (a crash): no clean stop, nothing printed; removes the
+ * directory as td_stop does. */
+void td_kill(struct test_daemon *d);
 /* Descriptors the daemon has open. */
 int td_open_fds(const struct test_daemon *d);
 

@@ -63,6 +63,15 @@ static const char *const prom_names[NCOUNTERS] = {
 	[C_arenas] = "prefixd_arenas",
 	[C_pins] = "prefixd_pins",
 	[C_pins_expired] = "prefixd_pins_expired",
+	[C_disk_blocks] = "prefixd_disk_blocks",
+	[C_disk_bytes] = "prefixd_disk_usage_bytes",
+	[C_disk_budget] = "prefixd_disk_budget_bytes",
+	[C_spills] = "prefixd_disk_spills",
+	[C_restores] = "prefixd_disk_restores",
+	[C_restore_bytes] = "prefixd_disk_restore_bytes",
+	[C_disk_corrupt] = "prefixd_disk_corrupt_records",
+	[C_disk_evictions] = "prefixd_disk_evictions",
+	[C_disk_pending] = "prefixd_disk_pending_blocks",
 };
 
 #define PROM_PREFIX "prefixd_"
@@ -199,6 +208,9 @@ static void print_counters(const struct prefixd_stats *s)
 	}
 	if (s->budget)
 		printf("budget in use: %.1f%%\n", 100.0 * (double)s->bytes_used / (double)s->budget);
+	if (s->disk_budget)
+		printf("disk budget in use: %.1f%%\n",
+		       100.0 * (double)s->disk_bytes / (double)s->disk_budget);
 }
 
 static void usage_cell(const struct prefixd_usage *u, size_t f, char cell[CTL_TEXT])

@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier: blocks written behind publishes, evicted from memory and
+ * read back by MATCH; graceful and kill -9 restarts; damaged, cut short
+ * and planted records (never served); the disk budget; one daemon a
+ * directory; what prefixctl shows of it; and the runtime's logits on a
+ * prefix read back from disk.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon_util.h"
+#include "helpers.h"
+#include "record.h"
+
+#define BT TD_BLOCK_TOKENS
+#define BB ((uint64_t)TD_BLOCK_BYTES)
+#define REC_BYTES (4096 + BB) /* a record of one test block: head, payload */
+
+static struct test_daemon td;
+static char disk[PATH_MAX];
+
+static void setup(void)
+{
+	snprintf(disk, sizeof(disk), "/tmp/pfx-disk-XXXXXX");
+	cr_assert(mkdtemp(disk));
+}
+
+static void teardown(void)
+{
+	char out[4096];
+	if (td.pid)
+		td_kill(&td);
+	td_sh(out, sizeof(out), "rm -rf '%s'", disk);
+}
+
+TestSuite(disk, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ==== The daemon ==== */
+
+static void start(const char *const *extra)
+{
+	const char *base[] = { "--block-tokens", "4", "--disk-dir", disk, NULL };
+	cr_assert_eq(td_start_args(&td, base, extra), 0);
+}
+
+static void stop(void)
+{
+	cr_assert_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM");
+}
+
+static struct prefixd_stats stats(void)
+{
+	struct prefixd_stats s;
+	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
+	return s;
+}
+
+/* Waits (up to 10 s) until nothing waits to be written and `spills`
+ * records were written in all. */
+static struct prefixd_stats wait_spilled(uint64_t spills)
+{
+	struct prefixd_stats s;
+	for (int i = 0; i < 1000; i++) {
+		s = stats();
+		if (!s.disk_pending && s.spills >= spills)
+			return s;
+		usleep(10000);
+	}
+	cr_assert_fail("%llu blocks still wait to be written, %llu of %llu written",
+		       (unsigned long long)s.disk_pending, (unsigned long long)s.spills,
+		       (unsigned long long)spills);
+	return s;
+}
+
+static struct prefixd *client(void)
+{
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	return c;
+}
+
+/* Prompt k: n blocks of tokens no other prompt has. */
+static void prompt(uint32_t k, uint32_t n, uint32_t *t)
+{
+	for (uint32_t i = 0; i < n * BT; i++)
+		t[i] = 1000000 * (k + 1) + i;
+}
+
+static void publish(struct prefixd *c, uint32_t k, uint32_t n)
+{
+	uint32_t t[64 * BT], stored, dedup;
+	prompt(k, n, t);
+	cr_assert_eq(td_publish(c, 0, t, 0, n, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(stored + dedup, n, "prompt %u: %u stored, %u there already", k, stored, dedup);
+}
+
+struct got {
+	uint32_t hit, from_disk, bad;
+};
+
+/* MATCHes prompt k, checks every byte of what it attached, releases it. */
+static struct got match(struct prefixd *c, uint32_t k, uint32_t n)
+{
+	uint32_t t[64 * BT];
+	const void *kv[64];
+	uint64_t lease;
+	struct got g = { 0 };
+	prompt(k, n, t);
+	cr_assert_eq(prefixd_match(c, t, n, &lease, &g.hit, kv), 0, "%s", prefixd_errmsg());
+	g.from_disk = prefixd_match_from_disk();
+	for (uint32_t i = 0; i < g.hit; i++)
+		g.bad += !td_block_ok(t, i, kv[i]);
+	if (lease)
+		cr_assert_eq(prefixd_release(c, lease), 0);
+	return g;
+}
+
+/* ==== Records on disk ==== */
+
+/* The path of the record of prompt k's block b (found by its first
+ * token), or "" when there is none. */
+static void record_of(uint32_t k, uint32_t b, char *path, size_t cap)
+{
+	uint32_t first = 1000000 * (k + 1) + b * BT;
+	DIR *d = opendir(disk);
+	cr_assert(d);
+	path[0] = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		if (n < 4 || strcmp(e->d_name + n - 4, ".rec"))
+			continue;
+		char p[PATH_MAX + 256];
+		snprintf(p, sizeof(p), "%s/%s", disk, e->d_name);
+		uint8_t head[4096];
+		int fd = open(p, O_RDONLY);
+		cr_assert_geq(fd, 0);
+		ssize_t r = pread(fd, head, sizeof(head), 0);
+		close(fd);
+		struct rec_meta m;
+		if (r == (ssize_t)sizeof(head) && !rec_check_head(head, sizeof(head), NULL, &m, NULL) &&
+		    pd_token_at(m.tokens, BT, 0, 0) == first) {
+			snprintf(path, cap, "%s", p);
+			break;
+		}
+	}
+	closedir(d);
+}
+
+static int count_files(const char *suffix)
+{
+	DIR *d = opendir(disk);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		size_t k = strlen(e->d_name), s = strlen(suffix);
+		n += k > s && !strcmp(e->d_name + k - s, suffix);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0, "%s", path);
+	uint8_t b;
+	cr_assert_eq(pread(fd, &b, 1, at), 1);
+	b ^= 0x40;
+	cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+}
+
+static uint8_t *read_all(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0, "%s", path);
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	uint8_t *b = malloc((size_t)st.st_size);
+	cr_assert_eq(pread(fd, b, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return b;
+}
+
+static void write_all(const char *path, const uint8_t *b, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0, "%s", path);
+	cr_assert_eq(write(fd, b, len), (ssize_t)len);
+	close(fd);
+}
+
+static int log_has(const char *what)
+{
+	char out[256];
+	return td_sh(out, sizeof(out), "grep -qF '%s' '%s'", what, td.log) == 0;
+}
+
+/* ==== Tests ==== */
+
+Test(disk, blocks_evicted_from_memory_come_back_from_disk_whole)
+{
+	/* 16 slots of 8 KiB. */
+	const char *args[] = { "--memory", "128K", NULL };
+	start(args);
+	struct prefixd *c = client();
+	publish(c, 0, 8);
+	struct prefixd_stats s = wait_spilled(8);
+	cr_expect_eq(s.disk_blocks, 8);
+	cr_expect_eq(s.disk_bytes, 8 * REC_BYTES);
+	cr_expect_eq(count_files(".rec"), 8);
+	publish(c, 1, 16); /* memory holds only these now */
+	s = wait_spilled(24);
+	cr_expect_eq(s.blocks, 16);
+	cr_expect_eq(s.evictions, 8);
+	cr_expect_eq(s.disk_blocks, 24, "eviction from memory keeps the records");
+	struct got g = match(c, 0, 8);
+	cr_expect_eq(g.hit, 8, "the evicted prompt is served again");
+	cr_expect_eq(g.from_disk, 8, "and the reply says it came from disk");
+	cr_expect_eq(g.bad, 0, "every byte as published");
+	s = stats();
+	cr_expect_eq(s.restores, 8);
+	cr_expect_eq(s.restore_bytes, 8 * BB);
+	cr_expect_eq(s.disk_corrupt, 0);
+	g = match(c, 0, 8);
+	cr_expect_eq(g.hit, 8);
+	cr_expect_eq(g.from_disk, 0, "now in memory again");
+	g = match(c, 1, 16);
+	cr_expect_eq(g.hit, 16, "the other prompt, partly read back");
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, a_graceful_restart_keeps_every_block)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 4; k++)
+		publish(c, k, 8);
+	prefixd_close(c);
+	/* No wait: SIGTERM writes what is held only in memory. */
+	stop();
+	cr_expect_eq(count_files(".rec"), 32);
+	cr_expect_eq(count_files(".tmp"), 0);
+	start(NULL);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.disk_blocks, 32, "the index is rebuilt from the directory");
+	cr_expect_eq(s.disk_bytes, 32 * REC_BYTES);
+	cr_expect_eq(s.blocks, 0, "nothing in memory yet");
+	c = client();
+	for (uint32_t k = 0; k < 4; k++) {
+		struct got g = match(c, k, 8);
+		cr_expect_eq(g.hit, 8, "prompt %u", k);
+		cr_expect_eq(g.from_disk, 8, "prompt %u", k);
+		cr_expect_eq(g.bad, 0, "prompt %u", k);
+	}
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, after_kill_9_everything_written_is_served_again)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	publish(c, 0, 6);
+	wait_spilled(6);
+	prefixd_close(c);
+	td_kill(&td);
+	start(NULL);
+	c = client();
+	struct got g = match(c, 0, 6);
+	cr_expect_eq(g.hit, 6);
+	cr_expect_eq(g.from_disk, 6);
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
+	stop();
+}
+
+#define NPROMPTS 300
+
+Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
+{
+	const char *args[] = { "--memory", "1M", NULL };
+	start(args);
+	int ready[2];
+	cr_assert_eq(pipe(ready), 0);
+	pid_t kid = fork();
+	cr_assert_geq(kid, 0);
+	if (!kid) {
+		/* Publishes prompts until the daemon dies under it. */
+		struct prefixd_layout l = td_layout(1);
+		struct prefixd *cc;
+		if (prefixd_connect(td.sock, &l, &cc))
+			_exit(1);
+		uint32_t t[32 * BT], stored, dedup;
+		for (uint32_t k = 0; k < NPROMPTS; k++) {
+			prompt(k, 32, t);
+			if (td_publish(cc, 0, t, 0, 32, &stored, &dedup))
+				_exit(0);
+			if (k == 20 && write(ready[1], "x", 1) != 1)
+				_exit(1);
+		}
+		pause();
+	}
+	close(ready[1]);
+	char x;
+	cr_assert_eq(read(ready[0], &x, 1), 1, "the publisher got going");
+	close(ready[0]);
+	usleep(200000); /* publishing and spilling flat out meanwhile */
+	struct prefixd_stats s = stats();
+	cr_expect_gt(s.disk_pending + s.spills, 0);
+	td_kill(&td);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	start(args);
+	uint64_t on_disk = stats().disk_blocks;
+	struct prefixd *c = client();
+	uint32_t served = 0, bad = 0;
+	for (uint32_t k = 0; k < NPROMPTS; k++) {
+		struct got g = match(c, k, 32);
+		served += g.hit;
+		bad += g.bad;
+	}
+	cr_expect_gt(on_disk, 0, "records were written before the kill");
+	cr_expect_eq(served, on_disk, "each record found at start is served (chains from their roots)");
+	cr_expect_eq(bad, 0, "and every byte of it is as published");
+	cr_expect_eq(count_files(".tmp"), 0, "records cut short were deleted at start");
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, damaged_cut_short_and_planted_records_are_dropped_and_never_served)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 5; k++)
+		publish(c, k, 4);
+	prefixd_close(c);
+	stop();
+	char p[PATH_MAX + 256];
+	/* 0: a payload byte of block 2 (found only when it is read back). */
+	record_of(0, 2, p, sizeof(p));
+	cr_assert(p[0]);
+	flip_byte(p, 4096 + 100);
+	/* 1: a head byte (a token) of block 1: found at start; its
+	 * continuations lose their parent and go too. */
+	record_of(1, 1, p, sizeof(p));
+	cr_assert(p[0]);
+	flip_byte(p, REC_HDR_SIZE + 2);
+	/* 2: block 0 cut short. */
+	record_of(2, 0, p, sizeof(p));
+	cr_assert(p[0]);
+	cr_assert_eq(truncate(p, 4096 + 100), 0);
+	/* 3: block 0 as another user's record, under this user's name. */
+	size_t len;
+	record_of(3, 0, p, sizeof(p));
+	cr_assert(p[0]);
+	uint8_t *rec = read_all(p, &len), out[4096 + BB];
+	struct rec_meta m;
+	cr_assert_eq(rec_check(rec, len, NULL, &m, NULL), 0);
+	uint32_t tok[BT];
+	for (uint32_t i = 0; i < BT; i++)
+		tok[i] = pd_token_at(m.tokens, BT, 0, i);
+	m.ns = 4242;
+	cr_assert_eq(rec_encode(&m, tok, rec + m.payload_off, out, sizeof(out)), (int)len);
+	write_all(p, out, len);
+	/* 4: block 0 as another model's (another chain root), same name. */
+	free(rec);
+	record_of(4, 0, p, sizeof(p));
+	cr_assert(p[0]);
+	rec = read_all(p, &len);
+	cr_assert_eq(rec_check(rec, len, NULL, &m, NULL), 0);
+	for (uint32_t i = 0; i < BT; i++)
+		tok[i] = pd_token_at(m.tokens, BT, 0, i);
+	m.root[0] ^= 1;
+	m.fp[0] ^= 1;
+	cr_assert_eq(rec_encode(&m, tok, rec + m.payload_off, out, sizeof(out)), (int)len);
+	write_all(p, out, len);
+	free(rec);
+
+	start(NULL);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.disk_corrupt, 4, "the head, the cut and the two planted ones, at start");
+	cr_expect_eq(s.disk_blocks, 4 + 1 + 0 + 0 + 0,
+		     "prompt 0 whole on disk, prompt 1 up to its damaged block, nothing after a bad block 0");
+	c = client();
+	struct got g = match(c, 0, 4);
+	cr_expect_eq(g.hit, 2, "prompt 0 is served up to its damaged payload");
+	cr_expect_eq(g.bad, 0);
+	s = stats();
+	cr_expect_eq(s.disk_corrupt, 5, "the payload, when read back");
+	cr_expect_eq(s.disk_blocks, 4, "its record dropped; the one after stays for a republish");
+	uint32_t want_hit[5] = { 2, 1, 0, 0, 0 };
+	for (uint32_t k = 1; k < 5; k++) {
+		g = match(c, k, 4);
+		cr_expect_eq(g.hit, want_hit[k], "prompt %u: %u hit", k, g.hit);
+		cr_expect_eq(g.bad, 0, "prompt %u", k);
+	}
+	cr_expect(log_has("its hash does not follow its chain"), "the planted model's record is named in the log");
+	cr_expect(log_has("filed under another block"), "the planted user's record is named in the log");
+	/* The client computes them again and publishes them: whole again. */
+	publish(c, 0, 4);
+	g = match(c, 0, 4);
+	cr_expect_eq(g.hit, 4);
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, the_disk_budget_lets_the_least_recently_used_go_and_respects_pins)
+{
+	/* 8 slots in memory; 40 records on disk. */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(40 * REC_BYTES));
+	const char *args[] = { "--memory", "64K", "--pin-max", "32K", "--disk-budget", budget, NULL };
+	start(args);
+	struct prefixd *c = client();
+	publish(c, 0, 4);
+	wait_spilled(4);
+	struct prefixd *adm;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
+	uint32_t t[4 * BT];
+	prompt(0, 4, t);
+	struct prefixd_id id;
+	struct prefixd_prompt *pp;
+	struct prefixd_layout l = td_layout(1);
+	cr_assert_eq(prefixd_prompt_new(&l, &pp), 0);
+	cr_assert_eq(prefixd_prompt_append(pp, t, 4 * BT), 0);
+	cr_assert_eq(prefixd_prompt_id(pp, &id), 0);
+	prefixd_prompt_free(pp);
+	uint64_t pinned;
+	cr_assert_eq(prefixd_pin(adm, &id, 0, &pinned), 0, "%s", prefixd_errmsg());
+	for (uint32_t k = 1; k < 20; k++) {
+		publish(c, k, 4);
+		struct prefixd_stats s = wait_spilled(4 + 4 * k);
+		cr_expect_leq(s.disk_bytes, 40 * REC_BYTES, "after prompt %u", k);
+	}
+	struct prefixd_stats s = wait_spilled(0);
+	cr_expect_gt(s.disk_evictions, 0);
+	cr_expect_eq(s.disk_bytes, s.disk_blocks * REC_BYTES);
+	struct got g = match(c, 0, 4);
+	cr_expect_eq(g.hit, 4, "the pinned prompt stayed");
+	cr_expect_eq(g.from_disk, 0, "in memory");
+	g = match(c, 1, 4);
+	cr_expect_eq(g.hit, 0, "the oldest unpinned prompt went from disk too");
+	g = match(c, 19, 4);
+	cr_expect_eq(g.hit, 4, "the newest is there");
+	g = match(c, 12, 4);
+	cr_expect_eq(g.hit, 4, "recent ones too, from disk");
+	cr_expect_eq(g.from_disk, 4);
+	cr_expect_eq(g.bad, 0);
+	cr_expect_eq(count_files(".rec"), (int)stats().disk_blocks, "deleted records are gone from the directory");
+	prefixd_close(adm);
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, a_full_disk_budget_keeps_blocks_in_memory_and_says_so)
+{
+	/* 128 slots in memory, records for 20 on disk. */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(20 * REC_BYTES));
+	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
+	start(args);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 10; k++)
+		publish(c, k, 8);
+	struct prefixd_stats s;
+	for (int i = 0; i < 500; i++) {
+		s = stats();
+		if (s.spills == 20)
+			break;
+		usleep(10000);
+	}
+	cr_expect_eq(s.spills, 20);
+	cr_expect_eq(s.disk_pending, 60, "the rest waits, in memory");
+	cr_expect_eq(s.blocks, 80, "nothing lost from memory");
+	for (uint32_t k = 0; k < 10; k++) {
+		struct got g = match(c, k, 8);
+		cr_expect_eq(g.hit, 8, "prompt %u", k);
+		cr_expect_eq(g.bad, 0);
+	}
+	for (int i = 0; i < 100 && !log_has("the disk budget is full"); i++)
+		usleep(10000);
+	cr_expect(log_has("the disk budget is full"), "a line in the log");
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, a_second_daemon_on_one_directory_is_refused)
+{
+	start(NULL);
+	char out[4096], sock[PATH_MAX + 32];
+	snprintf(sock, sizeof(sock), "%s/second.sock", disk);
+	int st = td_sh(out, sizeof(out), "timeout 10 %s --block-tokens 4 --socket %s --disk-dir %s", PREFIXD_EXE,
+		       sock, disk);
+	cr_expect_eq(st, 1, "%s", out);
+	char want[64];
+	snprintf(want, sizeof(want), "in use by another prefixd (pid %d)", (int)td.pid);
+	cr_expect(strstr(out, want), "%s", out);
+	cr_expect_eq(access(sock, F_OK), -1, "it never listened");
+	stop();
+	/* Once the first is gone, the directory is free again (also after a kill -9). */
+	start(NULL);
+	td_kill(&td);
+	start(NULL);
+	stop();
+}
+
+Test(disk, bad_flags_are_refused)
+{
+	char out[4096];
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --disk-budget 1G", PREFIXD_EXE), 2, "%s", out);
+	cr_expect(strstr(out, "only with --disk-dir"), "%s", out);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --disk-dir %s --disk-budget 10", PREFIXD_EXE, disk), 2, "%s", out);
+	cr_expect(strstr(out, "at least 64K"), "%s", out);
+	cr_expect_eq(td_sh(out, sizeof(out), "timeout 10 %s --disk-dir /proc/nonexistent/x --socket %s/s", PREFIXD_EXE, disk), 1, "%s", out);
+	cr_expect(strstr(out, "cannot make the disk directory /proc/nonexistent/x"), "%s", out);
+}
