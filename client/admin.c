@@ -9,13 +9,19 @@
 #include "connection.h"
 
 /* One admin request with a fixed body; the reply body is the caller's. */
+static int admin_call_fd(struct prefixd *c, int op, const uint8_t *body, size_t len, int fd,
+			 uint8_t **rb, uint32_t *rlen)
+{
+	pthread_mutex_lock(&c->lock);
+	int rc = pd_call(c, op, body, len, fd, rb, rlen, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 static int admin_call(struct prefixd *c, int op, const uint8_t *body, size_t len,
 		      uint8_t **rb, uint32_t *rlen)
 {
-	pthread_mutex_lock(&c->lock);
-	int rc = pd_call(c, op, body, len, -1, rb, rlen, NULL, NULL);
-	pthread_mutex_unlock(&c->lock);
-	return rc;
+	return admin_call_fd(c, op, body, len, -1, rb, rlen);
 }
 
 static int undecodable(uint8_t *rb, const char *what)
@@ -243,4 +249,60 @@ int prefixd_pin(struct prefixd *c, const struct prefixd_id *id, uint32_t ttl_s,
 int prefixd_unpin(struct prefixd *c, const struct prefixd_id *id)
 {
 	return pin_call(c, PD_OP_UNPIN, id, 0, NULL);
+}
+
+int prefixd_export(struct prefixd *c, const struct prefixd_filter *filter,
+		   const struct prefixd_id *id, int fd, uint64_t *blocks, uint64_t *bytes)
+{
+	struct pd_export m = { 0 };
+	if (filter && filter->by_user) {
+		m.flags |= PD_EXPORT_USER;
+		m.uid = filter->user;
+	}
+	if (filter && filter->by_model) {
+		m.flags |= PD_EXPORT_MODEL;
+		memcpy(m.fp, filter->model, PD_FP_SIZE);
+	}
+	if (id) {
+		m.flags |= PD_EXPORT_ID;
+		memcpy(m.id.key, id->key, PD_HASH_SIZE);
+		m.id.uid = id->user;
+	}
+	if (fd < 0)
+		return pd_fail(-EBADF, "no file to export to");
+	uint8_t body[PD_EXPORT_SIZE], *rb;
+	uint32_t rlen = 0;
+	pd_export_encode(&m, body, sizeof(body));
+	int rc = admin_call_fd(c, PD_OP_EXPORT, body, sizeof(body), fd, &rb, &rlen);
+	if (rc)
+		return rc;
+	struct pd_export_reply r;
+	if (pd_export_reply_decode(rb, rlen, &r))
+		return undecodable(rb, "EXPORT");
+	free(rb);
+	if (blocks)
+		*blocks = r.blocks;
+	if (bytes)
+		*bytes = r.bytes;
+	return 0;
+}
+
+int prefixd_import(struct prefixd *c, int fd, const uint32_t *user, struct prefixd_imported *out)
+{
+	struct pd_import m = { user ? PD_IMPORT_USER : 0, user ? *user : 0 };
+	if (fd < 0)
+		return pd_fail(-EBADF, "no file to import from");
+	uint8_t body[PD_IMPORT_SIZE], *rb;
+	uint32_t rlen = 0;
+	pd_import_encode(&m, body, sizeof(body));
+	int rc = admin_call_fd(c, PD_OP_IMPORT, body, sizeof(body), fd, &rb, &rlen);
+	if (rc)
+		return rc;
+	struct pd_import_reply r;
+	if (pd_import_reply_decode(rb, rlen, &r))
+		return undecodable(rb, "IMPORT");
+	free(rb);
+	if (out)
+		*out = (struct prefixd_imported){ r.blocks, r.bytes, r.dedup, r.skipped, r.refused };
+	return 0;
 }

@@ -246,6 +246,29 @@ int prefixd_pin(struct prefixd *c, const struct prefixd_id *id, uint32_t ttl_s,
 /* -ENOENT when that chain is not pinned. */
 int prefixd_unpin(struct prefixd *c, const struct prefixd_id *id);
 
+/*
+ * Writes the records of cached blocks (memory or disk) to fd, a regular
+ * file open for writing, parents first, in the disk tier's format: the
+ * blocks filter selects (NULL: all), or with id, that chain's blocks from
+ * its first. *blocks and *bytes (may be NULL): what was written. -ENOENT
+ * for an unknown id.
+ */
+int prefixd_export(struct prefixd *c, const struct prefixd_filter *filter,
+		   const struct prefixd_id *id, int fd, uint64_t *blocks, uint64_t *bytes);
+
+struct prefixd_imported {
+	uint64_t blocks, bytes;  /* stored, and their KV bytes */
+	uint64_t deduplicated;   /* already cached */
+	uint64_t skipped;        /* whose parent was neither in the file nor cached */
+	uint64_t refused;        /* memory or a quota full of held blocks */
+};
+/* Stores the records of an export read from fd (a regular file open for
+ * reading), each in its own user's namespace, or with user not NULL in
+ * *user's. The daemon checks every record before it stores any: -EBADMSG
+ * (prefixd_errmsg() says which record and why) for a damaged file, one of
+ * another block size, or not an export at all. */
+int prefixd_import(struct prefixd *c, int fd, const uint32_t *user, struct prefixd_imported *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,9 +10,7 @@
 
 #include "peer.h"
 
-/* 0 when the peer may administer; else the refusal is queued (see
- * conn_fail: 0 queued, -1 close), returned as 1 or -1. */
-static int admitted(struct conn *c, const char *what)
+int admin_admitted(struct conn *c, const char *what)
 {
 	uid_t u = c->cred.uid;
 	if (u == 0 || u == c->d->admin_uid)
@@ -20,14 +18,6 @@ static int admitted(struct conn *c, const char *what)
 	return conn_fail(c, PD_E_DENIED, "%s: only for the daemon's user (uid %u) and root, not uid %u",
 			 what, (unsigned)c->d->admin_uid, (unsigned)u) ? -1 : 1;
 }
-
-/* Returns from the request unless the peer may administer. */
-#define ADMIT(c, what)                           \
-	do {                                     \
-		int admit_rc_ = admitted(c, what); \
-		if (admit_rc_)                   \
-			return admit_rc_ < 0 ? -1 : 0; \
-	} while (0)
 
 static int bad_body(struct conn *c, int rc)
 {

@@ -124,7 +124,7 @@ uint8_t *conn_reply(struct conn *c, int status, size_t body_len)
 }
 
 static const char *const op_names[] = { "?", "HELLO", "MATCH", "RELEASE", "PUBLISH", "STATS",
-					 "LIST", "EVICT", "PIN", "UNPIN" };
+					 "LIST", "EVICT", "PIN", "UNPIN", "EXPORT", "IMPORT" };
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == PD_OP_MAX + 1, "a name per op");
 
 static int vfail(struct conn *c, int status, bool log, const char *fmt, va_list ap)
@@ -185,6 +185,8 @@ static int handle(struct conn *c)
 	case PD_OP_EVICT: return admin_evict(c);
 	case PD_OP_PIN: return admin_pin(c);
 	case PD_OP_UNPIN: return admin_unpin(c);
+	case PD_OP_EXPORT: return admin_export(c);
+	case PD_OP_IMPORT: return admin_import(c);
 	}
 	return -1; /* pd_hdr_decode admits no other op */
 }
@@ -302,12 +304,14 @@ int conn_on_input(struct conn *c)
 		    !(c->body = pd_buf_reserve(&c->body_buf, c->h.body_len)))
 			return -1;
 	}
-	/* Only PUBLISH takes a descriptor: hold no more than that while a
-	 * body is coming, or a few slow clients could exhaust the daemon's. */
-	if (c->nfds > (c->h.op == PD_OP_PUBLISH)) {
-		for (int i = c->h.op == PD_OP_PUBLISH; i < c->nfds; i++)
+	/* PUBLISH, EXPORT and IMPORT take a descriptor, no other request
+	 * does: hold no more than that while a body is coming, or a few slow
+	 * clients could exhaust the daemon's. */
+	int takes = c->h.op == PD_OP_PUBLISH || c->h.op == PD_OP_EXPORT || c->h.op == PD_OP_IMPORT;
+	if (c->nfds > takes) {
+		for (int i = takes; i < c->nfds; i++)
 			reaper_close(c->fds[i]);
-		c->nfds = c->h.op == PD_OP_PUBLISH;
+		c->nfds = takes;
 		c->extra_fds = true;
 	}
 	if (c->body_got < c->h.body_len &&

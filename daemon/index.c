@@ -87,6 +87,7 @@ struct entry {
 	uint32_t res_children;        /* resident ones */
 	uint32_t leases;              /* leases holding this entry */
 	uint32_t pins;                /* pinned chains through this entry */
+	uint32_t exports;             /* exports reading it */
 	uint32_t depth;               /* blocks from the root, this one included */
 	uint64_t use;                 /* logical clock of the last use: LRU order */
 	uint64_t used_s;              /* monotonic seconds of the last use */
@@ -322,7 +323,7 @@ static void list_insert(struct list *L, struct entry *e, int w)
 /* An entry no lease, pin or transfer holds, and that no other needs. */
 static bool held(const struct entry *e)
 {
-	return e->leases || e->pins || e->writing || e->restoring;
+	return e->leases || e->pins || e->writing || e->restoring || e->exports;
 }
 
 /* Memory may let it go: a resident leaf of what is resident, and one
@@ -767,6 +768,7 @@ static void fill_block(const struct pd_index *x, const struct entry *e, struct i
 	b->store = g->store;
 	b->loc = e->loc;
 	b->sum = e->sum;
+	b->resident = e->resident;
 }
 
 int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
@@ -917,6 +919,86 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	return l ? 0 : -ENOENT;
 }
 
+/* Stores one block after `parent` (NULL: g's root) unless it is there:
+ * 0 and *out its entry, *dedup whether it was there; or -EEXIST (its key
+ * is another prompt's), the -errno of do_alloc (-ENOSPC, -EDQUOT) or of
+ * fill, or -ENOMEM. */
+static int do_put(struct pd_index *x, struct idx_group *g, struct entry *parent,
+		  const uint8_t *hash, const uint32_t *t,
+		  int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, uint32_t i,
+		  uint64_t now, struct entry **out, bool *dedup)
+{
+	uint8_t key[IDX_HASH_BYTES];
+	make_key(x, hash, key);
+	struct entry *e = do_find(x, g->ns, key);
+	*dedup = false;
+	if (e && !do_confirms(x, e, parent, g, t)) {
+		x->st.collisions++;
+		return -EEXIST;
+	}
+	if (e && (e->resident || e->restoring)) {
+		*dedup = true;
+		x->st.dedup++;
+		do_touch(x, e, now);
+		*out = e;
+		return 0;
+	}
+	struct idx_loc loc;
+	if (e)
+		lease_add(x, e); /* it stays while its slot is found */
+	int rc = do_alloc(x, g, parent, &loc);
+	if (e)
+		lease_drop(x, e);
+	if (rc)
+		return rc;
+	/* Copy before the entry is visible: nobody can match a half block. */
+	if ((rc = fill(ctx, i, loc))) {
+		g->store.free(g->store.ctx, loc, true);
+		return rc;
+	}
+	if (e) {
+		/* Held only on disk, or hollow: the publisher's bytes are as
+		 * good as a restore. */
+		do_reside(x, e, loc);
+		if (!e->disk)
+			do_dirty(x, e);
+		do_touch(x, e, now);
+		do_update(x, e);
+		if (parent)
+			do_update(x, parent);
+		x->st.published++;
+		*out = e;
+		return 0;
+	}
+	e = calloc(1, sizeof(struct entry) + x->block_tokens * sizeof(uint32_t));
+	if (!e) {
+		g->store.free(g->store.ctx, loc, true);
+		return -ENOMEM;
+	}
+	memcpy(e->key, key, IDX_HASH_BYTES);
+	memcpy(e->hash, hash, IDX_HASH_BYTES);
+	e->g = g;
+	e->parent = parent;
+	e->depth = parent ? parent->depth + 1 : 1;
+	memcpy(e->tokens, t, x->block_tokens * sizeof(uint32_t));
+	size_t b = bucket_of(x, g->ns, e->key);
+	e->hnext = x->buckets[b];
+	x->buckets[b] = e;
+	if (parent)
+		parent->children++;
+	do_reside(x, e, loc);
+	if (parent)
+		do_update(x, parent);
+	e->use = ++x->clock;
+	e->used_s = now;
+	do_update(x, e);
+	do_dirty(x, e);
+	g->blocks++;
+	x->st.published++;
+	*out = e;
+	return 0;
+}
+
 int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
@@ -924,7 +1006,6 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 {
 	int rc = 0;
 	*stored = *dedup = 0;
-	size_t esize = sizeof(struct entry) + x->block_tokens * sizeof(uint32_t);
 	uint64_t now = now_s();
 	hot_lock(x);
 	do_expire(x);
@@ -938,82 +1019,35 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		parent = l->blocks[l->n - 1];
 	}
 	for (uint32_t i = 0; i < count; i++) {
-		uint8_t key[IDX_HASH_BYTES];
-		const uint32_t *t = tokens + (size_t)i * x->block_tokens;
-		make_key(x, hashes + (size_t)i * IDX_HASH_BYTES, key);
-		struct entry *e = do_find(x, g->ns, key);
-		if (e && !do_confirms(x, e, parent, g, t)) {
-			x->st.collisions++;
-			rc = -EEXIST;
-			break;
-		}
-		if (e && (e->resident || e->restoring)) {
-			(*dedup)++;
-			x->st.dedup++;
-			do_touch(x, e, now);
-			parent = e;
-			continue;
-		}
-		struct idx_loc loc;
-		if (e)
-			lease_add(x, e); /* it stays while its slot is found */
-		rc = do_alloc(x, g, parent, &loc);
-		if (e)
-			lease_drop(x, e);
-		if (rc) {
+		bool there;
+		rc = do_put(x, g, parent, hashes + (size_t)i * IDX_HASH_BYTES,
+			    tokens + (size_t)i * x->block_tokens, fill, ctx, i, now, &parent, &there);
+		if (rc == -ENOSPC || rc == -EDQUOT)
 			x->st.refused_blocks += count - i;
+		if (rc)
 			break;
-		}
-		/* Copy before the entry is visible: nobody can match a half block. */
-		if ((rc = fill(ctx, i, loc))) {
-			g->store.free(g->store.ctx, loc, true);
-			break;
-		}
-		if (e) {
-			/* Held only on disk, or hollow: the publisher's bytes are
-			 * as good as a restore. */
-			do_reside(x, e, loc);
-			if (!e->disk)
-				do_dirty(x, e);
-			do_touch(x, e, now);
-			do_update(x, e);
-			if (parent)
-				do_update(x, parent);
-			x->st.published++;
-			(*stored)++;
-			parent = e;
-			continue;
-		}
-		e = calloc(1, esize);
-		if (!e) {
-			g->store.free(g->store.ctx, loc, true);
-			rc = -ENOMEM;
-			break;
-		}
-		memcpy(e->key, key, IDX_HASH_BYTES);
-		memcpy(e->hash, hashes + (size_t)i * IDX_HASH_BYTES, IDX_HASH_BYTES);
-		e->g = g;
-		e->parent = parent;
-		e->depth = parent ? parent->depth + 1 : 1;
-		memcpy(e->tokens, t, x->block_tokens * sizeof(uint32_t));
-		size_t b = bucket_of(x, g->ns, e->key);
-		e->hnext = x->buckets[b];
-		x->buckets[b] = e;
-		if (parent)
-			parent->children++;
-		do_reside(x, e, loc);
-		if (parent)
-			do_update(x, parent);
-		e->use = ++x->clock;
-		e->used_s = now;
-		do_update(x, e);
-		do_dirty(x, e);
-		g->blocks++;
-		x->st.published++;
-		(*stored)++;
-		parent = e;
+		(*(there ? dedup : stored))++;
 	}
 out:
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
+int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
+	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup)
+{
+	uint8_t pkey[IDX_HASH_BYTES];
+	struct entry *parent = NULL, *e;
+	int rc = 0;
+	make_key(x, b->parent, pkey);
+	hot_lock(x);
+	if (b->depth && (!(parent = do_find(x, g->ns, pkey)) || parent->g != g ||
+			 parent->depth != b->depth || memcmp(parent->hash, b->parent, IDX_HASH_BYTES)))
+		rc = -ENOENT;
+	else
+		rc = do_put(x, g, parent, b->hash, b->tokens, fill, ctx, 0, now_s(), &e, dedup);
+	if (rc == -ENOSPC || rc == -EDQUOT)
+		x->st.refused_blocks++;
 	pthread_mutex_unlock(&x->lock);
 	return rc;
 }
@@ -1120,6 +1154,93 @@ out:
 	pthread_mutex_unlock(&x->lock);
 	free(e);
 	return rc;
+}
+
+static bool export_selected(const struct entry *e, const struct pd_export *sel)
+{
+	if (!e->resident && !e->disk)
+		return false; /* hollow, or on its way back from disk */
+	if ((sel->flags & PD_EXPORT_USER) && e->g->ns != sel->uid)
+		return false;
+	return !(sel->flags & PD_EXPORT_MODEL) || !memcmp(e->g->fp, sel->fp, PD_FP_SIZE);
+}
+
+static int push_block(const struct pd_index *x, const struct entry *e, struct idx_block **v,
+		      size_t *k, size_t *cap)
+{
+	if (*k == *cap) {
+		struct idx_block *m = realloc(*v, 2 * *cap * sizeof(**v));
+		if (!m)
+			return -ENOMEM;
+		*v = m;
+		*cap *= 2;
+	}
+	fill_block(x, e, &(*v)[(*k)++]);
+	return 0;
+}
+
+static int by_depth(const void *a, const void *b)
+{
+	const struct idx_block *x = a, *y = b;
+	return (x->depth > y->depth) - (x->depth < y->depth);
+}
+
+int idx_export_take(struct pd_index *x, const struct pd_export *sel, struct idx_block **out,
+		    uint32_t *n)
+{
+	int rc = 0;
+	size_t k = 0, cap = 64;
+	struct idx_block *v = malloc(cap * sizeof(*v));
+	*out = NULL;
+	*n = 0;
+	if (!v)
+		return -ENOMEM;
+	pthread_mutex_lock(&x->lock);
+	if (sel->flags & PD_EXPORT_ID) {
+		struct entry *last = do_find_id(x, &sel->id);
+		if (!last) {
+			rc = -ENOENT;
+			goto out;
+		}
+		/* Its chain, leaf first (sorted below). */
+		for (struct entry *e = last; e && !rc; e = e->parent)
+			if (export_selected(e, sel))
+				rc = push_block(x, e, &v, &k, &cap);
+	} else {
+		for (size_t b = 0; b < NBUCKETS && !rc; b++)
+			for (struct entry *e = x->buckets[b]; e && !rc; e = e->hnext)
+				if (export_selected(e, sel))
+					rc = push_block(x, e, &v, &k, &cap);
+	}
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < k; i++) {
+		struct entry *e = (struct entry *)v[i].ref;
+		e->exports++;
+		do_update(x, e);
+	}
+out:
+	pthread_mutex_unlock(&x->lock);
+	if (rc) {
+		free(v);
+		return rc;
+	}
+	qsort(v, k, sizeof(*v), by_depth);
+	*out = v;
+	*n = (uint32_t)k;
+	return 0;
+}
+
+void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
+{
+	pthread_mutex_lock(&x->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct entry *e = (struct entry *)b[i].ref;
+		e->exports--;
+		do_update(x, e);
+	}
+	pthread_mutex_unlock(&x->lock);
+	free(b);
 }
 
 void idx_count_corrupt(struct pd_index *x, uint64_t n)

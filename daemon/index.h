@@ -94,6 +94,7 @@ struct idx_block {
 	struct idx_loc loc;
 	uint64_t sum;                 /* the payload's checksum (restores) */
 	uint32_t pos;                 /* restores: its place in the MATCH */
+	bool resident;                /* exports: read it from its slot, not its record */
 };
 
 struct pd_index;
@@ -176,6 +177,19 @@ uint64_t idx_dirty(struct pd_index *x);
 int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b);
 /* Records found damaged elsewhere (at start), for the disk_corrupt count. */
 void idx_count_corrupt(struct pd_index *x, uint64_t n);
+
+/* Stores block b (ns, depth, hash, parent, tokens) of group g, as a
+ * publish would, after its parent, found by hash. 0 (*dedup: it was
+ * there), -ENOENT (no such parent), or idx_publish's errors. */
+int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
+	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup);
+
+/* The blocks an export selects (flags of struct pd_export), parents
+ * first, each held (neither evicted nor removed) until idx_export_done:
+ * *out malloc'd. 0, -ENOENT (no such chain) or -ENOMEM. */
+int idx_export_take(struct pd_index *x, const struct pd_export *sel, struct idx_block **out,
+		    uint32_t *n);
+void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n);
 
 void idx_get_stats(struct pd_index *x, struct idx_stats *out);
 /* One row per (user, model), malloc'd into *rows (free it). 0 or -ENOMEM. */

@@ -82,11 +82,25 @@ int req_publish(struct conn *c);
 /* Ends every lease and the group of a connection that closes. */
 void req_end(struct conn *c);
 
-/* Admin requests (admin.c), for the daemon's user and root only. */
+/* Admin requests (admin.c, transfer.c), for the daemon's user and root
+ * only. */
 int admin_stats(struct conn *c);
 int admin_list(struct conn *c);
 int admin_evict(struct conn *c);
 int admin_pin(struct conn *c);
 int admin_unpin(struct conn *c);
+int admin_export(struct conn *c);
+int admin_import(struct conn *c);
+
+/* 0 when the peer may administer; else the refusal is queued (see
+ * conn_fail: 0 queued, -1 close), returned as 1 or -1. */
+int admin_admitted(struct conn *c, const char *what);
+/* Returns from the request unless the peer may administer. */
+#define ADMIT(c, what)                                   \
+	do {                                             \
+		int admit_rc_ = admin_admitted(c, what);  \
+		if (admit_rc_)                           \
+			return admit_rc_ < 0 ? -1 : 0;   \
+	} while (0)
 
 #endif

@@ -16,19 +16,13 @@
 #include <unistd.h>
 
 #include "chain.h"
+#include "groups.h"
 #include "record.h"
 
 struct found {
 	struct idx_block b;
 	uint64_t payload;
 	uint32_t *tokens;
-};
-
-struct held {
-	struct partition *p;
-	struct idx_group *g;
-	uint32_t ns;
-	uint8_t h0[PD_HASH_SIZE];
 };
 
 static bool has_suffix(const char *s, const char *suf)
@@ -103,39 +97,6 @@ static int by_depth(const void *a, const void *b)
 	return (x->b.depth > y->b.depth) - (x->b.depth < y->b.depth);
 }
 
-/* The group of f's chain, made as its HELLO would (held until the end). */
-static struct idx_group *group_of(struct daemon *d, const struct found *f, struct held **hs,
-				  size_t *nh, size_t *cap)
-{
-	for (size_t i = *nh; i-- > 0;)
-		if ((*hs)[i].ns == f->b.ns && !memcmp((*hs)[i].h0, f->b.h0, PD_HASH_SIZE) &&
-		    (*hs)[i].p->block_bytes == f->payload)
-			return (*hs)[i].g;
-	if (*nh == *cap) {
-		size_t c = *cap ? 2 * *cap : 16;
-		struct held *n = realloc(*hs, c * sizeof(*n));
-		if (!n)
-			return NULL;
-		*hs = n;
-		*cap = c;
-	}
-	struct held *h = &(*hs)[*nh];
-	if (partitions_get(&d->parts, f->b.ns, f->payload, &h->p))
-		return NULL;
-	struct idx_store ops;
-	partition_ops(h->p, d->block_tokens, &ops);
-	struct idx_root root = { .ns = f->b.ns };
-	memcpy(root.h0, f->b.h0, PD_HASH_SIZE);
-	if (idx_group_get(d->idx, &root, f->b.fp, &ops, &h->g)) {
-		partitions_put(&d->parts, h->p);
-		return NULL;
-	}
-	h->ns = f->b.ns;
-	memcpy(h->h0, f->b.h0, PD_HASH_SIZE);
-	(*nh)++;
-	return h->g;
-}
-
 static double ms_since(const struct timespec *t0)
 {
 	struct timespec t;
@@ -207,12 +168,14 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 	closedir(dir);
 	free(head);
 	qsort(fs, n, sizeof(*fs), by_depth);
-	struct held *hs = NULL;
-	size_t nh = 0, hcap = 0;
+	struct group_set gs = { 0 };
 	for (size_t i = 0; i < n; i++) {
 		struct found *f = &fs[i];
-		struct idx_group *g = rc ? NULL : group_of(d, f, &hs, &nh, &hcap);
-		int e = g ? idx_load(d->idx, g, &f->b) : -EUSERS;
+		int e = 0;
+		struct idx_group *g = rc ? NULL : group_set_get(&gs, d, f->b.ns, f->b.h0, f->b.fp,
+								 f->payload, NULL, &e);
+		if (g)
+			e = idx_load(d->idx, g, &f->b);
 		if (!e) {
 			r->loaded++;
 			r->bytes += rec_size(bt, f->payload);
@@ -223,18 +186,16 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 			r->dropped++;
 			static const char *const reason[] = { "its parent is not there",
 							      "the disk budget is full",
-							      "the user's block sizes are all in use" };
+							      "no partition is left for its user and block size" };
 			pd_log("disk tier: %s: %s: deleted", name,
-			       reason[e == -ENOSPC ? 1 : e == -EUSERS ? 2 : 0]);
+			       e == -ENOENT || e == -EEXIST ? reason[0]
+			       : e == -ENOSPC && g ? reason[1]
+			       : e == -EUSERS || e == -EMFILE ? reason[2] : strerror(-e));
 		}
 		free(f->tokens);
 	}
 	free(fs);
-	for (size_t i = 0; i < nh; i++) {
-		idx_group_put(d->idx, hs[i].g);
-		partitions_put(&d->parts, hs[i].p);
-	}
-	free(hs);
+	group_set_release(&gs, d);
 	idx_count_corrupt(d->idx, r->corrupt);
 	r->ms = ms_since(&t0);
 	return rc;

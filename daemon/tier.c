@@ -547,3 +547,31 @@ void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int 
 		io_uring_queue_exit(&ring);
 	free(heads);
 }
+
+int tier_read_record(struct pd_tier *t, const struct idx_block *b, uint8_t *buf, size_t len,
+		     const char **why)
+{
+	char name[TIER_NAME_MAX];
+	tier_name(b->ns, b->hash, ".rec", name);
+	int fd = openat(t->dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*why = "its record is gone from the disk directory";
+		return -errno;
+	}
+	ssize_t r = pread(fd, buf, len, 0);
+	close(fd);
+	if (r != (ssize_t)len) {
+		*why = "its record on disk is cut short";
+		return -ENODATA;
+	}
+	struct idx_root root = { .ns = b->ns };
+	memcpy(root.h0, b->h0, PD_HASH_SIZE);
+	struct rec_expect want = { t->block_tokens, b->store.block_bytes, &root, b->fp, b->hash };
+	struct rec_meta m;
+	int rc = rec_check(buf, len, &want, &m, why);
+	if (!rc && m.payload_sum != b->sum) {
+		*why = "its record on disk is not the one written";
+		rc = -EBADMSG;
+	}
+	return rc;
+}

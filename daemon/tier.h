@@ -43,6 +43,11 @@ void tier_close(struct pd_tier *t);
  * calling thread until every read is done. */
 void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int *ok);
 
+/* Reads block b's whole record (len bytes: its head and payload span)
+ * into buf and checks it as a restore does. 0, or -errno and *why. */
+int tier_read_record(struct pd_tier *t, const struct idx_block *b, uint8_t *buf, size_t len,
+		     const char **why);
+
 /* A record's file name: u<uid>-<hash in hex>.rec (and .tmp while written). */
 #define TIER_NAME_MAX 96
 void tier_name(uint32_t ns, const uint8_t *hash, const char *ext, char out[TIER_NAME_MAX]);

@@ -511,7 +511,7 @@ int pd_list_reply_decode(const uint8_t *body, size_t len, struct pd_list_reply *
 	for (uint32_t i = 0; i < m->nrows; i++) {
 		struct pd_chain_row c = pd_chain_at(m, i);
 		const uint8_t *last = m->rows + (size_t)(i + 1) * PD_CHAIN_SIZE - 4;
-		if ((c.flags & ~(uint32_t)(PD_CHAIN_PINNED | PD_CHAIN_MEMORY)) || !c.blocks ||
+		if ((c.flags & ~(uint32_t)(PD_CHAIN_PINNED | PD_CHAIN_MEMORY | PD_CHAIN_DISK)) || !c.blocks ||
 		    (last[0] | last[1] | last[2] | last[3]))
 			return PD_E_MALFORMED;
 	}
@@ -578,6 +578,89 @@ int pd_evict_reply_decode(const uint8_t *body, size_t len, struct pd_evict_reply
 	m->kept_leased = rd_u64(&r);
 	m->kept_pinned = rd_u64(&r);
 	m->kept_parent = rd_u64(&r);
+	return rd_done(&r);
+}
+
+size_t pd_export_encode(const struct pd_export *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->flags, 4);
+	wr_le(&w, m->uid, 4);
+	wr_bytes(&w, m->fp, PD_FP_SIZE);
+	wr_bytes(&w, m->id.key, PD_HASH_SIZE);
+	wr_le(&w, m->id.uid, 4);
+	wr_le(&w, 0, 4);
+	return wr_done(&w);
+}
+
+int pd_export_decode(const uint8_t *body, size_t len, struct pd_export *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->flags = rd_u32(&r);
+	m->uid = rd_u32(&r);
+	const uint8_t *fp = rd_take(&r, PD_FP_SIZE), *key = rd_take(&r, PD_HASH_SIZE);
+	m->id.uid = rd_u32(&r);
+	uint32_t zero = rd_u32(&r);
+	if (rd_done(&r) || zero || (m->flags & ~(uint32_t)PD_EXPORT_FLAGS))
+		return PD_E_MALFORMED;
+	memcpy(m->fp, fp, PD_FP_SIZE);
+	memcpy(m->id.key, key, PD_HASH_SIZE);
+	return 0;
+}
+
+size_t pd_export_reply_encode(const struct pd_export_reply *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->blocks, 8);
+	wr_le(&w, m->bytes, 8);
+	return wr_done(&w);
+}
+
+int pd_export_reply_decode(const uint8_t *body, size_t len, struct pd_export_reply *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->blocks = rd_u64(&r);
+	m->bytes = rd_u64(&r);
+	return rd_done(&r);
+}
+
+size_t pd_import_encode(const struct pd_import *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->flags, 4);
+	wr_le(&w, m->uid, 4);
+	return wr_done(&w);
+}
+
+int pd_import_decode(const uint8_t *body, size_t len, struct pd_import *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->flags = rd_u32(&r);
+	m->uid = rd_u32(&r);
+	if (rd_done(&r) || (m->flags & ~(uint32_t)PD_IMPORT_FLAGS))
+		return PD_E_MALFORMED;
+	return 0;
+}
+
+size_t pd_import_reply_encode(const struct pd_import_reply *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, 0 };
+	wr_le(&w, m->blocks, 8);
+	wr_le(&w, m->dedup, 8);
+	wr_le(&w, m->skipped, 8);
+	wr_le(&w, m->refused, 8);
+	wr_le(&w, m->bytes, 8);
+	return wr_done(&w);
+}
+
+int pd_import_reply_decode(const uint8_t *body, size_t len, struct pd_import_reply *m)
+{
+	struct rd r = { body, len, 0, 0 };
+	m->blocks = rd_u64(&r);
+	m->dedup = rd_u64(&r);
+	m->skipped = rd_u64(&r);
+	m->refused = rd_u64(&r);
+	m->bytes = rd_u64(&r);
 	return rd_done(&r);
 }
 

@@ -39,7 +39,9 @@ enum pd_op {
 	PD_OP_EVICT = 7,     /* admin */
 	PD_OP_PIN = 8,       /* admin */
 	PD_OP_UNPIN = 9,     /* admin */
-	PD_OP_MAX = PD_OP_UNPIN,
+	PD_OP_EXPORT = 10,   /* admin: the records of blocks, into a file */
+	PD_OP_IMPORT = 11,   /* admin: records from a file */
+	PD_OP_MAX = PD_OP_IMPORT,
 };
 
 enum pd_flag {
@@ -79,6 +81,10 @@ enum pd_size {
 	PD_EVICT_REPLY_SIZE = 40,
 	PD_PIN_SIZE = 40,            /* PIN and UNPIN */
 	PD_PIN_REPLY_SIZE = 16,
+	PD_EXPORT_SIZE = 80,
+	PD_EXPORT_REPLY_SIZE = 16,
+	PD_IMPORT_SIZE = 8,
+	PD_IMPORT_REPLY_SIZE = 40,
 };
 
 /* Bytes of a MATCH or PUBLISH body of count blocks (PUBLISH: + 8). */
@@ -257,6 +263,47 @@ struct pd_evict_reply {
 	uint64_t kept_leased, kept_pinned, kept_parent; /* selected blocks that stay */
 };
 
+/* EXPORT: the records (docs/DESIGN.md, "Disk records") of the selected
+ * blocks, parents first, written to the one descriptor attached (a
+ * regular file open for writing). Selectors combine; none: every block. */
+enum pd_export_flag {
+	PD_EXPORT_USER = 1u << 0,   /* uid's blocks */
+	PD_EXPORT_MODEL = 1u << 1,  /* model fp's blocks */
+	PD_EXPORT_ID = 1u << 2,     /* the blocks of chain id, from its first */
+	PD_EXPORT_FLAGS = 7,
+};
+
+struct pd_export {
+	uint32_t flags;
+	uint32_t uid;
+	uint8_t fp[PD_FP_SIZE];
+	struct pd_id id;
+};
+
+struct pd_export_reply {
+	uint64_t blocks, bytes;  /* records written, and their bytes */
+};
+
+/* IMPORT: records read from the one descriptor attached (a regular file),
+ * all checked before any is stored. */
+enum pd_import_flag {
+	PD_IMPORT_USER = 1u << 0,   /* into uid's namespace, whoever's they were */
+	PD_IMPORT_FLAGS = 1,
+};
+
+struct pd_import {
+	uint32_t flags;
+	uint32_t uid;
+};
+
+struct pd_import_reply {
+	uint64_t blocks;         /* stored */
+	uint64_t dedup;          /* there already */
+	uint64_t skipped;        /* without their parent (in the file or the cache) */
+	uint64_t refused;        /* the budget or a quota was full of held blocks */
+	uint64_t bytes;          /* KV bytes stored */
+};
+
 struct pd_pin {
 	struct pd_id id;
 	uint32_t ttl_s;          /* PIN: 0 for no end */
@@ -297,6 +344,10 @@ int pd_stats_reply_decode(const uint8_t *body, size_t len, struct pd_stats_reply
 int pd_list_decode(const uint8_t *body, size_t len, struct pd_list *m);
 int pd_list_reply_decode(const uint8_t *body, size_t len, struct pd_list_reply *m);
 int pd_evict_decode(const uint8_t *body, size_t len, struct pd_evict *m);
+int pd_export_decode(const uint8_t *body, size_t len, struct pd_export *m);
+int pd_export_reply_decode(const uint8_t *body, size_t len, struct pd_export_reply *m);
+int pd_import_decode(const uint8_t *body, size_t len, struct pd_import *m);
+int pd_import_reply_decode(const uint8_t *body, size_t len, struct pd_import_reply *m);
 int pd_evict_reply_decode(const uint8_t *body, size_t len, struct pd_evict_reply *m);
 int pd_pin_decode(const uint8_t *body, size_t len, struct pd_pin *m);
 int pd_pin_reply_decode(const uint8_t *body, size_t len, struct pd_pin_reply *m);
@@ -321,6 +372,10 @@ size_t pd_list_encode(const struct pd_list *m, uint8_t *out, size_t cap);
 size_t pd_list_reply_encode(uint64_t next, const struct pd_chain_row *rows, uint32_t nrows,
 			    uint8_t *out, size_t cap);
 size_t pd_evict_encode(const struct pd_evict *m, uint8_t *out, size_t cap);
+size_t pd_export_encode(const struct pd_export *m, uint8_t *out, size_t cap);
+size_t pd_export_reply_encode(const struct pd_export_reply *m, uint8_t *out, size_t cap);
+size_t pd_import_encode(const struct pd_import *m, uint8_t *out, size_t cap);
+size_t pd_import_reply_encode(const struct pd_import_reply *m, uint8_t *out, size_t cap);
 size_t pd_evict_reply_encode(const struct pd_evict_reply *m, uint8_t *out, size_t cap);
 size_t pd_pin_encode(const struct pd_pin *m, uint8_t *out, size_t cap);
 size_t pd_pin_reply_encode(const struct pd_pin_reply *m, uint8_t *out, size_t cap);

@@ -531,3 +531,174 @@ Test(disk, bad_flags_are_refused)
 	cr_expect_eq(td_sh(out, sizeof(out), "timeout 10 %s --disk-dir /proc/nonexistent/x --socket %s/s", PREFIXD_EXE, disk), 1, "%s", out);
 	cr_expect(strstr(out, "cannot make the disk directory /proc/nonexistent/x"), "%s", out);
 }
+
+/* ==== Export and import ==== */
+
+static int ctl(char *out, size_t cap, const char *fmt_args, const char *file)
+{
+	return td_sh(out, cap, "%s --socket %s %s %s", PREFIXCTL, td.sock, fmt_args, file);
+}
+
+Test(disk, an_export_imported_into_a_fresh_daemon_gives_hits)
+{
+	/* 8 slots: of two 6-block prompts, part is on disk only. */
+	const char *args[] = { "--memory", "64K", NULL };
+	start(args);
+	struct prefixd *c = client();
+	publish(c, 0, 6);
+	wait_spilled(6);
+	publish(c, 1, 6);
+	struct prefixd_stats s = wait_spilled(12);
+	cr_assert_lt(s.blocks, 12, "some blocks are on disk only");
+	prefixd_close(c);
+	char file[PATH_MAX + 32], out[4096];
+	snprintf(file, sizeof(file), "%s/all.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "export", file), 0, "%s", out);
+	cr_expect(strstr(out, "exported 12 blocks"), "%s", out);
+	struct stat st;
+	cr_assert_eq(stat(file, &st), 0);
+	cr_expect_eq(st.st_size, 12 * REC_BYTES, "records in the disk format");
+	cr_expect_eq(st.st_mode & 0777, 0600);
+	stop();
+	/* Another daemon, without a disk. */
+	const char *plain[] = { "--block-tokens", "4", NULL };
+	cr_assert_eq(td_start(&td, plain), 0);
+	cr_assert_eq(ctl(out, sizeof(out), "import", file), 0, "%s", out);
+	cr_expect(strstr(out, "imported 12 blocks"), "%s", out);
+	c = client();
+	for (uint32_t k = 0; k < 2; k++) {
+		struct got g = match(c, k, 6);
+		cr_expect_eq(g.hit, 6, "prompt %u", k);
+		cr_expect_eq(g.bad, 0, "prompt %u", k);
+		cr_expect_eq(g.from_disk, 0);
+	}
+	/* Again: everything is there already. */
+	cr_assert_eq(ctl(out, sizeof(out), "import", file), 0, "%s", out);
+	cr_expect(strstr(out, "imported 0 blocks (0 B) from"), "%s", out);
+	cr_expect(strstr(out, "12 already cached"), "%s", out);
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, an_export_by_id_or_user_takes_what_they_select_and_import_user_moves_it)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	publish(c, 0, 3);
+	publish(c, 1, 5);
+	prefixd_close(c);
+	char out[4096], file[PATH_MAX + 32], id[128];
+	/* The chain of 3 blocks: the last row by tokens (a count line follows). */
+	cr_assert_eq(td_sh(id, sizeof(id), "%s --socket %s ls --sort tokens | tail -2 | head -1 | awk '{print $1}'", PREFIXCTL, td.sock), 0);
+	id[strcspn(id, "\n")] = 0;
+	snprintf(file, sizeof(file), "%s/one.pfx", disk);
+	char sel[256];
+	snprintf(sel, sizeof(sel), "export --id %s", id);
+	cr_assert_eq(ctl(out, sizeof(out), sel, file), 0, "%s", out);
+	cr_expect(strstr(out, "exported 3 blocks"), "%s", out);
+	snprintf(file, sizeof(file), "%s/nobody.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "export --user 4242", file), 0, "%s", out);
+	cr_expect(strstr(out, "exported 0 blocks"), "%s", out);
+	snprintf(file, sizeof(file), "%s/none.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "export --id 0123456789ab", file), 1, "%s", out);
+	cr_expect(access(file, F_OK), "a failed export leaves no file");
+	snprintf(file, sizeof(file), "%s/one.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "import --user 4242", file), 0, "%s", out);
+	cr_expect(strstr(out, "imported 3 blocks"), "%s", out);
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s ls --user 4242", PREFIXCTL, td.sock), 0, "%s", out);
+	cr_expect(strstr(out, "1 chain"), "the chain, in user 4242's namespace: %s", out);
+	stop();
+}
+
+Test(disk, a_damaged_foreign_or_strange_file_is_refused_and_nothing_is_imported)
+{
+	/* A file of 8-token blocks. */
+	const char *eight[] = { "--block-tokens", "8", NULL };
+	cr_assert_eq(td_start(&td, eight), 0);
+	struct prefixd_layout l = td_layout(1);
+	l.block_tokens = 8;
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	uint32_t t[16], stored, dedup;
+	for (uint32_t i = 0; i < 16; i++)
+		t[i] = i + 7;
+	static uint8_t kv[2][TD_BLOCK_BYTES];
+	const void *ptrs[2] = { kv[0], kv[1] };
+	cr_assert_eq(prefixd_publish(c, 0, t, 0, 2, ptrs, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	prefixd_close(c);
+	char foreign[PATH_MAX + 32], out[4096];
+	snprintf(foreign, sizeof(foreign), "%s/eight.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "export", foreign), 0, "%s", out);
+	stop();
+
+	start(NULL);
+	c = client();
+	publish(c, 0, 4);
+	prefixd_close(c);
+	char good[PATH_MAX + 32], bad[PATH_MAX + 32], junk[PATH_MAX + 32];
+	snprintf(good, sizeof(good), "%s/good.pfx", disk);
+	snprintf(bad, sizeof(bad), "%s/bad.pfx", disk);
+	snprintf(junk, sizeof(junk), "%s/junk.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "export", good), 0, "%s", out);
+	cr_assert_eq(ctl(out, sizeof(out), "evict --all", ""), 0, "%s", out);
+	uint64_t published = stats().published;
+	size_t len;
+	uint8_t *b = read_all(good, &len);
+	b[3 * REC_BYTES + 4096 + 10] ^= 1; /* the last record's payload */
+	write_all(bad, b, len);
+	write_all(junk, b + 1, len - 1);
+	free(b);
+	cr_expect_eq(ctl(out, sizeof(out), "import", bad), 1, "%s", out);
+	cr_expect(strstr(out, "record 3") && strstr(out, "nothing was imported"), "%s", out);
+	cr_expect_eq(ctl(out, sizeof(out), "import", junk), 1, "%s", out);
+	cr_expect(strstr(out, "record 0"), "%s", out);
+	cr_expect_eq(ctl(out, sizeof(out), "import", foreign), 1, "%s", out);
+	cr_expect(strstr(out, "not of this daemon's size"), "%s", out);
+	cr_expect_eq(ctl(out, sizeof(out), "import", "/nonexistent/file"), 1, "%s", out);
+	cr_expect(strstr(out, "cannot read /nonexistent/file"), "%s", out);
+	cr_expect_eq(stats().published, published, "nothing was stored");
+	c = client();
+	cr_expect_eq(match(c, 0, 4).hit, 0);
+	prefixd_close(c);
+	cr_expect_eq(ctl(out, sizeof(out), "import", good), 0, "%s", out);
+	c = client();
+	cr_expect_eq(match(c, 0, 4).hit, 4, "the good file still imports");
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, export_and_import_take_only_a_regular_file_open_the_right_way)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	publish(c, 0, 2);
+	prefixd_close(c);
+	struct prefixd *adm;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	int rc = prefixd_export(adm, NULL, NULL, p[1], NULL, NULL);
+	cr_expect_eq(rc, -EBADMSG, "%d: %s", rc, prefixd_errmsg());
+	cr_expect(strstr(prefixd_errmsg(), "not a regular file"), "%s", prefixd_errmsg());
+	cr_expect_eq(prefixd_import(adm, p[0], NULL, NULL), -EBADMSG);
+	close(p[0]);
+	close(p[1]);
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/ro.pfx", disk);
+	write_all(path, (const uint8_t *)"", 0);
+	int ro = open(path, O_RDONLY), wo = open(path, O_WRONLY);
+	cr_expect_eq(prefixd_export(adm, NULL, NULL, ro, NULL, NULL), -EBADMSG);
+	cr_expect(strstr(prefixd_errmsg(), "is not open for writing"), "%s", prefixd_errmsg());
+	cr_expect_eq(prefixd_import(adm, wo, NULL, NULL), -EBADMSG);
+	cr_expect(strstr(prefixd_errmsg(), "not open for reading"), "%s", prefixd_errmsg());
+	struct prefixd_imported r;
+	cr_expect_eq(prefixd_import(adm, ro, NULL, &r), 0, "an empty file: nothing to import");
+	cr_expect_eq(r.blocks, 0);
+	close(ro);
+	close(wo);
+	/* The connection serves on. */
+	struct prefixd_stats s;
+	cr_expect_eq(prefixd_stats(adm, &s), 0);
+	prefixd_close(adm);
+	stop();
+}

@@ -213,6 +213,8 @@ enum ag_op {
 	AG_UNPIN,       /* its own chain (base, n) */
 	AG_STATS,
 	AG_USAGE,
+	AG_EXPORT,      /* every block, into a file of its own */
+	AG_IMPORT,      /* a file of its own (empty) */
 	AG_QUIT,
 };
 
@@ -342,6 +344,18 @@ static void agent_serve(uint32_t uid, int in, int out)
 		case AG_STATS: {
 			struct prefixd_stats s;
 			r.rc = prefixd_stats(c, &s);
+			break;
+		}
+		case AG_EXPORT:
+		case AG_IMPORT: {
+			FILE *f = tmpfile();
+			r.rc = f ? 0 : -errno;
+			if (f && q.op == AG_EXPORT)
+				r.rc = prefixd_export(c, NULL, NULL, fileno(f), NULL, NULL);
+			else if (f)
+				r.rc = prefixd_import(c, fileno(f), NULL, NULL);
+			if (f)
+				fclose(f);
 			break;
 		}
 		case AG_USAGE: {
@@ -630,7 +644,7 @@ Test(tenants, a_publish_refused_because_everything_is_leased_says_so)
 
 /* ==== Administration ==== */
 
-Test(tenants, a_user_cannot_evict_see_pin_unpin_list_or_get_statistics)
+Test(tenants, a_user_cannot_evict_see_pin_unpin_list_export_import_or_get_statistics)
 {
 	start(NULL);
 	struct prefixd *a = client(1);
@@ -648,6 +662,7 @@ Test(tenants, a_user_cannot_evict_see_pin_unpin_list_or_get_statistics)
 	} ops[] = {
 		{ AG_LIST, "list" },   { AG_EVICT, "evict" }, { AG_PIN, "pin" },
 		{ AG_UNPIN, "unpin" }, { AG_STATS, "stats" }, { AG_USAGE, "stats_usage" },
+		{ AG_EXPORT, "export" }, { AG_IMPORT, "import" },
 	};
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
 		r = agent_do(&ag, ops[i].op, 1, 7000, 4);

@@ -122,6 +122,28 @@ static const struct ctl_command commands[] = {
 	  "  --model DIR       the checkpoint (config.json and model.safetensors)\n"
 	  "  --block-tokens B  tokens per block, as the daemon's --block-tokens\n"
 	  "                    (default: 64)\n" },
+	{ "export", cmd_export, O_USER | O_MODEL | O_ID, 0, "FILE",
+	  "export [--user UID] [--model FP] [--id ID] FILE",
+	  "writes cached prefixes to a file, to import elsewhere",
+	  "Writes the records of cached blocks, in memory or on the daemon's disk, to\n"
+	  "FILE (made, or emptied, with mode 0600): every block, or those the options\n"
+	  "select (they combine). The records are the disk tier's, checksums and all;\n"
+	  "'prefixctl import' stores them in another daemon with the same\n"
+	  "--block-tokens.\n"
+	  "\n"
+	  "  --user UID      only this user's blocks (a uid or a user name)\n"
+	  "  --model FP      only the blocks of model FP:\n" HELP_INDENT FP_TEXT
+	  "  --id ID         only chain ID's blocks, from its first:\n" HELP_INDENT ID_TEXT },
+	{ "import", cmd_import, O_USER, 0, "FILE", "import [--user UID] FILE",
+	  "stores the prefixes of an exported file",
+	  "Stores the blocks of a file 'prefixctl export' wrote, each under its user\n"
+	  "(or all under --user), as a publish would: memory permitting, and on the\n"
+	  "daemon's disk too when it has one. The daemon checks every record first\n"
+	  "(checksums, hash chain, block size): a damaged file, or one of another\n"
+	  "block size, is refused and nothing is stored.\n"
+	  "\n"
+	  "  --user UID      store every block in this user's namespace (a uid or a\n"
+	  "                  user name), whoever's it was where it was exported\n" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -299,7 +321,10 @@ static int check_operands(struct ctl_args *a, char **words, int n)
 {
 	const struct ctl_command *c = a->cmd;
 	if (c->operand && n < 1)
-		return ctl_usage(a, "%s needs a chain %s (from 'prefixctl ls')", c->name, c->operand);
+		return strcmp(c->operand, "ID")
+			       ? ctl_usage(a, "%s needs a %s", c->name, c->operand)
+			       : ctl_usage(a, "%s needs a chain %s (from 'prefixctl ls')", c->name,
+					   c->operand);
 	if (n > (c->operand ? 1 : 0))
 		return ctl_usage(a, "unexpected argument '%s'", words[c->operand ? 1 : 0]);
 	a->arg = n ? words[0] : NULL;

@@ -32,7 +32,8 @@ struct ctl_command {
 	const char *name;
 	int (*run)(const struct ctl_args *a);
 	unsigned allowed, required; /* enum ctl_opt bits */
-	const char *operand;        /* its one positional argument (pin, unpin), or NULL */
+	const char *operand;        /* its one positional argument (pin, unpin, export,
+				     * import), or NULL */
 	const char *synopsis;       /* its usage line after "prefixctl " */
 	const char *summary;        /* one line for prefixctl --help */
 	const char *help;           /* the rest of prefixctl COMMAND --help */
@@ -42,7 +43,8 @@ struct ctl_args {
 	const struct ctl_command *cmd;
 	const char *socket;     /* NULL: libprefixd's default */
 	unsigned seen;          /* enum ctl_opt bits given */
-	const char *arg;        /* the positional argument (pin, unpin: the id) */
+	const char *arg;        /* the positional argument (pin, unpin: the id;
+				 * export, import: the file) */
 	int json, prometheus;
 	enum ctl_sort sort;
 	uint64_t limit, idle_s;
@@ -57,6 +59,8 @@ int cmd_pin(const struct ctl_args *a);
 int cmd_unpin(const struct ctl_args *a);
 int cmd_stats(const struct ctl_args *a);
 int cmd_info(const struct ctl_args *a);
+int cmd_export(const struct ctl_args *a);
+int cmd_import(const struct ctl_args *a);
 
 /* ---- prefixctl_util.c ---- */
 

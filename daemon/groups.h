@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Index groups for blocks that arrive without a connection (records found
+ * at start, imported ones): the partition and group a HELLO of that user,
+ * chain root and block size would have made, each made once and held until
+ * group_set_release.
+ */
+#ifndef PD_GROUPS_H
+#define PD_GROUPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+
+struct group_set {
+	struct group_held *v;
+	size_t n, cap;
+};
+
+/* The group, and in *store (if not NULL) its partition's store; or NULL
+ * with *err: partitions_get's errors or -ENOMEM. */
+struct idx_group *group_set_get(struct group_set *s, struct daemon *d, uint32_t ns,
+				const uint8_t *h0, const uint8_t *fp, uint64_t block_bytes,
+				struct pd_store **store, int *err);
+/* Lets every group and partition go (those with blocks stay, held by them). */
+void group_set_release(struct group_set *s, struct daemon *d);
+
+#endif
