@@ -319,6 +319,58 @@ static void evict_reply(const uint8_t *p, size_t n)
 #undef ENC
 }
 
+static void export_req(const uint8_t *p, size_t n)
+{
+	struct pd_export m;
+	int rc = pd_export_decode(p, n, &m);
+	check_rc(rc);
+	if (rc)
+		return;
+	FUZZ_CHECK(n == PD_EXPORT_SIZE && !(m.flags & ~(uint32_t)PD_EXPORT_FLAGS));
+#define ENC(out, cap) pd_export_encode(&m, out, cap)
+	ROUND_TRIP(p, n, ENC);
+#undef ENC
+}
+
+static void export_reply(const uint8_t *p, size_t n)
+{
+	struct pd_export_reply m;
+	int rc = pd_export_reply_decode(p, n, &m);
+	check_rc(rc);
+	if (rc)
+		return;
+	FUZZ_CHECK(n == PD_EXPORT_REPLY_SIZE);
+#define ENC(out, cap) pd_export_reply_encode(&m, out, cap)
+	ROUND_TRIP(p, n, ENC);
+#undef ENC
+}
+
+static void import_req(const uint8_t *p, size_t n)
+{
+	struct pd_import m;
+	int rc = pd_import_decode(p, n, &m);
+	check_rc(rc);
+	if (rc)
+		return;
+	FUZZ_CHECK(n == PD_IMPORT_SIZE && !(m.flags & ~(uint32_t)PD_IMPORT_FLAGS));
+#define ENC(out, cap) pd_import_encode(&m, out, cap)
+	ROUND_TRIP(p, n, ENC);
+#undef ENC
+}
+
+static void import_reply(const uint8_t *p, size_t n)
+{
+	struct pd_import_reply m;
+	int rc = pd_import_reply_decode(p, n, &m);
+	check_rc(rc);
+	if (rc)
+		return;
+	FUZZ_CHECK(n == PD_IMPORT_REPLY_SIZE);
+#define ENC(out, cap) pd_import_reply_encode(&m, out, cap)
+	ROUND_TRIP(p, n, ENC);
+#undef ENC
+}
+
 static void pin(const uint8_t *p, size_t n)
 {
 	struct pd_pin m;
@@ -392,6 +444,8 @@ static void body(const struct pd_hdr *h, const uint8_t *b, size_t n, uint32_t *b
 		case PD_OP_LIST: list_reply(b, n); break;
 		case PD_OP_EVICT: evict_reply(b, n); break;
 		case PD_OP_PIN: pin_reply(b, n); break;
+		case PD_OP_EXPORT: export_reply(b, n); break;
+		case PD_OP_IMPORT: import_reply(b, n); break;
 		default: break;  /* RELEASE, UNPIN: no body */
 		}
 		return;
@@ -404,6 +458,8 @@ static void body(const struct pd_hdr *h, const uint8_t *b, size_t n, uint32_t *b
 	case PD_OP_LIST: list(b, n); break;
 	case PD_OP_EVICT: evict(b, n); break;
 	case PD_OP_PIN: case PD_OP_UNPIN: pin(b, n); break;
+	case PD_OP_EXPORT: export_req(b, n); break;
+	case PD_OP_IMPORT: import_req(b, n); break;
 	default: break;  /* STATS: no body */
 	}
 }
@@ -452,6 +508,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case FW_EVICT_REPLY: evict_reply(p, n); break;
 	case FW_PIN: case FW_UNPIN: pin(p, n); break;
 	case FW_PIN_REPLY: pin_reply(p, n); break;
+	case FW_EXPORT: export_req(p, n); break;
+	case FW_EXPORT_REPLY: export_reply(p, n); break;
+	case FW_IMPORT: import_req(p, n); break;
+	case FW_IMPORT_REPLY: import_reply(p, n); break;
 	case FW_ERROR: error_msg(p, n); break;
 	case FW_FRAME: frames(p, n, bt); break;
 	case FW_COUNT: break;

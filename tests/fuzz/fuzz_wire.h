@@ -32,6 +32,10 @@ enum fw_sel {
 	FW_UNPIN,        /* the PIN body and decoder, as prefixd uses it */
 	FW_ERROR,
 	FW_FRAME,
+	FW_EXPORT,       /* after FW_FRAME: earlier seeds keep their selectors */
+	FW_EXPORT_REPLY,
+	FW_IMPORT,
+	FW_IMPORT_REPLY,
 	FW_COUNT,
 };
 

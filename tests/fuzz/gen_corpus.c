@@ -160,6 +160,17 @@ static void gen_wire(void)
 	struct pd_pin_reply pin_reply = { 12288, 1 << 20 };
 	wire("pin-reply", FW_PIN_REPLY, 0, pd_pin_reply_encode(&pin_reply, body, sizeof(body)));
 
+	struct pd_export ex = { PD_EXPORT_USER | PD_EXPORT_ID, 1000, { 1 }, { { 9, 9, 9 }, 1000 } };
+	wire("export", FW_EXPORT, 0, pd_export_encode(&ex, body, sizeof(body)));
+	struct pd_export_reply ex_reply = { 12, 12 * 12288 };
+	wire("export-reply", FW_EXPORT_REPLY, 0,
+	     pd_export_reply_encode(&ex_reply, body, sizeof(body)));
+	struct pd_import im = { PD_IMPORT_USER, 4242 };
+	wire("import", FW_IMPORT, 0, pd_import_encode(&im, body, sizeof(body)));
+	struct pd_import_reply im_reply = { 10, 1, 1, 0, 10 * 8192 };
+	wire("import-reply", FW_IMPORT_REPLY, 0,
+	     pd_import_reply_encode(&im_reply, body, sizeof(body)));
+
 	wire("error", FW_ERROR, 0,
 	     pd_error_encode(pd_status_str(PD_E_NOSPACE), body, sizeof(body)));
 	n = pd_error_encode("a NUL here", body, sizeof(body));
