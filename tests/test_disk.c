@@ -702,3 +702,49 @@ Test(disk, export_and_import_take_only_a_regular_file_open_the_right_way)
 	prefixd_close(adm);
 	stop();
 }
+
+/* ==== The runtime on a prefix read back from disk ==== */
+
+#define MODEL "llama-tiny-gqa"
+#define HEAD 24 /* the prefix: 6 blocks of 4 */
+
+Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
+{
+	size_t ntok;
+	int32_t *tok = expected_i32(MODEL, "tokens", &ntok);
+	char *head = tokens_csv(tok, HEAD), *all = tokens_csv(tok, ntok);
+	char out[PATH_MAX + 32];
+	start(NULL);
+	snprintf(out, sizeof(out), "%s/a.npy", disk);
+	struct cmd_result a = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
+				  fixtures_dir(), td.sock, head, out);
+	cr_assert_eq(a.status, 0, "%s", a.out);
+	cr_expect(strstr(a.out, "6 new blocks published"), "%s", a.out);
+	stop(); /* the prefix is written out; after the restart it is on disk only */
+	start(NULL);
+	snprintf(out, sizeof(out), "%s/b.npy", disk);
+	struct cmd_result b = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
+				  fixtures_dir(), td.sock, all, out);
+	cr_assert_eq(b.status, 0, "%s", b.out);
+	cr_expect(strstr(b.out, "24 attached from the cache (6 blocks read back from prefixd's disk)"),
+		  "%s", b.out);
+	struct pfx_model *m = load_fixture_model_bt(MODEL, 4);
+	float *ref = logits_uncached(m, tok, ntok);
+	size_t V = (size_t)pfx_model_config(m)->vocab, rows = ntok - HEAD;
+	float *got = read_npy(out, rows, V);
+	float d = max_abs_diff(got, ref + HEAD * V, rows * V);
+	cr_expect_leq(d, TOL_SELF, "logits on the restored prefix vs an uncached run: %g", d);
+	size_t nl;
+	float *hf = expected_f32(MODEL, "logits_full", &nl);
+	d = max_abs_diff(got, hf + HEAD * V, rows * V);
+	cr_expect_leq(d, TOL_LOGITS, "and vs transformers: %g", d);
+	cr_expect_eq(stats().restores, 6);
+	free(hf);
+	free(got);
+	free(ref);
+	pfx_model_free(m);
+	free(head);
+	free(all);
+	free(tok);
+	stop();
+}
