@@ -1243,6 +1243,22 @@ void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
 	free(b);
 }
 
+int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
+		    void *ctx)
+{
+	int rc = 0;
+	struct idx_block b;
+	pthread_mutex_lock(&x->lock);
+	for (size_t k = 0; k < NBUCKETS && !rc; k++)
+		for (struct entry *e = x->buckets[k]; e && !rc; e = e->hnext)
+			if (e->disk) {
+				fill_block(x, e, &b);
+				rc = fn(ctx, &b);
+			}
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
 void idx_count_corrupt(struct pd_index *x, uint64_t n)
 {
 	pthread_mutex_lock(&x->lock);

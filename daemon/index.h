@@ -175,6 +175,10 @@ uint64_t idx_dirty(struct pd_index *x);
  * disk budget is full) or -ENOMEM.
  */
 int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b);
+/* Calls fn for every block with a record on disk (under the index lock:
+ * for a daemon that stops) until fn returns non-zero, which it returns. */
+int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
+		    void *ctx);
 /* Records found damaged elsewhere (at start), for the disk_corrupt count. */
 void idx_count_corrupt(struct pd_index *x, uint64_t n);
 

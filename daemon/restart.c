@@ -9,11 +9,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "chain.h"
 #include "groups.h"
@@ -31,31 +33,19 @@ static bool has_suffix(const char *s, const char *suf)
 	return n > k && !strcmp(s + n - k, suf);
 }
 
-/* Reads and checks one record's head: 0, -EBADMSG (damaged or not what
- * its name says), -EACCES (another block size) or -errno. */
-static int read_one(int dirfd, const char *name, uint32_t bt, uint8_t *head, size_t head_bytes,
-		    struct found *f, const char **why)
+/* Checks a record's head: its sizes, and its name (NULL: the manifest
+ * names it by its head) and file size (0: unknown) when given; its hash
+ * must follow its chain. 0 and *f, -EBADMSG, -EACCES (another block
+ * size) or -ENOMEM. */
+static int check_head(const uint8_t *head, size_t head_bytes, uint32_t bt, const char *name,
+		      uint64_t size, struct found *f, const char **why)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	int rc = 0;
-	ssize_t r = fstat(fd, &st) ? -1 : pread(fd, head, head_bytes, 0);
-	if (r < 0)
-		rc = -errno;
-	close(fd);
-	if (rc)
-		return rc;
 	struct rec_meta m;
 	struct rec_expect want = { .block_tokens = bt };
-	if ((size_t)r != head_bytes) {
-		*why = "it is shorter than a record's head";
-		return -EBADMSG;
-	}
-	if ((rc = rec_check_head(head, head_bytes, &want, &m, why)))
+	int rc = rec_check_head(head, head_bytes, &want, &m, why);
+	if (rc)
 		return rc == -ENOTSUP ? -EBADMSG : rc;
-	if ((uint64_t)st.st_size != rec_size(bt, m.payload)) {
+	if (size && size != rec_size(bt, m.payload)) {
 		*why = "its size is not its record's (cut short, or grown)";
 		return -EBADMSG;
 	}
@@ -65,7 +55,7 @@ static int read_one(int dirfd, const char *name, uint32_t bt, uint8_t *head, siz
 	}
 	char own[TIER_NAME_MAX];
 	tier_name(m.ns, m.hash, ".rec", own);
-	if (strcmp(own, name)) {
+	if (name && strcmp(own, name)) {
 		*why = "it is filed under another block's name";
 		return -EBADMSG;
 	}
@@ -91,6 +81,213 @@ static int read_one(int dirfd, const char *name, uint32_t bt, uint8_t *head, siz
 	return 0;
 }
 
+/* Reads and checks the head of the record file `name`. */
+static int read_one(int dirfd, const char *name, uint32_t bt, uint8_t *head, size_t head_bytes,
+		    struct found *f, const char **why)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int rc = 0;
+	ssize_t r = fstat(fd, &st) ? -1 : pread(fd, head, head_bytes, 0);
+	if (r < 0)
+		rc = -errno;
+	close(fd);
+	if (rc)
+		return rc;
+	if ((size_t)r != head_bytes) {
+		*why = "it is shorter than a record's head";
+		return -EBADMSG;
+	}
+	return check_head(head, head_bytes, bt, name, (uint64_t)st.st_size, f, why);
+}
+
+struct found_list {
+	struct found *v;
+	size_t n, cap;
+};
+
+/* Room for one more; NULL when out of memory. */
+static struct found *next_found(struct found_list *l)
+{
+	if (l->n == l->cap) {
+		size_t c = l->cap ? 2 * l->cap : 256;
+		struct found *m = realloc(l->v, c * sizeof(*m));
+		if (!m)
+			return NULL;
+		l->v = m;
+		l->cap = c;
+	}
+	return &l->v[l->n];
+}
+
+/* ==== The manifest ====
+ *
+ * Written at a graceful stop: MANIFEST_MAGIC, u32 version, u32
+ * block_tokens, u64 count, u64 0; then each record's head as in its file;
+ * then the XXH3-64 of all that. Read (and deleted) at the next start in
+ * place of a scan of every file; a missing or damaged one means a scan. */
+
+#define MANIFEST "manifest"
+#define MANIFEST_HDR 32
+static const uint8_t manifest_magic[8] = { 'P', 'F', 'X', 'D', 'M', 'A', 'N', 0 };
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* The records the manifest lists into l: 1, 0 when there is none, or
+ * -EBADMSG (with *why) when it is damaged; -ENOMEM. It is deleted, so
+ * that a crash later cannot make a stale one look current. */
+static int read_manifest(int dirfd, uint32_t bt, struct found_list *l, const char **why)
+{
+	int fd = openat(dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	struct stat st;
+	uint8_t *buf = NULL;
+	size_t head_bytes = rec_head_size(bt), len = 0;
+	int rc = fstat(fd, &st) ? -errno : 0;
+	if (!rc) {
+		len = (size_t)st.st_size;
+		buf = malloc(len ? len : 1);
+		rc = buf ? 0 : -ENOMEM;
+	}
+	if (!rc && pread(fd, buf, len, 0) != (ssize_t)len)
+		rc = -EIO;
+	close(fd);
+	if (!rc && (unlinkat(dirfd, MANIFEST, 0) || fsync(dirfd)))
+		rc = -errno;
+	uint64_t count = 0;
+	if (!rc) {
+		*why = "it is damaged";
+		if (len < MANIFEST_HDR + 8 || memcmp(buf, manifest_magic, 8) || get_le(buf + 8, 4) != 1 ||
+		    get_le(buf + 24, 8) || XXH3_64bits(buf, len - 8) != get_le(buf + len - 8, 8))
+			rc = -EBADMSG;
+		else if (get_le(buf + 12, 4) != bt)
+			*why = "it lists records of another block size", rc = -EBADMSG;
+		else if ((count = get_le(buf + 16, 8)) != (len - MANIFEST_HDR - 8) / head_bytes ||
+			 (len - MANIFEST_HDR - 8) % head_bytes)
+			rc = -EBADMSG;
+	}
+	for (uint64_t i = 0; !rc && i < count; i++) {
+		struct found *f = next_found(l);
+		if (!f) {
+			rc = -ENOMEM;
+			break;
+		}
+		/* Its own checksum passed with the manifest's: a head that fails
+		 * here was written wrong, and the whole manifest is suspect. */
+		if ((rc = check_head(buf + MANIFEST_HDR + i * head_bytes, head_bytes, bt, NULL, 0, f,
+				     why)))
+			break;
+		l->n++;
+	}
+	free(buf);
+	if (rc < 0) {
+		for (size_t i = 0; i < l->n; i++)
+			free(l->v[i].tokens);
+		l->n = 0;
+	}
+	return rc < 0 ? rc : 1;
+}
+
+struct manifest_writer {
+	FILE *f;
+	XXH3_state_t *sum;
+	uint32_t bt;
+	uint8_t *head;
+	size_t head_bytes;
+	uint64_t count;
+	int rc;
+};
+
+static void man_put(struct manifest_writer *w, const void *p, size_t n)
+{
+	if (!w->rc && fwrite(p, 1, n, w->f) != n)
+		w->rc = -EIO;
+	XXH3_64bits_update(w->sum, p, n);
+}
+
+static int man_record(void *ctx, const struct idx_block *b)
+{
+	struct manifest_writer *w = ctx;
+	struct rec_meta m = { .ns = b->ns, .block_tokens = w->bt, .depth = b->depth,
+			      .payload = b->store.block_bytes };
+	memcpy(m.fp, b->fp, PD_FP_SIZE);
+	memcpy(m.root, b->h0, PD_HASH_SIZE);
+	memcpy(m.hash, b->hash, PD_HASH_SIZE);
+	memcpy(m.parent, b->parent, PD_HASH_SIZE);
+	if (rec_encode_head(&m, b->tokens, b->sum, w->head, w->head_bytes) < 0)
+		return 0; /* a block no record can hold was never written */
+	man_put(w, w->head, w->head_bytes);
+	w->count++;
+	return w->rc;
+}
+
+static int man_count(void *ctx, const struct idx_block *b)
+{
+	(void)b;
+	(*(uint64_t *)ctx)++;
+	return 0;
+}
+
+int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records)
+{
+	int dirfd = tier_dirfd(t);
+	struct manifest_writer w = { .bt = d->block_tokens,
+				     .head_bytes = rec_head_size(d->block_tokens) };
+	/* Counted first, to head the file: the daemon is stopping, nothing
+	 * comes or goes any more. */
+	uint64_t count = 0;
+	idx_each_record(d->idx, man_count, &count);
+	int fd = openat(dirfd, MANIFEST ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	w.f = fd < 0 ? NULL : fdopen(fd, "w");
+	w.sum = XXH3_createState();
+	w.head = malloc(w.head_bytes);
+	int rc = w.f && w.sum && w.head ? 0 : fd < 0 ? -errno : -ENOMEM;
+	if (!w.f && fd >= 0)
+		close(fd);
+	if (!rc) {
+		uint8_t hdr[MANIFEST_HDR] = { 0 }, tail[8];
+		memcpy(hdr, manifest_magic, 8);
+		put_le(hdr + 8, 1, 4);
+		put_le(hdr + 12, d->block_tokens, 4);
+		put_le(hdr + 16, count, 8);
+		XXH3_64bits_reset(w.sum);
+		man_put(&w, hdr, sizeof(hdr));
+		rc = idx_each_record(d->idx, man_record, &w);
+		if (!rc && w.count != count)
+			rc = -EAGAIN;
+		put_le(tail, XXH3_64bits_digest(w.sum), 8);
+		if (!rc && fwrite(tail, 1, 8, w.f) != 8)
+			rc = -EIO;
+		if (!rc && (fflush(w.f) || fsync(fileno(w.f))))
+			rc = -errno;
+	}
+	if (w.f && fclose(w.f) && !rc)
+		rc = -errno;
+	free(w.head);
+	XXH3_freeState(w.sum);
+	if (!rc && (renameat(dirfd, MANIFEST ".tmp", dirfd, MANIFEST) || fsync(dirfd)))
+		rc = -errno;
+	if (rc)
+		unlinkat(dirfd, MANIFEST ".tmp", 0);
+	*records = w.count;
+	return rc;
+}
+
 static int by_depth(const void *a, const void *b)
 {
 	const struct found *x = a, *y = b;
@@ -104,12 +301,10 @@ static double ms_since(const struct timespec *t0)
 	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
+/* Every record file's head into l; deletes torn and damaged ones. */
+static int scan(int dirfd, uint32_t bt, struct found_list *l, struct restart_report *r)
 {
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	memset(r, 0, sizeof(*r));
-	int dirfd = tier_dirfd(t), fd = dup(dirfd);
+	int fd = dup(dirfd);
 	DIR *dir = fd < 0 ? NULL : fdopendir(fd);
 	if (!dir) {
 		int e = errno;
@@ -117,11 +312,8 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 			close(fd);
 		return -e;
 	}
-	uint32_t bt = d->block_tokens;
 	size_t head_bytes = rec_head_size(bt);
 	uint8_t *head = malloc(head_bytes);
-	struct found *fs = NULL;
-	size_t n = 0, cap = 0;
 	int rc = head ? 0 : -ENOMEM;
 	struct dirent *de;
 	while (!rc && (de = readdir(dir))) {
@@ -135,20 +327,11 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 		if (!has_suffix(name, ".rec"))
 			continue;
 		r->records++;
-		if (n == cap) {
-			size_t c = cap ? 2 * cap : 256;
-			struct found *m = realloc(fs, c * sizeof(*m));
-			if (!m) {
-				rc = -ENOMEM;
-				break;
-			}
-			fs = m;
-			cap = c;
-		}
+		struct found *f = next_found(l);
 		const char *why = NULL;
-		int e = read_one(dirfd, name, bt, head, head_bytes, &fs[n], &why);
+		int e = f ? read_one(dirfd, name, bt, head, head_bytes, f, &why) : -ENOMEM;
 		if (!e) {
-			n++;
+			l->n++;
 			continue;
 		}
 		if (e == -ENOMEM) {
@@ -167,10 +350,29 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 	}
 	closedir(dir);
 	free(head);
-	qsort(fs, n, sizeof(*fs), by_depth);
+	return rc;
+}
+
+int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	memset(r, 0, sizeof(*r));
+	int dirfd = tier_dirfd(t);
+	uint32_t bt = d->block_tokens;
+	struct found_list l = { 0 };
+	const char *why = NULL;
+	int rc = read_manifest(dirfd, bt, &l, &why);
+	if (rc < 0 && rc != -ENOMEM)
+		pd_log("disk tier: the manifest: %s: scanning the directory instead",
+		       why ? why : strerror(-rc));
+	r->manifest = rc == 1;
+	r->records = r->manifest ? l.n : 0;
+	rc = rc == 1 ? 0 : rc == -ENOMEM ? rc : scan(dirfd, bt, &l, r);
+	qsort(l.v, l.n, sizeof(*l.v), by_depth);
 	struct group_set gs = { 0 };
-	for (size_t i = 0; i < n; i++) {
-		struct found *f = &fs[i];
+	for (size_t i = 0; i < l.n; i++) {
+		struct found *f = &l.v[i];
 		int e = 0;
 		struct idx_group *g = rc ? NULL : group_set_get(&gs, d, f->b.ns, f->b.h0, f->b.fp,
 								 f->payload, NULL, &e);
@@ -194,7 +396,7 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 		}
 		free(f->tokens);
 	}
-	free(fs);
+	free(l.v);
 	group_set_release(&gs, d);
 	idx_count_corrupt(d->idx, r->corrupt);
 	r->ms = ms_since(&t0);

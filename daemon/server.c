@@ -366,9 +366,10 @@ static int disk_start(const struct server_cfg *cfg, struct daemon *d)
 		pd_err("cannot read the disk directory %s: %s", cfg->disk_dir, strerror(-rc));
 		return -1;
 	}
-	pd_log("disk tier %s: %llu blocks (%.1f MiB of a %.1f MiB budget) loaded in %.1f ms; %llu damaged and %llu torn records deleted, %llu others dropped",
+	pd_log("disk tier %s: %llu blocks (%.1f MiB of a %.1f MiB budget) loaded in %.1f ms from %s; %llu damaged and %llu torn records deleted, %llu others dropped",
 	       cfg->disk_dir, (unsigned long long)r.loaded, (double)r.bytes / (1 << 20),
-	       (double)cfg->disk_budget / (1 << 20), r.ms, (unsigned long long)r.corrupt,
+	       (double)cfg->disk_budget / (1 << 20), r.ms,
+	       r.manifest ? "the manifest" : "a scan", (unsigned long long)r.corrupt,
 	       (unsigned long long)r.torn, (unsigned long long)r.dropped);
 	if ((rc = tier_start(d->tier, d->idx))) {
 		pd_err("cannot start the disk tier: %s", strerror(-rc));
@@ -505,6 +506,13 @@ out:
 		if (left)
 			pd_log("disk tier: %llu blocks held only in memory could not be written (the disk or its budget is full)",
 			       (unsigned long long)left);
+		uint64_t listed;
+		int mrc = restart_save(&d, d.tier, &listed);
+		if (mrc)
+			pd_log("disk tier: no manifest (%s): the next start scans the directory",
+			       strerror(-mrc));
+		else
+			pd_log("disk tier: %llu records listed in the manifest", (unsigned long long)listed);
 	}
 	tier_close(d.tier);
 	if (rc == 0) {

@@ -343,7 +343,10 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 	stop();
 }
 
-Test(disk, damaged_cut_short_and_planted_records_are_dropped_and_never_served)
+/* Damages records of five prompts after a graceful stop; the next start
+ * reads the manifest of that stop, or (scan) finds every file's head as
+ * after a kill -9. */
+static void damaged_records(bool scan)
 {
 	start(NULL);
 	struct prefixd *c = client();
@@ -392,26 +395,40 @@ Test(disk, damaged_cut_short_and_planted_records_are_dropped_and_never_served)
 	write_all(p, out, len);
 	free(rec);
 
+	char manifest[PATH_MAX + 32];
+	snprintf(manifest, sizeof(manifest), "%s/manifest", disk);
+	cr_assert_eq(access(manifest, F_OK), 0, "a graceful stop writes a manifest");
+	if (scan)
+		cr_assert_eq(unlink(manifest), 0);
 	start(NULL);
+	cr_expect_eq(access(manifest, F_OK), -1, "a start deletes the manifest it read");
+	cr_expect(log_has(scan ? "from a scan" : "from the manifest"), "the log says how");
 	struct prefixd_stats s = stats();
-	cr_expect_eq(s.disk_corrupt, 4, "the head, the cut and the two planted ones, at start");
-	cr_expect_eq(s.disk_blocks, 4 + 1 + 0 + 0 + 0,
-		     "prompt 0 whole on disk, prompt 1 up to its damaged block, nothing after a bad block 0");
+	if (scan) {
+		cr_expect_eq(s.disk_corrupt, 4, "the head, the cut and the two planted ones, at start");
+		cr_expect_eq(s.disk_blocks, 4 + 1 + 0 + 0 + 0,
+			     "prompt 0 whole on disk, prompt 1 up to its damaged block, nothing after a bad block 0");
+	} else {
+		cr_expect_eq(s.disk_corrupt, 0, "the manifest's heads are intact");
+		cr_expect_eq(s.disk_blocks, 20);
+	}
 	c = client();
 	struct got g = match(c, 0, 4);
 	cr_expect_eq(g.hit, 2, "prompt 0 is served up to its damaged payload");
 	cr_expect_eq(g.bad, 0);
 	s = stats();
-	cr_expect_eq(s.disk_corrupt, 5, "the payload, when read back");
-	cr_expect_eq(s.disk_blocks, 4, "its record dropped; the one after stays for a republish");
+	cr_expect_eq(s.disk_corrupt, scan ? 5 : 1, "the payload, when read back");
 	uint32_t want_hit[5] = { 2, 1, 0, 0, 0 };
 	for (uint32_t k = 1; k < 5; k++) {
 		g = match(c, k, 4);
 		cr_expect_eq(g.hit, want_hit[k], "prompt %u: %u hit", k, g.hit);
 		cr_expect_eq(g.bad, 0, "prompt %u", k);
 	}
-	cr_expect(log_has("its hash does not follow its chain"), "the planted model's record is named in the log");
-	cr_expect(log_has("filed under another block"), "the planted user's record is named in the log");
+	cr_expect_eq(stats().disk_corrupt, 5, "each bad record is counted once, however found");
+	if (scan) {
+		cr_expect(log_has("its hash does not follow its chain"), "the planted model's record is named in the log");
+		cr_expect(log_has("filed under another block"), "the planted user's record is named in the log");
+	}
 	/* The client computes them again and publishes them: whole again. */
 	publish(c, 0, 4);
 	g = match(c, 0, 4);
@@ -419,6 +436,16 @@ Test(disk, damaged_cut_short_and_planted_records_are_dropped_and_never_served)
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
 	stop();
+}
+
+Test(disk, damaged_cut_short_and_planted_records_found_by_a_scan_are_dropped_and_never_served)
+{
+	damaged_records(true);
+}
+
+Test(disk, damaged_cut_short_and_planted_records_listed_in_a_manifest_are_never_served)
+{
+	damaged_records(false);
 }
 
 Test(disk, the_disk_budget_lets_the_least_recently_used_go_and_respects_pins)
@@ -746,5 +773,28 @@ Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
 	free(head);
 	free(all);
 	free(tok);
+	stop();
+}
+
+Test(disk, a_damaged_manifest_falls_back_to_a_scan)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	publish(c, 0, 5);
+	prefixd_close(c);
+	stop();
+	char manifest[PATH_MAX + 32];
+	snprintf(manifest, sizeof(manifest), "%s/manifest", disk);
+	flip_byte(manifest, 32 + 200);
+	start(NULL);
+	cr_expect(log_has("the manifest: it is damaged: scanning the directory instead"));
+	cr_expect(log_has("from a scan"));
+	cr_expect_eq(stats().disk_blocks, 5);
+	c = client();
+	struct got g = match(c, 0, 5);
+	cr_expect_eq(g.hit, 5);
+	cr_expect_eq(g.from_disk, 5);
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
 	stop();
 }
