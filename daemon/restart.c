@@ -369,7 +369,8 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 	r->manifest = rc == 1;
 	r->records = r->manifest ? l.n : 0;
 	rc = rc == 1 ? 0 : rc == -ENOMEM ? rc : scan(dirfd, bt, &l, r);
-	qsort(l.v, l.n, sizeof(*l.v), by_depth);
+	if (l.n) /* qsort of NULL, 0 is undefined */
+		qsort(l.v, l.n, sizeof(*l.v), by_depth);
 	struct group_set gs = { 0 };
 	for (size_t i = 0; i < l.n; i++) {
 		struct found *f = &l.v[i];

@@ -6,7 +6,9 @@
  */
 #include "daemon_cases.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,6 +63,51 @@ static void *client_loop(void *arg)
 	return NULL;
 }
 
+/* The threads' loops on a running daemon: 0, or -1 with why. */
+static int run_clients(const struct test_daemon *td, char *why, size_t len)
+{
+	struct worker w[THREADS];
+	pthread_t th[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ td->sock, i, "" };
+		pthread_create(&th[i], NULL, client_loop, &w[i]);
+	}
+	int rc = 0;
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		if (w[i].why[0] && !rc) {
+			snprintf(why, len, "client %d: %s", i, w[i].why);
+			rc = -1;
+		}
+	}
+	return rc;
+}
+
+/* The counters once the leases of closed connections have ended. */
+static struct prefixd_stats settled(const struct test_daemon *td)
+{
+	struct prefixd *c;
+	struct prefixd_stats s = { 0 };
+	if (!prefixd_connect(td->sock, NULL, &c)) {
+		/* Closed connections and one-way releases end their leases as
+		 * the daemon reads them: give it a moment. */
+		for (int i = 0; i < 200 && !prefixd_stats(c, &s) && (s.leases || s.disk_pending); i++)
+			usleep(10000);
+		prefixd_close(c);
+	}
+	return s;
+}
+
+static int stopped(struct test_daemon *td, int rc, char *why, size_t len)
+{
+	int st = td_stop(td);
+	if (!rc && st) {
+		snprintf(why, len, "prefixd exited with %d (a sanitizer report is in its log above)", st);
+		rc = -1;
+	}
+	return rc;
+}
+
 int case_daemon_many_clients(char *why, size_t len)
 {
 	struct test_daemon td;
@@ -72,29 +119,8 @@ int case_daemon_many_clients(char *why, size_t len)
 		snprintf(why, len, "prefixd did not start");
 		return -1;
 	}
-	struct worker w[THREADS];
-	pthread_t th[THREADS];
-	for (int i = 0; i < THREADS; i++) {
-		w[i] = (struct worker){ td.sock, i, "" };
-		pthread_create(&th[i], NULL, client_loop, &w[i]);
-	}
-	int rc = 0;
-	for (int i = 0; i < THREADS; i++) {
-		pthread_join(th[i], NULL);
-		if (w[i].why[0] && !rc) {
-			snprintf(why, len, "client %d: %s", i, w[i].why);
-			rc = -1;
-		}
-	}
-	struct prefixd *c;
-	struct prefixd_stats s = { 0 };
-	if (!prefixd_connect(td.sock, NULL, &c)) {
-		/* Closed connections and one-way releases end their leases as
-		 * the daemon reads them: give it a moment. */
-		for (int i = 0; i < 200 && !prefixd_stats(c, &s) && s.leases; i++)
-			usleep(10000);
-		prefixd_close(c);
-	}
+	int rc = run_clients(&td, why, len);
+	struct prefixd_stats s = settled(&td);
 	if (!rc && (s.leases || s.bytes_used > s.budget || !s.evictions || s.errors)) {
 		snprintf(why, len, "after the run: %llu leases, %llu of %llu bytes, %llu evictions, %llu errors",
 			 (unsigned long long)s.leases, (unsigned long long)s.bytes_used,
@@ -102,10 +128,49 @@ int case_daemon_many_clients(char *why, size_t len)
 			 (unsigned long long)s.errors);
 		rc = -1;
 	}
-	int st = td_stop(&td);
-	if (!rc && st) {
-		snprintf(why, len, "prefixd exited with %d (a sanitizer report is in its log above)", st);
+	return stopped(&td, rc, why, len);
+}
+
+int case_daemon_many_clients_disk(char *why, size_t len)
+{
+	char dir[] = "/tmp/pfx-disk-case-XXXXXX", out[256];
+	if (!mkdtemp(dir)) {
+		snprintf(why, len, "mkdtemp: %s", strerror(errno));
+		return -1;
+	}
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "4", "--memory", "384K", "--disk-dir", dir, NULL };
+	int rc = td_start(&td, args) ? -1 : 0;
+	if (rc)
+		snprintf(why, len, "prefixd did not start");
+	/* Writes, evictions to disk and restores race the clients. */
+	if (!rc)
+		rc = run_clients(&td, why, len);
+	struct prefixd_stats s = rc ? (struct prefixd_stats){ 0 } : settled(&td);
+	if (!rc && (s.leases || !s.spills || !s.restores || s.disk_corrupt || s.errors)) {
+		snprintf(why, len, "after the run: %llu leases, %llu spills, %llu restores, %llu corrupt, %llu errors",
+			 (unsigned long long)s.leases, (unsigned long long)s.spills,
+			 (unsigned long long)s.restores, (unsigned long long)s.disk_corrupt,
+			 (unsigned long long)s.errors);
 		rc = -1;
 	}
+	if (td.pid)
+		rc = stopped(&td, rc, why, len);
+	/* Everything comes back after the restart, byte for byte. */
+	if (!rc && td_start(&td, args)) {
+		snprintf(why, len, "prefixd did not start again");
+		rc = -1;
+	}
+	if (!rc) {
+		rc = run_clients(&td, why, len);
+		s = settled(&td);
+		if (!rc && (!s.restores || s.disk_corrupt)) {
+			snprintf(why, len, "after the restart: %llu restores, %llu corrupt",
+				 (unsigned long long)s.restores, (unsigned long long)s.disk_corrupt);
+			rc = -1;
+		}
+		rc = stopped(&td, rc, why, len);
+	}
+	td_sh(out, sizeof(out), "rm -rf '%s'", dir);
 	return rc;
 }

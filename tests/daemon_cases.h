@@ -7,5 +7,8 @@
 #include <stddef.h>
 
 int case_daemon_many_clients(char *why, size_t len);
+/* The same with a disk tier that writes, evicts to and restores from disk
+ * meanwhile; then again after a restart. */
+int case_daemon_many_clients_disk(char *why, size_t len);
 
 #endif

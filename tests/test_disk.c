@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon_cases.h"
 #include "daemon_util.h"
 #include "helpers.h"
 #include "record.h"
@@ -797,4 +798,10 @@ Test(disk, a_damaged_manifest_falls_back_to_a_scan)
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
 	stop();
+}
+
+Test(disk, many_clients_at_once_with_spills_and_restores_keep_every_byte)
+{
+	char why[256];
+	cr_expect_eq(case_daemon_many_clients_disk(why, sizeof(why)), 0, "%s", why);
 }

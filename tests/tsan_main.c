@@ -27,6 +27,12 @@ int main(void)
 	} else {
 		printf("ok 3 - daemon_many_clients\n");
 	}
-	printf("1..3\n");
+	if (case_daemon_many_clients_disk(why, sizeof(why))) {
+		printf("not ok 4 - daemon_many_clients_disk: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 4 - daemon_many_clients_disk\n");
+	}
+	printf("1..4\n");
 	return failed ? 1 : 0;
 }
