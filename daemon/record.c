@@ -281,3 +281,13 @@ int rec_check_payload(const struct rec_meta *m, const void *payload, size_t len,
 		return fail(why, "payload padding", -EBADMSG);
 	return 0;
 }
+
+void rec_meta_of(const struct idx_block *b, uint32_t block_tokens, struct rec_meta *m)
+{
+	*m = (struct rec_meta){ .ns = b->ns, .block_tokens = block_tokens, .depth = b->depth,
+				.payload = b->store.block_bytes };
+	memcpy(m->fp, b->fp, PD_FP_SIZE);
+	memcpy(m->root, b->h0, PD_HASH_SIZE);
+	memcpy(m->hash, b->hash, PD_HASH_SIZE);
+	memcpy(m->parent, b->parent, PD_HASH_SIZE);
+}

@@ -60,6 +60,10 @@ struct rec_expect {
 	const uint8_t *hash;         /* PD_HASH_SIZE: the block looked for */
 };
 
+/* The fields above the line of the record of an index block (b's store
+ * gives the payload's size). */
+void rec_meta_of(const struct idx_block *b, uint32_t block_tokens, struct rec_meta *m);
+
 /* Bytes of a record's head (header, tokens, padding): where its payload
  * starts. 0 when block_tokens is 0 or past REC_MAX_BLOCK_TOKENS. */
 size_t rec_head_size(uint32_t block_tokens);

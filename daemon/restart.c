@@ -223,12 +223,8 @@ static void man_put(struct manifest_writer *w, const void *p, size_t n)
 static int man_record(void *ctx, const struct idx_block *b)
 {
 	struct manifest_writer *w = ctx;
-	struct rec_meta m = { .ns = b->ns, .block_tokens = w->bt, .depth = b->depth,
-			      .payload = b->store.block_bytes };
-	memcpy(m.fp, b->fp, PD_FP_SIZE);
-	memcpy(m.root, b->h0, PD_HASH_SIZE);
-	memcpy(m.hash, b->hash, PD_HASH_SIZE);
-	memcpy(m.parent, b->parent, PD_HASH_SIZE);
+	struct rec_meta m;
+	rec_meta_of(b, w->bt, &m);
 	if (rec_encode_head(&m, b->tokens, b->sum, w->head, w->head_bytes) < 0)
 		return 0; /* a block no record can hold was never written */
 	man_put(w, w->head, w->head_bytes);

@@ -216,12 +216,8 @@ static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint
 	const uint8_t *payload = store_slot(b->store.ctx, b->loc);
 	if (!payload)
 		return -EINVAL;
-	struct rec_meta m = { .ns = b->ns, .block_tokens = t->block_tokens, .depth = b->depth,
-			      .payload = len };
-	memcpy(m.fp, b->fp, PD_FP_SIZE);
-	memcpy(m.root, b->h0, PD_HASH_SIZE);
-	memcpy(m.hash, b->hash, PD_HASH_SIZE);
-	memcpy(m.parent, b->parent, PD_HASH_SIZE);
+	struct rec_meta m;
+	rec_meta_of(b, t->block_tokens, &m);
 	s->b.sum = rec_payload_sum(payload, len);
 	int rc = rec_encode_head(&m, b->tokens, s->b.sum, head, t->head_bytes);
 	if (rc < 0)

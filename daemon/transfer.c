@@ -88,12 +88,8 @@ static int export_one(struct daemon *d, const struct idx_block *b, int fd, uint8
 		return rc ? rc : write_all(fd, buf, head_bytes + span);
 	}
 	const uint8_t *payload = store_slot(b->store.ctx, b->loc);
-	struct rec_meta m = { .ns = b->ns, .block_tokens = d->block_tokens, .depth = b->depth,
-			      .payload = len };
-	memcpy(m.fp, b->fp, PD_FP_SIZE);
-	memcpy(m.root, b->h0, PD_HASH_SIZE);
-	memcpy(m.hash, b->hash, PD_HASH_SIZE);
-	memcpy(m.parent, b->parent, PD_HASH_SIZE);
+	struct rec_meta m;
+	rec_meta_of(b, d->block_tokens, &m);
 	int rc = rec_encode_head(&m, b->tokens, rec_payload_sum(payload, len), head, head_bytes);
 	if (rc < 0)
 		return rc;
