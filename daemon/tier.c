@@ -423,6 +423,7 @@ void tier_close(struct pd_tier *t)
 
 struct fetch {
 	int fd;
+	int reads;      /* of its two, done */
 	uint8_t *head;
 	uint8_t *slot;
 	size_t span;
@@ -472,13 +473,48 @@ static int fetch_check(struct pd_tier *t, const struct idx_block *b, struct fetc
 	return rec_check_payload(&m, f->slot, f->span, why);
 }
 
+/* Each thread that restores keeps one ring for its life: set up once, not
+ * per MATCH, and its mapping is never handed to another thread (liburing
+ * maps rings with raw system calls, which ThreadSanitizer cannot see, so
+ * a ring's address reused by another thread would look like a race). */
+static pthread_key_t ring_key;
+static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
+
+static void ring_free(void *p)
+{
+	io_uring_queue_exit(p);
+	free(p);
+}
+
+static void ring_key_make(void)
+{
+	pthread_key_create(&ring_key, ring_free);
+}
+
+static struct io_uring *restore_ring(int *rc)
+{
+	pthread_once(&ring_once, ring_key_make);
+	struct io_uring *r = pthread_getspecific(ring_key);
+	if (r)
+		return r;
+	if (!(r = malloc(sizeof(*r)))) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	if ((*rc = io_uring_queue_init(2 * RESTORE_BATCH, r, 0)) < 0) {
+		free(r);
+		return NULL;
+	}
+	pthread_setspecific(ring_key, r);
+	return r;
+}
+
 void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int *ok)
 {
-	struct io_uring ring;
 	struct fetch f[RESTORE_BATCH];
 	uint8_t *heads = NULL;
-	int rc = io_uring_queue_init(2 * RESTORE_BATCH, &ring, 0);
-	bool have_ring = !rc;
+	int rc = 0;
+	struct io_uring *ring = restore_ring(&rc);
 	if (!rc && posix_memalign((void **)&heads, REC_ALIGN, RESTORE_BATCH * t->head_bytes))
 		rc = -ENOMEM;
 	for (uint32_t base = 0; base < n; base += RESTORE_BATCH) {
@@ -487,39 +523,44 @@ void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int 
 			struct fetch *fi = &f[i];
 			fi->fd = -1;
 			fi->head = heads + i * t->head_bytes;
+			fi->reads = 0;
 			fi->rc = rc ? rc : fetch_open(t, &b[base + i], fi);
 			if (fi->rc)
 				continue;
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 			io_uring_prep_read(sqe, fi->fd, fi->head, (unsigned)t->head_bytes, 0);
 			io_uring_sqe_set_data64(sqe, i);
-			sqe = io_uring_get_sqe(&ring);
+			sqe = io_uring_get_sqe(ring);
 			io_uring_prep_read(sqe, fi->fd, fi->slot, (unsigned)fi->span, t->head_bytes);
 			io_uring_sqe_set_data64(sqe, i | 1ull << 32);
 			queued += 2;
 		}
-		if (queued && (rc = io_uring_submit_and_wait(&ring, queued)) < 0) {
-			/* Nothing was read: the records stay, this MATCH misses. */
-			pd_log("disk tier: io_uring submit: %s", strerror(-rc));
-			queued = 0;
-			for (uint32_t i = 0; i < m; i++)
-				if (!f[i].rc)
-					f[i].rc = -EIO;
-		}
-		if (rc > 0)
-			rc = 0;
-		for (uint32_t done = 0; done < queued; done++) {
+		int e = queued ? io_uring_submit_and_wait(ring, queued) : 0;
+		uint32_t done = 0;
+		for (; e >= 0 && done < queued; done++) {
 			struct io_uring_cqe *cqe;
-			if (io_uring_wait_cqe(&ring, &cqe))
+			if ((e = io_uring_wait_cqe(ring, &cqe)))
 				break;
 			uint64_t d = io_uring_cqe_get_data64(cqe);
 			struct fetch *fi = &f[(uint32_t)d];
 			size_t want = d >> 32 ? fi->span : t->head_bytes;
 			if (!fi->rc && cqe->res != (int)want)
 				fi->rc = cqe->res < 0 ? cqe->res : -ENODATA;
-			io_uring_cqe_seen(&ring, cqe);
+			fi->reads++;
+			io_uring_cqe_seen(ring, cqe);
+		}
+		if (e < 0) {
+			/* The ring is out of step: a new one for the next restore.
+			 * What was not read stays on disk; this MATCH misses it. */
+			pd_log("disk tier: io_uring: %s", strerror(-e));
+			pthread_setspecific(ring_key, NULL);
+			ring_free(ring);
+			ring = NULL;
+			rc = e;
 		}
 		for (uint32_t i = 0; i < m; i++) {
+			if (!f[i].rc && f[i].reads != 2)
+				f[i].rc = -EIO;
 			const char *why = NULL;
 			if (!f[i].rc)
 				f[i].rc = fetch_check(t, &b[base + i], &f[i], &why);
@@ -539,8 +580,6 @@ void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int 
 			}
 		}
 	}
-	if (have_ring)
-		io_uring_queue_exit(&ring);
 	free(heads);
 }
 
