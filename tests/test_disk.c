@@ -42,7 +42,8 @@ static void teardown(void)
 	char out[4096];
 	if (td.pid)
 		td_kill(&td);
-	td_sh(out, sizeof(out), "rm -rf '%s'", disk);
+	/* A test that stopped half-way may leave its tmpfs mounted. */
+	td_sh(out, sizeof(out), "mountpoint -q '%s' && umount '%s'; rm -rf '%s'", disk, disk, disk);
 }
 
 TestSuite(disk, .init = setup, .fini = teardown, .timeout = 120);
@@ -804,4 +805,73 @@ Test(disk, many_clients_at_once_with_spills_and_restores_keep_every_byte)
 {
 	char why[256];
 	cr_expect_eq(case_daemon_many_clients_disk(why, sizeof(why)), 0, "%s", why);
+}
+
+Test(disk, a_full_file_system_keeps_blocks_in_memory_and_says_so)
+{
+	/* A file system of 160 KiB (13 records), under a budget of 10 MiB. */
+	char out[4096];
+	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=160k prefixd-test '%s'", disk), 0,
+		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	const char *args[] = { "--memory", "1M", "--disk-budget", "10M", NULL };
+	start(args);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 5; k++)
+		publish(c, k, 8);
+	for (int i = 0; i < 300 && !log_has("is full: blocks stay in memory only"); i++)
+		usleep(10000);
+	cr_expect(log_has("is full: blocks stay in memory only"), "a line in the log");
+	struct prefixd_stats s = stats();
+	cr_expect_lt(s.spills, 14, "no more records than the file system holds: %llu",
+		     (unsigned long long)s.spills);
+	cr_expect_gt(s.disk_pending, 0, "the rest waits");
+	cr_expect_eq(s.blocks, 40, "nothing lost from memory");
+	for (uint32_t k = 0; k < 5; k++) {
+		struct got g = match(c, k, 8);
+		cr_expect_eq(g.hit, 8, "prompt %u", k);
+		cr_expect_eq(g.bad, 0);
+	}
+	cr_expect_eq(count_files(".tmp"), 0, "a record that did not fit is not left half-written");
+	prefixd_close(c);
+	stop();
+	cr_expect_eq(td_sh(out, sizeof(out), "umount '%s'", disk), 0, "%s", out);
+}
+
+Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
+{
+	/* 8 slots: prompt 0 leaves memory for prompt 1. */
+	const char *args[] = { "--memory", "64K", NULL };
+	start(args);
+	struct prefixd *c = client();
+	publish(c, 0, 6);
+	wait_spilled(6);
+	publish(c, 1, 6);
+	wait_spilled(12);
+	prefixd_close(c);
+	char out[16384];
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s ls --json", PREFIXCTL, td.sock), 0, "%s", out);
+	cr_expect(strstr(out, "\"where\":\"disk\""), "prompt 0 is on disk only: %s", out);
+	cr_expect(strstr(out, "\"where\":\"both\""), "prompt 1 is in memory and on disk: %s", out);
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s ls", PREFIXCTL, td.sock), 0, "%s", out);
+	cr_expect(strstr(out, "disk") && strstr(out, "both"), "%s", out);
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats --json", PREFIXCTL, td.sock), 0, "%s", out);
+	char want[128];
+	snprintf(want, sizeof(want), "\"disk_bytes\":%llu", (unsigned long long)(12 * REC_BYTES));
+	cr_expect(strstr(out, want), "%s in %s", want, out);
+	cr_expect(strstr(out, "\"disk_blocks\":12"), "%s", out);
+	cr_expect(strstr(out, "\"spills\":12"), "%s", out);
+	cr_expect(strstr(out, "\"disk_budget\":262144"), "4 x --memory: %s", out);
+	cr_expect(strstr(out, "\"disk_corrupt\":0"), "%s", out);
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats", PREFIXCTL, td.sock), 0, "%s", out);
+	cr_expect(strstr(out, "disk budget in use: 56.2%"), "%s", out);
+	c = client();
+	cr_expect_eq(match(c, 0, 6).from_disk, 4, "memory kept its first 2 blocks (leaves go first)");
+	prefixd_close(c);
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats --prometheus", PREFIXCTL, td.sock), 0, "%s", out);
+	cr_expect(strstr(out, "prefixd_disk_restores_total 4"), "%s", out);
+	snprintf(want, sizeof(want), "prefixd_disk_restore_bytes_total %llu", (unsigned long long)(4 * BB));
+	cr_expect(strstr(out, want), "%s in %s", want, out);
+	cr_expect(strstr(out, "prefixd_disk_usage_bytes "), "%s", out);
+	cr_expect(strstr(out, "# TYPE prefixd_disk_corrupt_records_total counter"), "%s", out);
+	stop();
 }
