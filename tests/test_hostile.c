@@ -529,6 +529,59 @@ Test(hostile, pin_and_unpin_requests_that_do_not_decode)
 	close(fd);
 }
 
+Test(hostile, export_and_import_requests_that_do_not_decode_or_carry_no_file)
+{
+	int fd = raw_connect();
+	char msg[300], path[] = "/tmp/pfx-hostile-XXXXXX";
+	int file = mkstemp(path);
+	cr_assert_geq(file, 0);
+	unlink(path);
+	uint8_t body[PD_EXPORT_SIZE + 8] = { 0 };
+	struct pd_export ex = { PD_EXPORT_USER, 4242, { 0 }, { { 0 }, 0 } };
+	pd_export_encode(&ex, body, PD_EXPORT_SIZE);
+	cr_expect_eq(raw_call(fd, PD_OP_EXPORT, PD_VERSION, body, PD_EXPORT_SIZE - 1, &file, 1, msg),
+		     PD_E_MALFORMED, "a short body");
+	cr_expect_eq(raw_call(fd, PD_OP_EXPORT, PD_VERSION, body, PD_EXPORT_SIZE + 1, &file, 1, msg),
+		     PD_E_MALFORMED, "trailing bytes");
+	cr_expect_eq(raw_call(fd, PD_OP_EXPORT, PD_VERSION, body, PD_EXPORT_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "no file");
+	cr_expect(strstr(msg, "exactly one descriptor"), "%s", msg);
+	int two[2] = { file, file };
+	cr_expect_eq(raw_call(fd, PD_OP_EXPORT, PD_VERSION, body, PD_EXPORT_SIZE, two, 2, msg),
+		     PD_E_MALFORMED, "two files");
+	ex.flags = 1u << 7;
+	pd_export_encode(&ex, body, PD_EXPORT_SIZE);
+	cr_expect_eq(raw_call(fd, PD_OP_EXPORT, PD_VERSION, body, PD_EXPORT_SIZE, &file, 1, msg),
+		     PD_E_MALFORMED, "an unknown selector");
+	ex.flags = PD_EXPORT_ID;
+	memset(ex.id.key, 0x5a, sizeof(ex.id.key));
+	pd_export_encode(&ex, body, PD_EXPORT_SIZE);
+	cr_expect_eq(raw_call(fd, PD_OP_EXPORT, PD_VERSION, body, PD_EXPORT_SIZE, &file, 1, msg),
+		     PD_E_NOTFOUND, "an id nobody cached");
+	struct pd_import im = { 1u << 3, 0 };
+	pd_import_encode(&im, body, PD_IMPORT_SIZE);
+	cr_expect_eq(raw_call(fd, PD_OP_IMPORT, PD_VERSION, body, PD_IMPORT_SIZE, &file, 1, msg),
+		     PD_E_MALFORMED, "an unknown import flag");
+	im.flags = 0;
+	pd_import_encode(&im, body, PD_IMPORT_SIZE);
+	cr_expect_eq(raw_call(fd, PD_OP_IMPORT, PD_VERSION, body, PD_IMPORT_SIZE, NULL, 0, msg),
+		     PD_E_MALFORMED, "no file");
+	int sv[2];
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_expect_eq(raw_call(fd, PD_OP_IMPORT, PD_VERSION, body, PD_IMPORT_SIZE, &sv[0], 1, msg),
+		     PD_E_MALFORMED, "a socket is no file");
+	cr_expect(strstr(msg, "not a regular file"), "%s", msg);
+	cr_expect_eq(write(file, "PFXDREC", 7), 7);
+	cr_expect_eq(raw_call(fd, PD_OP_IMPORT, PD_VERSION, body, PD_IMPORT_SIZE, &file, 1, msg),
+		     PD_E_MALFORMED, "seven bytes are no record");
+	cr_expect(strstr(msg, "nothing was imported"), "%s", msg);
+	close(sv[0]);
+	close(sv[1]);
+	close(file);
+	expect_list_works(fd);
+	close(fd);
+}
+
 Test(hostile, stats_with_a_body_is_malformed)
 {
 	int fd = raw_connect();
