@@ -98,6 +98,7 @@ struct entry {
 	struct link l[NLISTS];
 	bool on[NLISTS];
 	bool resident, disk, writing, restoring;
+	bool zombie;                  /* removed while writing: freed by idx_spilled */
 	uint32_t tokens[];            /* (block_tokens) */
 };
 
@@ -343,7 +344,9 @@ static bool disk_evictable(const struct entry *e)
 /* Admin eviction and hollow entries: it can leave the index. */
 static bool removable(const struct entry *e)
 {
-	return !e->children && !held(e);
+	/* One being written goes too: it lingers as a zombie until the
+	 * writer is done with its slot (do_remove). */
+	return !e->children && !e->leases && !e->pins && !e->restoring && !e->exports;
 }
 
 static bool hollow(const struct entry *e)
@@ -519,7 +522,8 @@ static void do_unreside(struct pd_index *x, struct entry *e, bool punch)
 	e->resident = false;
 	if (e->parent)
 		e->parent->res_children--;
-	g->store.free(g->store.ctx, e->loc, punch);
+	if (!e->writing) /* else the writer reads it: idx_spilled frees it */
+		g->store.free(g->store.ctx, e->loc, punch);
 	x->st.blocks--;
 	x->st.bytes -= g->store.slot_bytes;
 	g->user->bytes -= g->store.slot_bytes;
@@ -570,9 +574,16 @@ static void do_remove(struct pd_index *x, struct entry *e, bool punch)
 			do_drop_record(x, e);
 		if (p)
 			do_update(x, p);
-		g->blocks--;
-		free(e);
-		do_group_gc(x, g);
+		if (e->writing) {
+			/* Out of the index; its slot, group and memory stay
+			 * until idx_spilled, when the writer is done. */
+			e->zombie = true;
+			e->parent = NULL;
+		} else {
+			g->blocks--;
+			free(e);
+			do_group_gc(x, g);
+		}
 		e = p && hollow(p) && removable(p) ? p : NULL;
 	}
 }
@@ -1077,6 +1088,19 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 	pthread_mutex_lock(&x->lock);
 	struct entry *e = (struct entry *)b->ref;
 	e->writing = false;
+	if (e->zombie) {
+		/* Removed while it was written: what it held goes now. */
+		struct idx_group *g = e->g;
+		g->store.free(g->store.ctx, e->loc, true);
+		x->st.disk_bytes -= g->store.record_bytes;
+		if (!rc)
+			x->tier.drop(x->tier.ctx, g->ns, e->hash);
+		g->blocks--;
+		free(e);
+		do_group_gc(x, g);
+		pthread_mutex_unlock(&x->lock);
+		return;
+	}
 	if (!rc) {
 		e->disk = true;
 		e->sum = b->sum;

@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +38,8 @@
 #define SPILL_BATCH 32
 /* Records read by one submission of a restore (two reads each). */
 #define RESTORE_BATCH 64
+/* The writer's nice value (per thread on Linux). */
+#define WRITER_NICE 10
 /* After a write failed for want of space: how long the disk is left alone. */
 #define FULL_BACKOFF_MS 1000
 
@@ -237,7 +241,13 @@ static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint
 	s->total = t->head_bytes + rec_payload_span(len);
 	char tmp[TIER_NAME_MAX];
 	tier_name(b->ns, b->hash, ".tmp", tmp);
-	s->fd = openat(t->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* O_DIRECT: from the slot to the disk, no copy into the page cache
+	 * (bench/disk: the copy took a core's worth of CPU from the workers,
+	 * MATCH p99 20 us -> 2 ms while spilling). Every part is whole,
+	 * aligned pages. A file system without it (tmpfs) gets plain writes. */
+	s->fd = openat(t->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
+	if (s->fd < 0 && errno == EINVAL)
+		s->fd = openat(t->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	return s->fd < 0 ? -errno : 0;
 }
 
@@ -297,6 +307,9 @@ static void spill_batch(struct pd_tier *t, uint32_t n)
 static void *writer(void *arg)
 {
 	struct pd_tier *t = arg;
+	/* Writing behind is never urgent: MATCHes come first on a busy CPU. */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE))
+		pd_log("disk tier: cannot lower the writer's priority: %s", strerror(errno));
 	int64_t quiet_until = 0; /* after a full disk */
 	bool budget_full = false; /* said in the log */
 	pthread_mutex_lock(&t->mu);

@@ -21,6 +21,17 @@
 #define SHARED 3 /* blocks every thread's prompt starts with */
 #define OWN 2
 
+#define VARIANTS 7 /* of each thread's own blocks */
+
+/* Thread id's prompt, variant v: the shared blocks, then its own. */
+static void prompt_of(int id, int v, uint32_t *t)
+{
+	for (uint32_t i = 0; i < SHARED * TD_BLOCK_TOKENS; i++)
+		t[i] = i;
+	for (uint32_t i = SHARED * TD_BLOCK_TOKENS; i < (SHARED + OWN) * TD_BLOCK_TOKENS; i++)
+		t[i] = 1000000u * (uint32_t)(id + 1) + 1000u * (uint32_t)v + i;
+}
+
 struct worker {
 	const char *sock;
 	int id;
@@ -37,12 +48,9 @@ static void *client_loop(void *arg)
 		return NULL;
 	}
 	uint32_t t[(SHARED + OWN) * TD_BLOCK_TOKENS];
-	for (uint32_t i = 0; i < SHARED * TD_BLOCK_TOKENS; i++)
-		t[i] = i;
 	for (int r = 0; r < ROUNDS && !w->why[0]; r++) {
 		/* Own blocks vary by thread and round: publishes and evictions race. */
-		for (uint32_t i = SHARED * TD_BLOCK_TOKENS; i < (SHARED + OWN) * TD_BLOCK_TOKENS; i++)
-			t[i] = 1000000u * (uint32_t)(w->id + 1) + 1000u * (uint32_t)(r % 7) + i;
+		prompt_of(w->id, r % VARIANTS, t);
 		uint64_t lease;
 		uint32_t hit, stored, dedup;
 		const void *kv[SHARED + OWN];
@@ -131,6 +139,39 @@ int case_daemon_many_clients(char *why, size_t len)
 	return stopped(&td, rc, why, len);
 }
 
+/* Every prompt of the threads published and written to disk, one at a
+ * time, so that memory evicts only blocks with a record: the threads then
+ * restore some, whatever the speed of the writer. */
+static int publish_written(const struct test_daemon *td, char *why, size_t len)
+{
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	if (prefixd_connect(td->sock, &l, &c)) {
+		snprintf(why, len, "connect: %s", prefixd_errmsg());
+		return -1;
+	}
+	int rc = 0;
+	uint32_t t[(SHARED + OWN) * TD_BLOCK_TOKENS], stored, dedup;
+	for (int id = 0; id < THREADS && !rc; id++)
+		for (int v = 0; v < VARIANTS && !rc; v++) {
+			prompt_of(id, v, t);
+			if (td_publish(c, 0, t, 0, SHARED + OWN, &stored, &dedup)) {
+				snprintf(why, len, "publish: %s", prefixd_errmsg());
+				rc = -1;
+			}
+			struct prefixd_stats s = { .disk_pending = 1 };
+			for (int i = 0; i < 1000 && !rc && !prefixd_stats(c, &s) && s.disk_pending; i++)
+				usleep(1000);
+			if (!rc && s.disk_pending) {
+				snprintf(why, len, "%llu blocks still unwritten after 1 s",
+					 (unsigned long long)s.disk_pending);
+				rc = -1;
+			}
+		}
+	prefixd_close(c);
+	return rc;
+}
+
 int case_daemon_many_clients_disk(char *why, size_t len)
 {
 	char dir[] = "/tmp/pfx-disk-case-XXXXXX", out[256];
@@ -144,6 +185,8 @@ int case_daemon_many_clients_disk(char *why, size_t len)
 	if (rc)
 		snprintf(why, len, "prefixd did not start");
 	/* Writes, evictions to disk and restores race the clients. */
+	if (!rc)
+		rc = publish_written(&td, why, len);
 	if (!rc)
 		rc = run_clients(&td, why, len);
 	struct prefixd_stats s = rc ? (struct prefixd_stats){ 0 } : settled(&td);

@@ -707,3 +707,231 @@ Test(index, a_chain_longer_than_a_round_is_evicted_whole)
 	idx_group_put(x, g);
 	idx_free(x);
 }
+
+/* ==== With a disk tier ====
+ * The tier is the test: it takes blocks to write (idx_spill_take), says
+ * how each write went (idx_spilled), and reads blocks back (idx_match's
+ * fetch list, then idx_restored); records cost 1 byte of the disk budget. */
+
+static uint8_t dropped[64][IDX_HASH_BYTES];
+static int ndropped, woken;
+
+static void on_drop(void *ctx, uint32_t ns, const uint8_t *hash)
+{
+	(void)ctx;
+	(void)ns;
+	cr_assert_lt(ndropped, 64);
+	memcpy(dropped[ndropped++], hash, IDX_HASH_BYTES);
+}
+
+static void on_wake(void *ctx)
+{
+	(void)ctx;
+	woken++;
+}
+
+static struct pd_index *tiered(struct store *s, int cap, uint64_t disk_budget, struct idx_group **g)
+{
+	memset(s, 0, sizeof(*s));
+	one_pool = (struct pool){ cap, 0 };
+	s->pool = &one_pool;
+	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX, disk_budget };
+	struct pd_index *x;
+	cr_assert_eq(idx_new(B, 32, &lim, &x), 0);
+	struct idx_tier t = { on_drop, on_wake, NULL };
+	idx_set_tier(x, &t);
+	ndropped = woken = 0;
+	struct idx_root r = { 1, { 1 } };
+	uint8_t f[PD_FP_SIZE] = { 1 };
+	struct idx_store ops = { st_alloc, st_free, s, 1, NULL, 1, 1 };
+	cr_assert_eq(idx_group_get(x, &r, f, &ops, g), 0);
+	return x;
+}
+
+/* Writes every block waiting, each write ending with rc. */
+static uint32_t write_all(struct pd_index *x, int rc)
+{
+	struct idx_block b[64];
+	uint32_t n = idx_spill_take(x, b, 64);
+	for (uint32_t i = 0; i < n; i++) {
+		b[i].sum = 1000 + i;
+		idx_spilled(x, &b[i], rc);
+	}
+	return n;
+}
+
+/* MATCH with restores; ok[i] for the i-th block read back. */
+static uint32_t match_fetch(struct pd_index *x, struct idx_group *g, const struct prompt *p,
+			    const int *ok, uint32_t *nfetch, uint64_t *lease)
+{
+	struct idx_loc locs[64];
+	struct idx_block fetch[64];
+	uint32_t hit;
+	cr_assert_eq(idx_match(x, g, p->hashes, p->tokens, p->n, lease, locs, &hit, fetch, nfetch), 0);
+	for (uint32_t i = 0; i < *nfetch; i++)
+		cr_expect_eq(fetch[i].pos, hit - *nfetch + i, "restores are the run's last blocks here");
+	if (*nfetch)
+		idx_restored(x, lease, &hit, fetch, *nfetch, ok);
+	return hit;
+}
+
+static int hash_dropped(const struct prompt *p, uint32_t b)
+{
+	for (int i = 0; i < ndropped; i++)
+		if (!memcmp(dropped[i], p->hashes + b * 32, IDX_HASH_BYTES))
+			return 1;
+	return 0;
+}
+
+Test(index, written_blocks_leave_memory_for_disk_and_come_back)
+{
+	struct store s;
+	struct idx_group *g;
+	struct idx_loc locs[64];
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 4, 0, 0);
+	make_prompt(&b, 2, 4, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 4, &rc), 4);
+	cr_expect_gt(woken, 0, "the tier is told there is work");
+	cr_expect_eq(idx_dirty(x), 4);
+	cr_expect_eq(write_all(x, 0), 4);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.disk_blocks, 4);
+	cr_expect_eq(st.disk_bytes, 4);
+	cr_expect_eq(st.spills, 4);
+	/* B takes memory: A's blocks keep their records. */
+	cr_assert_eq(publish(x, &s, g, 0, &b, 0, 4, &rc), 4);
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.blocks, 4);
+	cr_expect_eq(st.disk_blocks, 4, "A is on disk only");
+	uint64_t lease;
+	uint32_t nfetch;
+	cr_expect_eq(match(x, g, &a, &lease, locs), 0, "without restores, a miss");
+	int ok[4] = { 0 };
+	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 4);
+	cr_expect_eq(nfetch, 4);
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.restores, 4);
+	cr_expect_eq(st.blocks, 4, "B, never written, made room for them");
+	cr_expect_eq(idx_release(x, lease), 0);
+	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 4);
+	cr_expect_eq(nfetch, 0, "in memory now");
+	cr_expect_eq(idx_release(x, lease), 0);
+	idx_free(x);
+}
+
+Test(index, a_failed_restore_cuts_the_hit_drops_its_record_and_a_publish_heals_it)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 4, 0, 0);
+	make_prompt(&b, 2, 4, 0, 0);
+	int rc;
+	publish(x, &s, g, 0, &a, 0, 4, &rc);
+	write_all(x, 0);
+	publish(x, &s, g, 0, &b, 0, 4, &rc);
+	write_all(x, 0);
+	uint64_t lease;
+	uint32_t nfetch;
+	int ok[4] = { 0, 0, -EBADMSG, 0 };
+	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 2);
+	cr_expect_eq(nfetch, 4);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.disk_corrupt, 1);
+	cr_expect_eq(st.restores, 2, "the block after the bad one is not counted");
+	cr_expect(hash_dropped(&a, 2), "the bad record is deleted");
+	cr_expect(!hash_dropped(&a, 3), "the one after stays");
+	cr_expect_eq(idx_release(x, lease), 0);
+	int fine[4] = { 0 };
+	cr_expect_eq(match_fetch(x, g, &a, fine, &nfetch, &lease), 2, "block 2 is hollow: the hit stops");
+	cr_expect_eq(idx_release(x, lease), 0);
+	/* The client computes it and publishes: block 2 filled again, 3 from the publisher. */
+	uint32_t stored, dedup;
+	struct fill_ctx f = { &s, a.tags };
+	cr_expect_eq(idx_publish(x, g, 0, a.hashes, a.tokens, 4, fill, &f, &stored, &dedup), 0);
+	cr_expect_eq(dedup, 2);
+	cr_expect_eq(stored, 2);
+	cr_expect_eq(idx_dirty(x), 1, "only the hollow block needs writing again");
+	cr_expect_eq(match_fetch(x, g, &a, fine, &nfetch, &lease), 4);
+	cr_expect_eq(nfetch, 0);
+	cr_expect_eq(idx_release(x, lease), 0);
+	idx_free(x);
+}
+
+Test(index, the_disk_budget_takes_the_oldest_disk_only_leaves_and_never_a_resident_block)
+{
+	struct store s;
+	struct idx_group *g;
+	struct idx_loc locs[64];
+	struct pd_index *x = tiered(&s, 4, 6, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 4, 0, 0);
+	make_prompt(&b, 2, 4, 0, 0);
+	int rc;
+	publish(x, &s, g, 0, &a, 0, 4, &rc);
+	cr_expect_eq(write_all(x, 0), 4);
+	publish(x, &s, g, 0, &b, 0, 4, &rc); /* A leaves memory */
+	cr_expect_eq(write_all(x, 0), 4, "A's two last blocks go from disk for B's records");
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.disk_bytes, 6);
+	cr_expect_eq(st.disk_evictions, 2);
+	cr_expect(hash_dropped(&a, 3) && hash_dropped(&a, 2), "A's leaves, leaf first");
+	cr_expect(!hash_dropped(&a, 1) && !hash_dropped(&a, 0));
+	uint64_t lease;
+	uint32_t nfetch;
+	int ok[4] = { 0 };
+	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 2);
+	cr_expect_eq(idx_release(x, lease), 0);
+	/* Full of copies of resident blocks: a new block waits in memory. */
+	struct prompt c;
+	make_prompt(&c, 3, 1, 0, 0);
+	idx_free(x);
+	x = tiered(&s, 8, 4, &g);
+	publish(x, &s, g, 0, &a, 0, 4, &rc);
+	cr_expect_eq(write_all(x, 0), 4);
+	publish(x, &s, g, 0, &c, 0, 1, &rc);
+	cr_expect_eq(write_all(x, 0), 0, "no room, and no record of a resident block is given up");
+	cr_expect_eq(idx_dirty(x), 1);
+	cr_expect_eq(match(x, g, &c, &lease, locs), 1, "it is served from memory");
+	cr_expect_eq(idx_release(x, lease), 0);
+	idx_free(x);
+}
+
+Test(index, a_block_removed_while_it_is_written_goes_when_the_writer_is_done)
+{
+	struct store s;
+	struct idx_group *g;
+	struct idx_loc locs[64];
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a;
+	make_prompt(&a, 1, 2, 0, 0);
+	int rc;
+	publish(x, &s, g, 0, &a, 0, 2, &rc);
+	struct idx_block b[2];
+	cr_assert_eq(idx_spill_take(x, b, 2), 2);
+	struct pd_evict all = { .by = PD_EVICT_ALL };
+	struct pd_evict_reply r;
+	cr_assert_eq(idx_evict(x, &all, &r), 0);
+	cr_expect_eq(r.blocks, 2, "evicted at once");
+	uint64_t lease;
+	cr_expect_eq(match(x, g, &a, &lease, locs), 0, "and never served again");
+	cr_expect_eq(s.used, 2, "their slots stay while the writer reads them");
+	idx_spilled(x, &b[1], 0);
+	idx_spilled(x, &b[0], -EIO);
+	cr_expect_eq(s.used, 0, "then they go");
+	cr_expect(hash_dropped(&a, 1), "the record written meanwhile is deleted");
+	cr_expect(!hash_dropped(&a, 0), "the one that failed has none");
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.disk_bytes, 0);
+	cr_expect_eq(st.disk_blocks, 0);
+	cr_expect_eq(st.blocks, 0);
+	idx_free(x);
+}
