@@ -219,12 +219,6 @@ static void samples_free(struct samples *s)
 	*s = (struct samples){ 0 };
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return (x > y) - (x < y);
-}
-
 /* Latency figures of some samples, in microseconds. */
 struct lat_fig {
 	double p50, p99, max;
@@ -241,12 +235,10 @@ static struct lat_fig lat_figures(const struct samples *s, double from, double t
 	for (size_t i = 0; i < s->n; i++)
 		if (s->t0[i] <= to && s->t0[i] + s->ns[i] * 1e-9 >= from)
 			v[f.n++] = s->ns[i];
-	qsort(v, f.n, sizeof(*v), cmp_u32);
-	if (f.n) {
-		f.p50 = v[(size_t)(0.50 * (double)(f.n - 1) + 0.5)] / 1e3;
-		f.p99 = v[(size_t)(0.99 * (double)(f.n - 1) + 0.5)] / 1e3;
-		f.max = v[f.n - 1] / 1e3;
-	}
+	bench_sort_u32(v, f.n);
+	f.p50 = bench_pct_us(v, f.n, 0.50);
+	f.p99 = bench_pct_us(v, f.n, 0.99);
+	f.max = bench_pct_us(v, f.n, 1);
 	free(v);
 	return f;
 }
@@ -494,16 +486,6 @@ static int pin_hot(struct prefixd *c, const uint32_t *tokens, struct prefixd_id 
 	return rc;
 }
 
-static double median_of(const double *v, int n)
-{
-	double tmp[MAX_LS_TIMES];
-	n = n < MAX_LS_TIMES ? n : MAX_LS_TIMES;
-	if (n <= 0)
-		return 0;
-	memcpy(tmp, v, (size_t)n * sizeof(*v));
-	return bench_median(tmp, n);
-}
-
 /* Alternating idle and listing rounds. */
 static int run_rounds(struct matcher *m, struct lister *ls, const struct opts *o,
 		      struct result *r)
@@ -516,7 +498,9 @@ static int run_rounds(struct matcher *m, struct lister *ls, const struct opts *o
 			return -1;
 		r->busy[k] = lat_figures(&m->s, 0, 1e300);
 		r->ls_runs[k] = ls->runs;
-		r->ls_ms_busy[k] = median_of(ls->ms, ls->runs);
+		/* ls->ms holds the first MAX_LS_TIMES listings' times */
+		r->ls_ms_busy[k] =
+			bench_median_of(ls->ms, ls->runs < MAX_LS_TIMES ? ls->runs : MAX_LS_TIMES);
 	}
 	return 0;
 }
@@ -582,24 +566,6 @@ static int run(const char *sock, const struct opts *o, struct result *r)
 
 /* ==== Output ==== */
 
-static void cpu_model(char *out, size_t len)
-{
-	char line[256];
-	snprintf(out, len, "unknown");
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		char *colon = strchr(line, ':');
-		if (strncmp(line, "model name", 10) || !colon)
-			continue;
-		colon += 1 + (colon[1] == ' ');
-		colon[strcspn(colon, "\n\"\\")] = 0;
-		snprintf(out, len, "%s", colon);
-		break;
-	}
-	if (f)
-		fclose(f);
-}
-
 /* Medians over the rounds of one latency figure (offset into struct
  * lat_fig), and the largest. */
 static double fig_median(const struct lat_fig *v, int n, size_t offset, double *max)
@@ -647,7 +613,7 @@ static struct summary summarize(const struct opts *o, const struct result *r)
 {
 	struct summary s;
 	double max;
-	s.ls_ms = median_of(r->ls_ms, o->ls_runs);
+	s.ls_ms = bench_median_of(r->ls_ms, o->ls_runs);
 	s.idle_p99 = fig_median(r->idle, o->rounds, offsetof(struct lat_fig, p99), &max);
 	s.busy_p99 = fig_median(r->busy, o->rounds, offsetof(struct lat_fig, p99), &max);
 	s.met = s.ls_ms < TARGET_LS_MS && s.busy_p99 <= s.idle_p99 + TARGET_LS_EXTRA_US;
@@ -678,7 +644,7 @@ static void print_rounds(const struct opts *o, const struct result *r)
 	printf("  \"match_max_us_during_ls\": %.1f,\n  \"match_samples_during_ls\": %zu,\n", max,
 	       fig_samples(r->busy, n));
 	printf("  \"ls_runs\": %d,\n", total_runs);
-	printf("  \"ls_ms_during_ls\": %.1f,\n", median_of(r->ls_ms_busy, n));
+	printf("  \"ls_ms_during_ls\": %.1f,\n", bench_median_of(r->ls_ms_busy, n));
 	print_fig_array("rounds_match_p99_us_idle", r->idle, n, offsetof(struct lat_fig, p99));
 	print_fig_array("rounds_match_p99_us_during_ls", r->busy, n, offsetof(struct lat_fig, p99));
 	print_fig_array("rounds_match_max_us_idle", r->idle, n, offsetof(struct lat_fig, max));
@@ -697,10 +663,10 @@ static void print_evictions(const struct opts *o, const struct result *r)
 		worst = mx[i] > worst ? mx[i] : worst;
 		samples += r->ev[i].during.n;
 	}
-	printf("  \"evict_all_ms\": %.1f,\n  \"evict_runs\": %d,\n", median_of(ms, n), n);
+	printf("  \"evict_all_ms\": %.1f,\n  \"evict_runs\": %d,\n", bench_median_of(ms, n), n);
 	printf("  \"evicted_blocks\": %llu,\n  \"blocks_left\": %llu,\n",
 	       (unsigned long long)r->ev[0].evicted, (unsigned long long)r->blocks_after);
-	printf("  \"match_max_us_during_evict\": %.1f,\n", median_of(mx, n));
+	printf("  \"match_max_us_during_evict\": %.1f,\n", bench_median_of(mx, n));
 	printf("  \"match_max_us_during_evict_worst\": %.1f,\n", worst);
 	printf("  \"match_samples_during_evict\": %zu,\n", samples);
 	print_array("runs_evict_all_ms", ms, n);
@@ -711,7 +677,7 @@ static void print_json(const struct opts *o, const struct result *r, double load
 		       double steal)
 {
 	char cpu[128];
-	cpu_model(cpu, sizeof(cpu));
+	bench_cpu_model(cpu, sizeof(cpu));
 	struct summary s = summarize(o, r);
 	printf("{\n  \"cpu\": \"%s\",\n  \"cores\": %ld,\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
 	printf("  \"daemon_threads\": %s,\n", o->threads);

@@ -30,6 +30,47 @@ double bench_median(double *v, int n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double bench_median_of(const double *v, int n)
+{
+	double *tmp = n > 0 ? malloc((size_t)n * sizeof(*v)) : NULL;
+	if (!tmp)
+		return 0;
+	memcpy(tmp, v, (size_t)n * sizeof(*v));
+	double m = bench_median(tmp, n);
+	free(tmp);
+	return m;
+}
+
+int bench_lat_add(struct bench_lat *l, double s)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1 << 16;
+		uint32_t *v = realloc(l->ns, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		l->ns = v;
+		l->cap = cap;
+	}
+	l->ns[l->n++] = (uint32_t)(s * 1e9 < 4e9 ? s * 1e9 : 4e9);
+	return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+void bench_sort_u32(uint32_t *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_u32);
+}
+
+double bench_pct_us(const uint32_t *v, size_t n, double q)
+{
+	return n ? v[(size_t)(q * (double)(n - 1) + 0.5)] / 1e3 : 0;
+}
+
 struct bw_arg {
 	const uint64_t *p;
 	size_t n;
@@ -156,4 +197,22 @@ double bench_proc_cpu_s(int pid)
 			 &st) != 2)
 		return 0;
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+void bench_cpu_model(char *out, size_t len)
+{
+	char line[256];
+	snprintf(out, len, "unknown");
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+		if (strncmp(line, "model name", 10) || !colon)
+			continue;
+		colon += 1 + (colon[1] == ' ');
+		colon[strcspn(colon, "\n\"\\")] = 0;
+		snprintf(out, len, "%s", colon);
+		break;
+	}
+	if (f)
+		fclose(f);
 }

@@ -450,25 +450,6 @@ static int echo_call(int fd, const uint8_t *req, uint32_t body, uint32_t reply, 
 
 /* ==== Clients ==== */
 
-struct lat {
-	uint32_t *ns;
-	size_t n, cap;
-};
-
-static int lat_add(struct lat *l, double s)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 1 << 16;
-		uint32_t *v = realloc(l->ns, cap * sizeof(*v));
-		if (!v)
-			return -1;
-		l->ns = v;
-		l->cap = cap;
-	}
-	l->ns[l->n++] = (uint32_t)(s * 1e9 < 4e9 ? s * 1e9 : 4e9);
-	return 0;
-}
-
 enum mode { M_PREFIXD, M_ECHO };
 
 struct bench;
@@ -479,7 +460,7 @@ struct client {
 	int id;
 	struct prefixd *c;
 	int echo_fd;
-	struct lat op, match, release; /* of the current phase */
+	struct bench_lat op, match, release; /* of the current phase */
 	double end;                    /* when its last op of the phase ended */
 	char err[300];
 };
@@ -499,8 +480,8 @@ struct bench {
 
 static int record(struct client *k, double t0, double t1, double t2)
 {
-	if (lat_add(&k->op, t2 - t0) || lat_add(&k->match, t1 - t0) ||
-	    lat_add(&k->release, t2 - t1)) {
+	if (bench_lat_add(&k->op, t2 - t0) || bench_lat_add(&k->match, t1 - t0) ||
+	    bench_lat_add(&k->release, t2 - t1)) {
 		snprintf(k->err, sizeof(k->err), "client %d: out of memory", k->id);
 		return -1;
 	}
@@ -581,30 +562,19 @@ static void *client_main(void *arg)
 
 /* ==== Figures ==== */
 
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return (x > y) - (x < y);
-}
-
-/* Every client's samples of one kind (offset of the struct lat in struct
- * client), sorted into all; their number. */
+/* Every client's samples of one kind (offset of the struct bench_lat in
+ * struct client), sorted into all; their number. */
 static size_t collect(const struct bench *b, size_t offset, uint32_t *all)
 {
 	size_t n = 0;
 	for (int i = 0; i < b->nclients; i++) {
-		const struct lat *l = (const struct lat *)((const char *)&b->cl[i] + offset);
+		const struct bench_lat *l =
+			(const struct bench_lat *)((const char *)&b->cl[i] + offset);
 		memcpy(all + n, l->ns, l->n * sizeof(*all));
 		n += l->n;
 	}
-	qsort(all, n, sizeof(*all), cmp_u32);
+	bench_sort_u32(all, n);
 	return n;
-}
-
-/* Percentile q (0..1, nearest rank) of sorted samples, in microseconds. */
-static double pct_us(const uint32_t *v, size_t n, double q)
-{
-	return n ? v[(size_t)(q * (double)(n - 1) + 0.5)] / 1e3 : 0;
 }
 
 static double spread(const double *v, int n, double med)
@@ -615,13 +585,6 @@ static double spread(const double *v, int n, double med)
 		hi = v[i] > hi ? v[i] : hi;
 	}
 	return med > 0 ? (hi - lo) / med : 0;
-}
-
-static double median_of(const double *v, int n)
-{
-	double tmp[MAX_ROUNDS];
-	memcpy(tmp, v, (size_t)n * sizeof(*v));
-	return bench_median(tmp, n);
 }
 
 /* Figures of one phase, fig[figure][round]. */
@@ -670,15 +633,15 @@ static int run_phase(struct bench *b, int mode, pid_t server, double seconds, fi
 	fig[F_OPS][k] = (double)ops;
 	fig[F_OPS_S][k] = (double)ops / (t1 - t0);
 	size_t n = collect(b, offsetof(struct client, op), a);
-	fig[F_P50][k] = pct_us(a, n, 0.50);
-	fig[F_P99][k] = pct_us(a, n, 0.99);
-	fig[F_P999][k] = pct_us(a, n, 0.999);
+	fig[F_P50][k] = bench_pct_us(a, n, 0.50);
+	fig[F_P99][k] = bench_pct_us(a, n, 0.99);
+	fig[F_P999][k] = bench_pct_us(a, n, 0.999);
 	n = collect(b, offsetof(struct client, match), a);
-	fig[F_M50][k] = pct_us(a, n, 0.50);
-	fig[F_M99][k] = pct_us(a, n, 0.99);
+	fig[F_M50][k] = bench_pct_us(a, n, 0.50);
+	fig[F_M99][k] = bench_pct_us(a, n, 0.99);
 	n = collect(b, offsetof(struct client, release), a);
-	fig[F_R50][k] = pct_us(a, n, 0.50);
-	fig[F_R99][k] = pct_us(a, n, 0.99);
+	fig[F_R50][k] = bench_pct_us(a, n, 0.50);
+	fig[F_R99][k] = bench_pct_us(a, n, 0.99);
 	fig[F_SCPU][k] = scpu * 1e6 / (double)ops;
 	fig[F_CCPU][k] = ccpu * 1e6 / (double)ops;
 	return 0;
@@ -736,8 +699,8 @@ static void print_json(const struct bench *b, double seconds, const char *thread
 	int n = b->rounds;
 	double med[F_N], rmed[F_N], ratio[MAX_ROUNDS], total = 0;
 	for (int f = 0; f < F_N; f++) {
-		med[f] = median_of(pd[f], n);
-		rmed[f] = median_of(ref[f], n);
+		med[f] = bench_median_of(pd[f], n);
+		rmed[f] = bench_median_of(ref[f], n);
 	}
 	for (int r = 0; r < n; r++) {
 		total += pd[F_OPS][r];
@@ -764,7 +727,7 @@ static void print_json(const struct bench *b, double seconds, const char *thread
 	printf("  \"transport_reference\": {\"ops_per_s\": %.0f, \"ops_per_s_spread\": %.3f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.1f, \"client_cpu_us_per_op\": %.1f},\n",
 	       rmed[F_OPS_S], spread(ref[F_OPS_S], n, rmed[F_OPS_S]), rmed[F_P50], rmed[F_P99],
 	       rmed[F_SCPU], rmed[F_CCPU]);
-	printf("  \"ops_per_s_vs_reference\": %.3f,\n", median_of(ratio, n));
+	printf("  \"ops_per_s_vs_reference\": %.3f,\n", bench_median_of(ratio, n));
 	printf("  \"loadavg_1m_at_start\": %.2f,\n", load);
 	printf("  \"target\": {\"ops_per_s\": %.0f, \"p99_us\": %.0f},\n", TARGET_OPS_PER_S,
 	       TARGET_P99_US);
@@ -950,7 +913,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	print_json(&b, seconds, threads, pd, ref, load, &fl);
-	double ops_s = median_of(pd[F_OPS_S], b.rounds), p99 = median_of(pd[F_P99], b.rounds);
+	double ops_s = bench_median_of(pd[F_OPS_S], b.rounds);
+	double p99 = bench_median_of(pd[F_P99], b.rounds);
 	if (ops_s < TARGET_OPS_PER_S || p99 > TARGET_P99_US) {
 		fprintf(stderr, "bench/daemon: target missed: %.0f ops/s (target >= %.0f), p99 %.1f us (target <= %.0f)\n",
 			ops_s, TARGET_OPS_PER_S, p99, TARGET_P99_US);

@@ -14,21 +14,18 @@
  * runs, each in its own process. One JSON object on stdout.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_util.h"
 #include "daemon_util.h"
-#include "cache.h"
 #include "prefixd.h"
 #include "random_model.h"
-#include "session.h"
+#include "ttft.h"
 
 #define PREFIX 2048
 #define SUFFIX 32
@@ -36,84 +33,14 @@
 
 static const char *model_dir;
 
-static void tokens(int32_t *t, int n, int vocab, uint32_t seed)
-{
-	for (int i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
-	}
-}
-
-/* In a child: load the model, then time one prompt to its first token,
- * through the daemon at sock (NULL: alone). Writes ms and attached tokens
- * to the pipe. */
-static int ttft_child(const char *sock, int suffix_seed, int out)
-{
-	struct pfx_model *m;
-	struct pfx_error err = { "" }, cerr = { "" };
-	struct pfx_model_opts mo = { .threads = 2 };
-	if (pfx_model_load(model_dir, &mo, &m, &err)) {
-		fprintf(stderr, "share: %s\n", err.msg);
-		return 1;
-	}
-	int V = pfx_model_config(m)->vocab;
-	int32_t t[PREFIX + SUFFIX];
-	tokens(t, PREFIX, V, 1);
-	tokens(t + PREFIX, SUFFIX, V, (uint32_t)suffix_seed);
-	float *logits = malloc((size_t)V * sizeof(float));
-	struct pfx_session *s;
-	struct pfx_prefill_info info;
-	struct pfx_cache *c = NULL;
-	double t0 = bench_now();
-	if (sock && pfx_cache_open(m, sock, NULL, 0, &c, &err)) {
-		fprintf(stderr, "share: %s\n", err.msg);
-		return 1;
-	}
-	if (!logits || pfx_session_new(m, &s, &err) ||
-	    pfx_session_prefill(s, c, t, PREFIX + SUFFIX, PFX_LOGITS_LAST, logits, &info, &cerr,
-				&err)) {
-		fprintf(stderr, "share: %s\n", err.msg);
-		return 1;
-	}
-	int32_t first = 0; /* greedy: the first token */
-	for (int i = 1; i < V; i++)
-		if (logits[i] > logits[first])
-			first = i;
-	double ms = (bench_now() - t0) * 1e3;
-	if (info.cache_rc)
-		fprintf(stderr, "share: the cache failed: %s\n", cerr.msg);
-	double res[3] = { ms, (double)info.attached, (double)first };
-	if (write(out, res, sizeof(res)) != sizeof(res))
-		return 1;
-	pfx_session_free(s);
-	pfx_cache_close(c);
-	free(logits);
-	pfx_model_free(m);
-	return 0;
-}
-
-/* Runs ttft_child in a new process; ms, or a negative value on failure. */
+/* One run in a fresh process; ms, or a negative value on failure. */
 static double ttft(const char *sock, int suffix_seed, double *attached)
 {
-	int p[2];
-	if (pipe(p))
+	struct bench_ttft r;
+	if (bench_ttft("share", model_dir, sock, PREFIX, SUFFIX, (uint32_t)suffix_seed, &r))
 		return -1;
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(p[0]);
-		_exit(ttft_child(sock, suffix_seed, p[1]));
-	}
-	close(p[1]);
-	double res[3] = { -1, 0, 0 };
-	ssize_t n = read(p[0], res, sizeof(res));
-	close(p[0]);
-	int st;
-	waitpid(pid, &st, 0);
-	if (n != sizeof(res) || !WIFEXITED(st) || WEXITSTATUS(st))
-		return -1;
-	*attached = res[1];
-	return res[0];
+	*attached = r.attached;
+	return r.ms;
 }
 
 /* ==== Attach cost ==== */

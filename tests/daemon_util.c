@@ -35,7 +35,17 @@ int td_start(struct test_daemon *d, const char *const *args)
 	return td_start_named(d, "sock", args);
 }
 
-int td_start_named(struct test_daemon *d, const char *name, const char *const *args)
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Starts the daemon and tries to connect every poll_us for 10 s; with ms,
+ * the time from fork to the first connection accepted. */
+static int start(struct test_daemon *d, const char *name, const char *const *args,
+		 unsigned poll_us, double *ms)
 {
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/prefixd-test-XXXXXX");
@@ -49,6 +59,7 @@ int td_start_named(struct test_daemon *d, const char *name, const char *const *a
 	int n = 5;
 	for (int i = 0; args && args[i] && n < 31; i++)
 		argv[n++] = args[i];
+	double t0 = now_s();
 	d->pid = fork();
 	if (d->pid < 0)
 		return -1;
@@ -65,20 +76,33 @@ int td_start_named(struct test_daemon *d, const char *name, const char *const *a
 		execv(PREFIXD_EXE, (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 1000; i++) {
-		if (can_connect(d->sock))
+	for (unsigned i = 0; i < 10000000 / poll_us; i++) {
+		if (can_connect(d->sock)) {
+			if (ms)
+				*ms = (now_s() - t0) * 1e3;
 			return 0;
+		}
 		int st;
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			fprintf(stderr, "prefixd exited at start (status %d)\n", st);
 			d->pid = 0;
 			return -1;
 		}
-		usleep(10000);
+		usleep(poll_us);
 	}
 	fprintf(stderr, "prefixd did not start listening on %s\n", d->sock);
 	td_stop(d);
 	return -1;
+}
+
+int td_start_named(struct test_daemon *d, const char *name, const char *const *args)
+{
+	return start(d, name, args, 10000, NULL);
+}
+
+int td_start_timed(struct test_daemon *d, const char *const *args, double *ms)
+{
+	return start(d, "sock", args, 100, ms);
 }
 
 int td_stop(struct test_daemon *d)

@@ -36,6 +36,9 @@ int td_share_dir(const struct test_daemon *d);
 int td_sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The same with the socket named DIR/name. */
 int td_start_named(struct test_daemon *d, const char *name, const char *const *args);
+/* td_start, trying to connect every 100 us: *ms, the time from fork to
+ * the first connection accepted. */
+int td_start_timed(struct test_daemon *d, const char *const *args, double *ms);
 /* SIGTERM, then the exit status (128 + signal when killed). Prints the
  * daemon's log when the status is not 0, and removes the directory. */
 int td_stop(struct test_daemon *d);

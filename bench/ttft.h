@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Time to first token, as bench/share and bench/disk measure it: a prompt
+ * of random tokens (the same prefix every time, a suffix of its own seed)
+ * through a model with 2 threads, in a fresh process, timed from the
+ * prompt in hand (model loaded, as in a server) to the first sampled
+ * (greedy) token, through a prefixd or alone.
+ */
+#ifndef PFX_BENCH_TTFT_H
+#define PFX_BENCH_TTFT_H
+
+#include <stdint.h>
+
+struct bench_ttft {
+	double ms;
+	double attached;  /* prompt tokens attached from the cache */
+	double first;     /* the first token */
+	double from_disk; /* blocks the daemon read back from disk */
+	double published; /* blocks this run published */
+};
+
+/* Runs prefix + suffix tokens through the model in model_dir, with the
+ * daemon at sock (NULL: alone), in a child process. Errors go to stderr
+ * after "who: ". 0, or -1 when the run failed. */
+int bench_ttft(const char *who, const char *model_dir, const char *sock, int prefix, int suffix,
+	       uint32_t suffix_seed, struct bench_ttft *out);
+
+#endif
