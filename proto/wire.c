@@ -511,7 +511,7 @@ int pd_list_reply_decode(const uint8_t *body, size_t len, struct pd_list_reply *
 	for (uint32_t i = 0; i < m->nrows; i++) {
 		struct pd_chain_row c = pd_chain_at(m, i);
 		const uint8_t *last = m->rows + (size_t)(i + 1) * PD_CHAIN_SIZE - 4;
-		if ((c.flags & ~(uint32_t)(PD_CHAIN_PINNED | PD_CHAIN_MEMORY | PD_CHAIN_DISK)) || !c.blocks ||
+		if ((c.flags & ~(uint32_t)PD_CHAIN_FLAGS) || !c.blocks ||
 		    (last[0] | last[1] | last[2] | last[3]))
 			return PD_E_MALFORMED;
 	}

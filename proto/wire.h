@@ -227,6 +227,7 @@ enum pd_chain_flag {
 	PD_CHAIN_PINNED = 1u << 0,
 	PD_CHAIN_MEMORY = 1u << 1,
 	PD_CHAIN_DISK = 1u << 2,
+	PD_CHAIN_FLAGS = PD_CHAIN_PINNED | PD_CHAIN_MEMORY | PD_CHAIN_DISK,
 };
 
 struct pd_chain_row {

@@ -159,7 +159,9 @@ static void match_reply(const uint8_t *p, size_t n)
 	for (uint32_t i = 0; i < m.hit; i++) {
 		places[i] = pd_place_at(&m, i);
 		const uint8_t *e = m.places + (size_t)i * PD_PLACE_SIZE;
-		FUZZ_CHECK(places[i].arena == le(e, 4) && places[i].offset == le(e + 8, 8));
+		FUZZ_CHECK(places[i].arena == le(e, 4) && places[i].offset == le(e + 8, 8) &&
+			   places[i].flags == le(e + 4, 4) &&
+			   !(places[i].flags & ~(uint32_t)PD_PLACE_FLAGS));
 	}
 	for (uint32_t i = 0; i < m.new_arenas; i++) {
 		arenas[i] = pd_arena_at(&m, i);
@@ -283,7 +285,7 @@ static void list_reply(const uint8_t *p, size_t n)
 	for (uint32_t i = 0; i < m.nrows; i++) {
 		rows[i] = pd_chain_at(&m, i);
 		const uint8_t *r = m.rows + (size_t)i * PD_CHAIN_SIZE;
-		FUZZ_CHECK(rows[i].blocks && !(rows[i].flags & ~(uint32_t)(PD_CHAIN_PINNED | PD_CHAIN_MEMORY)));
+		FUZZ_CHECK(rows[i].blocks && !(rows[i].flags & ~(uint32_t)PD_CHAIN_FLAGS));
 		FUZZ_CHECK(!memcmp(rows[i].id.key, r, PD_HASH_SIZE) && rows[i].id.uid == le(r + 32, 4) &&
 			   rows[i].pin_ttl_s == le(r + 104, 4));
 	}
