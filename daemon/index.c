@@ -896,6 +896,15 @@ void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
 		}
 		do_update(x, e);
 	}
+	/* The hit idx_match counted, as it turned out. */
+	struct idx_group *g = l->blocks[0]->g;
+	x->st.hit_blocks -= l->n - cut;
+	g->hit_blocks -= l->n - cut;
+	if (!cut) {
+		x->st.hits--;
+		g->hits--;
+		x->st.misses++;
+	}
 	/* Leaf first: each block then enters the LRU after its child. */
 	for (uint32_t j = l->n; j-- > cut;) {
 		struct entry *e = l->blocks[j];

@@ -845,6 +845,7 @@ Test(index, a_failed_restore_cuts_the_hit_drops_its_record_and_a_publish_heals_i
 	idx_get_stats(x, &st);
 	cr_expect_eq(st.disk_corrupt, 1);
 	cr_expect_eq(st.restores, 2, "the block after the bad one is not counted");
+	cr_expect_eq(st.hit_blocks, 2, "nor is the hit past it");
 	cr_expect(hash_dropped(&a, 2), "the bad record is deleted");
 	cr_expect(!hash_dropped(&a, 3), "the one after stays");
 	cr_expect_eq(idx_release(x, lease), 0);
