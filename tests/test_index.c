@@ -820,6 +820,7 @@ Test(index, written_blocks_leave_memory_for_disk_and_come_back)
 	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 4);
 	cr_expect_eq(nfetch, 0, "in memory now");
 	cr_expect_eq(idx_release(x, lease), 0);
+	idx_group_put(x, g);
 	idx_free(x);
 }
 
@@ -862,6 +863,7 @@ Test(index, a_failed_restore_cuts_the_hit_drops_its_record_and_a_publish_heals_i
 	cr_expect_eq(match_fetch(x, g, &a, fine, &nfetch, &lease), 4);
 	cr_expect_eq(nfetch, 0);
 	cr_expect_eq(idx_release(x, lease), 0);
+	idx_group_put(x, g);
 	idx_free(x);
 }
 
@@ -893,6 +895,7 @@ Test(index, the_disk_budget_takes_the_oldest_disk_only_leaves_and_never_a_reside
 	/* Full of copies of resident blocks: a new block waits in memory. */
 	struct prompt c;
 	make_prompt(&c, 3, 1, 0, 0);
+	idx_group_put(x, g);
 	idx_free(x);
 	x = tiered(&s, 8, 4, &g);
 	publish(x, &s, g, 0, &a, 0, 4, &rc);
@@ -902,6 +905,7 @@ Test(index, the_disk_budget_takes_the_oldest_disk_only_leaves_and_never_a_reside
 	cr_expect_eq(idx_dirty(x), 1);
 	cr_expect_eq(match(x, g, &c, &lease, locs), 1, "it is served from memory");
 	cr_expect_eq(idx_release(x, lease), 0);
+	idx_group_put(x, g);
 	idx_free(x);
 }
 
@@ -934,5 +938,51 @@ Test(index, a_block_removed_while_it_is_written_goes_when_the_writer_is_done)
 	cr_expect_eq(st.disk_bytes, 0);
 	cr_expect_eq(st.disk_blocks, 0);
 	cr_expect_eq(st.blocks, 0);
+	idx_group_put(x, g);
 	idx_free(x);
+}
+
+/* A fill that looks at the index while it copies: the copy runs without
+ * the lock (else this would deadlock), and no block of the publish is
+ * visible before all are copied. */
+struct peek_ctx {
+	struct fill_ctx f;
+	struct pd_index *x;
+	struct idx_group *g;
+	const struct prompt *p;
+	uint32_t hits[8];
+};
+
+static int fill_and_peek(void *ctx, uint32_t i, struct idx_loc loc)
+{
+	struct peek_ctx *c = ctx;
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_assert_eq(idx_match(c->x, c->g, c->p->hashes, c->p->tokens, c->p->n, &lease, locs,
+			       &c->hits[i], NULL, NULL), 0);
+	if (lease)
+		idx_release(c->x, lease);
+	return fill(&c->f, i, loc);
+}
+
+Test(index, blocks_are_copied_without_the_lock_and_seen_only_once_all_are_in)
+{
+	struct store s;
+	struct pd_index *x = start(&s, 16, 32);
+	struct prompt p;
+	make_prompt(&p, 1, 4, 0, 0);
+	struct peek_ctx c = { { &s, p.tags }, x, root1, &p, { 0 } };
+	uint32_t stored, dedup;
+	cr_assert_eq(idx_publish(x, root1, 0, p.hashes, p.tokens, 4, fill_and_peek, &c, &stored,
+				 &dedup), 0);
+	cr_expect_eq(stored, 4);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(c.hits[i], 0, "while block %d is copied, nothing is visible", i);
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 4);
+	for (uint32_t i = 0; i < 4; i++)
+		cr_expect_eq(s.owner[locs[i].offset], p.tags[i]);
+	idx_release(x, lease);
+	finish(x);
 }
