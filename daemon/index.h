@@ -145,7 +145,8 @@ int idx_release(struct pd_index *x, uint64_t lease);
  * Stores blocks that continue the last block of `lease` (0: the root).
  * For each block already present with the same tokens and parent, counts a
  * dedup; otherwise takes a slot (evicting as needed) and calls
- * fill(ctx, i, loc) to copy its bytes before it becomes visible. Stops at
+ * fill(ctx, i, loc), without the index lock, to copy its bytes before it
+ * becomes visible (all the publish's blocks at once). Stops at
  * the first block that cannot be placed: -ENOSPC when the budget is full of
  * leased or pinned blocks, -EDQUOT when the user's quota is, -EEXIST when
  * its key is taken by another prompt (a collision), -ENOENT for an unknown

@@ -285,8 +285,9 @@ struct staging {
 	struct pd_store *store;
 };
 
-/* Copies block i from the publisher's staging memory into its slot. Runs
- * under the index lock: pread from shmem never blocks on a peer. */
+/* Copies block i from the publisher's staging memory into its slot
+ * (without the index lock; from shared memory only, so a peer cannot make
+ * it block). */
 static int fill_from_staging(void *ctx, uint32_t i, struct idx_loc loc)
 {
 	struct staging *st = ctx;
