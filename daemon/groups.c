@@ -46,6 +46,13 @@ struct idx_group *group_set_get(struct group_set *s, struct daemon *d, uint32_t 
 		partitions_put(&d->parts, h->p);
 		return NULL;
 	}
+	if (!idx_group_has_store(h->g, h->p->store)) {
+		/* The root's blocks are of another size here: a forged record. */
+		idx_group_put(d->idx, h->g);
+		partitions_put(&d->parts, h->p);
+		*err = -EXDEV;
+		return NULL;
+	}
 	h->ns = ns;
 	memcpy(h->h0, h0, PD_HASH_SIZE);
 	s->n++;

@@ -19,7 +19,8 @@ struct group_set {
 };
 
 /* The group, and in *store (if not NULL) its partition's store; or NULL
- * with *err: partitions_get's errors or -ENOMEM. */
+ * with *err: partitions_get's errors, -ENOMEM, or -EXDEV when the root's
+ * group holds blocks of another size (a forged root). */
 struct idx_group *group_set_get(struct group_set *s, struct daemon *d, uint32_t ns,
 				const uint8_t *h0, const uint8_t *fp, uint64_t block_bytes,
 				struct pd_store **store, int *err);

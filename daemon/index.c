@@ -553,10 +553,11 @@ static void do_drop_record(struct pd_index *x, struct entry *e)
 }
 
 /* Removes a removable entry; its parent may become evictable, and goes
- * too if it was hollow. */
-static void do_remove(struct pd_index *x, struct entry *e, bool punch)
+ * too if it was hollow. Returns the nearest ancestor still in the index
+ * (NULL: none): the ones it took are freed. */
+static struct entry *do_remove(struct pd_index *x, struct entry *e, bool punch)
 {
-	while (e) {
+	for (;;) {
 		struct idx_group *g = e->g;
 		struct entry **pp = &x->buckets[bucket_of(x, g->ns, e->key)];
 		while (*pp != e)
@@ -584,7 +585,9 @@ static void do_remove(struct pd_index *x, struct entry *e, bool punch)
 			free(e);
 			do_group_gc(x, g);
 		}
-		e = p && hollow(p) && removable(p) ? p : NULL;
+		if (!p || !hollow(p) || !removable(p))
+			return p;
+		e = p;
 	}
 }
 
@@ -679,6 +682,9 @@ static void do_unpin(struct pd_index *x, struct pin **pp)
 	*pp = p->next;
 	for (struct entry *e = p->e; e; e = e->parent)
 		pin_drop(x, e);
+	/* A chain pinned on disk whose restore failed: nothing holds it now. */
+	if (hollow(p->e) && removable(p->e))
+		do_remove(x, p->e, true);
 	x->st.pins--;
 	free(p);
 }
@@ -748,6 +754,11 @@ int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t
 	pthread_mutex_unlock(&x->lock);
 	*out = g;
 	return rc;
+}
+
+bool idx_group_has_store(const struct idx_group *g, const void *store_ctx)
+{
+	return g->store.ctx == store_ctx; /* set once, when the group is made */
 }
 
 void idx_group_put(struct pd_index *x, struct idx_group *g)
@@ -825,6 +836,8 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 			}
 			e->loc = loc;
 			e->restoring = true;
+			/* The slot counts against the quota while it fills. */
+			g->user->bytes += g->store.slot_bytes;
 			do_update(x, e);
 			fill_block(x, e, &fetch[nf]);
 			fetch[nf++].pos = i;
@@ -879,6 +892,7 @@ void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
 		struct entry *e = (struct entry *)fetch[i].ref;
 		struct idx_group *g = e->g;
 		e->restoring = false;
+		g->user->bytes -= g->store.slot_bytes; /* do_reside counts it again */
 		if (cut == l->n && !ok[i]) {
 			do_reside(x, e, e->loc);
 			x->st.restores++;
@@ -1073,10 +1087,11 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 		if (e->parent)
 			do_update(x, e->parent);
 	}
-	/* What failed leaves nothing behind: leaf first. */
-	for (uint32_t k = n; k-- > 0;)
-		if (hollow(pend[k].e) && removable(pend[k].e))
-			do_remove(x, pend[k].e, true);
+	/* What failed leaves nothing behind. The blocks form one chain, so
+	 * removing its last takes the hollow ones above with it (only the
+	 * last can be a leaf; the others are not touched after it). */
+	if (n && hollow(pend[n - 1].e) && removable(pend[n - 1].e))
+		do_remove(x, pend[n - 1].e, true);
 	pthread_mutex_unlock(&x->lock);
 	free(pend);
 	return rc ? rc : failed;
@@ -1320,6 +1335,16 @@ void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
 		e->exports--;
 		do_update(x, e);
 	}
+	/* One whose restore failed meanwhile goes now that nothing holds it;
+	 * looked up again, deepest first, since a removal takes hollow
+	 * parents with it. */
+	for (uint32_t i = n; i-- > 0;) {
+		uint8_t key[IDX_HASH_BYTES];
+		make_key(x, b[i].hash, key);
+		struct entry *e = do_find(x, b[i].ns, key);
+		if (e == b[i].ref && hollow(e) && removable(e))
+			do_remove(x, e, true);
+	}
 	pthread_mutex_unlock(&x->lock);
 	free(b);
 }
@@ -1475,12 +1500,14 @@ static int selected(const struct entry *e, const struct pd_evict *sel, uint64_t 
 	}
 }
 
-static void do_admin_remove(struct pd_index *x, struct entry *e, struct pd_evict_reply *out)
+/* Returns do_remove's: the nearest ancestor left. */
+static struct entry *do_admin_remove(struct pd_index *x, struct entry *e,
+				     struct pd_evict_reply *out)
 {
 	out->blocks++;
 	out->bytes += e->g->store.slot_bytes;
 	x->st.admin_evictions++;
-	do_remove(x, e, true);
+	return do_remove(x, e, true);
 }
 
 /* What one round of an admin eviction may remove before it lets MATCHes
@@ -1523,11 +1550,10 @@ static void do_evict_chain(struct pd_index *x, struct entry *e, struct evict_rou
 			r->has_pending = 1;
 			return;
 		}
-		struct entry *p = e->parent;
 		r->blocks++;
 		r->bytes += e->g->store.slot_bytes;
-		do_admin_remove(x, e, r->out);
-		e = p;
+		/* Not e->parent: a hollow parent goes with e. */
+		e = do_admin_remove(x, e, r->out);
 	}
 	if (e) {
 		set_id(&r->kept, e);

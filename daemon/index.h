@@ -115,6 +115,10 @@ void idx_free(struct pd_index *x);
  * -ENOMEM. */
 int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t *fingerprint,
 		  const struct idx_store *store, struct idx_group **out);
+/* Whether g's blocks live in store_ctx. A group is found by its root
+ * alone, and a root commits to a block size (pd_chain_root), so a
+ * different store means a forged root: records of an import, say. */
+bool idx_group_has_store(const struct idx_group *g, const void *store_ctx);
 /* Drops a reference; a group without references or blocks goes. */
 void idx_group_put(struct pd_index *x, struct idx_group *g);
 

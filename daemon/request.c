@@ -67,6 +67,14 @@ int req_hello(struct conn *c)
 		partitions_put(&d->parts, p);
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	}
+	if (!idx_group_has_store(c->group, p->store)) {
+		/* Only a forged import can file blocks of another size under a
+		 * root that commits to this one: never mix them. */
+		idx_group_put(d->idx, c->group);
+		c->group = NULL;
+		partitions_put(&d->parts, p);
+		return conn_fail(c, PD_E_LAYOUT, "the cached blocks of this model and layout are of another size (an imported file claimed them): evict them first");
+	}
 	c->part = p;
 	memcpy(c->h0, root.h0, PD_HASH_SIZE);
 	struct pd_hello_reply r = { PD_VERSION, PD_MAX_HASHES, d->parts.budget.limit, d->lim.quota,

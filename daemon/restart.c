@@ -85,15 +85,20 @@ static int check_head(const uint8_t *head, size_t head_bytes, uint32_t bt, const
 static int read_one(int dirfd, const char *name, uint32_t bt, uint8_t *head, size_t head_bytes,
 		    struct found *f, const char **why)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO by that name must not hang the start. */
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
 	int rc = 0;
-	ssize_t r = fstat(fd, &st) ? -1 : pread(fd, head, head_bytes, 0);
-	if (r < 0)
+	ssize_t r = fstat(fd, &st) ? -1 : !S_ISREG(st.st_mode) ? -2 : pread(fd, head, head_bytes, 0);
+	if (r == -1)
 		rc = -errno;
 	close(fd);
+	if (r == -2) {
+		*why = "it is not a regular file";
+		return -EBADMSG;
+	}
 	if (rc)
 		return rc;
 	if ((size_t)r != head_bytes) {
@@ -385,11 +390,13 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 			r->dropped++;
 			static const char *const reason[] = { "its parent is not there",
 							      "the disk budget is full",
-							      "no partition is left for its user and block size" };
+							      "no partition is left for its user and block size",
+							      "its chain root's blocks are of another size" };
 			pd_log("disk tier: %s: %s: deleted", name,
 			       e == -ENOENT || e == -EEXIST ? reason[0]
 			       : e == -ENOSPC && g ? reason[1]
-			       : e == -EUSERS || e == -EMFILE ? reason[2] : strerror(-e));
+			       : e == -EUSERS || e == -EMFILE ? reason[2]
+			       : e == -EXDEV ? reason[3] : strerror(-e));
 		}
 		free(f->tokens);
 	}

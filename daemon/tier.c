@@ -52,6 +52,7 @@ struct spill {
 	struct idx_block b;
 	int fd;
 	int rc;
+	bool done;                  /* its write completed */
 	size_t total;
 	struct iovec iov[3];
 	int niov;
@@ -74,6 +75,7 @@ struct pd_tier {
 	pthread_cond_t cv;          /* the writer's wake-up */
 	pthread_cond_t done;        /* a drain's end */
 	bool stop, kick, draining, drained;
+	bool broken;                /* the writer's ring is gone: write nothing */
 	struct drop *drops;
 	size_t ndrops, cap_drops;
 	uint64_t unwritten;         /* a drain's result */
@@ -199,6 +201,20 @@ static void on_wake(void *ctx)
 
 /* ==== The writer ==== */
 
+/* A record just written under a name whose deletion is still queued: the
+ * deletion was of an earlier block of that name (it was queued before
+ * this block was taken to be written), and must not take the new record. */
+static void forget_drop(struct pd_tier *t, uint32_t ns, const uint8_t *hash)
+{
+	pthread_mutex_lock(&t->mu);
+	for (size_t i = 0; i < t->ndrops;)
+		if (t->drops[i].ns == ns && !memcmp(t->drops[i].hash, hash, PD_HASH_SIZE))
+			t->drops[i] = t->drops[--t->ndrops];
+		else
+			i++;
+	pthread_mutex_unlock(&t->mu);
+}
+
 static void unlink_drops(struct pd_tier *t, struct drop *d, size_t n)
 {
 	char name[TIER_NAME_MAX];
@@ -259,6 +275,7 @@ static void spill_batch(struct pd_tier *t, uint32_t n)
 		struct spill *s = &t->batch[i];
 		uint8_t *head = t->bufs + i * (t->head_bytes + REC_ALIGN);
 		s->fd = -1;
+		s->done = false;
 		s->rc = spill_prepare(t, s, head, head + t->head_bytes);
 		if (s->rc)
 			continue;
@@ -267,29 +284,42 @@ static void spill_batch(struct pd_tier *t, uint32_t n)
 		io_uring_sqe_set_data64(sqe, i);
 		queued++;
 	}
-	if (queued) {
-		int rc = io_uring_submit_and_wait(&t->ring, queued);
-		if (rc < 0)
-			pd_log("disk tier: io_uring submit: %s", strerror(-rc));
-	}
-	for (uint32_t done = 0; done < queued; done++) {
+	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
+	for (uint32_t done = 0; rc >= 0 && done < queued; done++) {
 		struct io_uring_cqe *cqe;
-		if (io_uring_wait_cqe(&t->ring, &cqe))
+		if ((rc = io_uring_wait_cqe(&t->ring, &cqe)))
 			break;
 		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
 		/* A short write of a regular file: the disk is full. */
 		s->rc = cqe->res < 0 ? cqe->res : (size_t)cqe->res == s->total ? 0 : -ENOSPC;
+		s->done = true;
 		io_uring_cqe_seen(&t->ring, cqe);
+	}
+	if (rc < 0) {
+		/* Out of step: what did not complete counts as not written, and
+		 * a new ring, so that no late completion is taken for a record
+		 * of the next batch. */
+		pd_log("disk tier: io_uring: %s", strerror(-rc));
+		io_uring_queue_exit(&t->ring);
+		if ((rc = io_uring_queue_init(SPILL_BATCH, &t->ring, 0)) < 0) {
+			pd_err("disk tier: no io_uring any more (%s): blocks stay in memory only",
+			       strerror(-rc));
+			t->broken = true;
+		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct spill *s = &t->batch[i];
 		char tmp[TIER_NAME_MAX], name[TIER_NAME_MAX];
 		tier_name(s->b.ns, s->b.hash, ".tmp", tmp);
 		tier_name(s->b.ns, s->b.hash, ".rec", name);
+		if (s->fd >= 0 && !s->rc && !s->done)
+			s->rc = -EIO;
 		if (s->fd >= 0)
 			close(s->fd);
 		if (!s->rc && renameat(t->dirfd, tmp, t->dirfd, name))
 			s->rc = -errno;
+		if (!s->rc)
+			forget_drop(t, s->b.ns, s->b.hash);
 		if (s->rc) {
 			unlinkat(t->dirfd, tmp, 0);
 			static struct pd_log_limit cut;
@@ -337,7 +367,7 @@ static void *writer(void *arg)
 		unlink_drops(t, d, nd);
 		free(d);
 		uint32_t n = 0, failed = 0;
-		if (can_write || draining) {
+		if ((can_write || draining) && !t->broken) {
 			struct idx_block blocks[SPILL_BATCH];
 			n = idx_spill_take(t->x, blocks, SPILL_BATCH);
 			for (uint32_t i = 0; i < n; i++)
@@ -392,6 +422,17 @@ int tier_start(struct pd_tier *t, struct pd_index *x)
 	return 0;
 }
 
+static void writer_stop(struct pd_tier *t)
+{
+	pthread_mutex_lock(&t->mu);
+	t->stop = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+	pthread_join(t->thread, NULL);
+	io_uring_queue_exit(&t->ring);
+	t->started = false;
+}
+
 uint64_t tier_drain(struct pd_tier *t)
 {
 	if (!t->started)
@@ -404,6 +445,9 @@ uint64_t tier_drain(struct pd_tier *t)
 		pthread_cond_wait(&t->done, &t->mu);
 	t->draining = false;
 	pthread_mutex_unlock(&t->mu);
+	/* Nothing is written or deleted for disk room after this: the
+	 * manifest (restart_save) lists what is there. */
+	writer_stop(t);
 	if (syncfs(t->dirfd))
 		pd_log("disk tier: syncing %s: %s", t->dir, strerror(errno));
 	return idx_dirty(t->x);
@@ -413,14 +457,8 @@ void tier_close(struct pd_tier *t)
 {
 	if (!t)
 		return;
-	if (t->started) {
-		pthread_mutex_lock(&t->mu);
-		t->stop = true;
-		pthread_cond_signal(&t->cv);
-		pthread_mutex_unlock(&t->mu);
-		pthread_join(t->thread, NULL);
-		io_uring_queue_exit(&t->ring);
-	}
+	if (t->started)
+		writer_stop(t);
 	unlink_drops(t, t->drops, t->ndrops);
 	free(t->drops);
 	free(t->bufs);

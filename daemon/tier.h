@@ -30,8 +30,10 @@ int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char
 int tier_dirfd(const struct pd_tier *t);
 /* Makes x write its blocks here, and starts the writer thread. 0 or -errno. */
 int tier_start(struct pd_tier *t, struct pd_index *x);
-/* Writes every block held only in memory, then syncs (a graceful stop).
- * Returns how many could not be written (a full disk or budget). */
+/* Writes every block held only in memory, syncs, and stops the writer (a
+ * graceful stop: nothing on disk changes after it but the deletions
+ * tier_close makes). Returns how many could not be written (a full disk
+ * or budget). */
 uint64_t tier_drain(struct pd_tier *t);
 /* Stops the writer (what it has not written stays unwritten), closes DIR
  * and lets another daemon have it. NULL is fine. */

@@ -19,6 +19,7 @@
 #include "chain.h"
 #include "groups.h"
 #include "peer.h"
+#include "reaper.h"
 #include "record.h"
 #include "tier.h"
 
@@ -42,7 +43,7 @@ static int file_arg(struct conn *c, const char *op, bool write, int *fd)
 		why = write ? "is not open for writing" : "is not open for reading";
 	if (!why)
 		return 0;
-	close(*fd);
+	reaper_close(*fd); /* a socket's close may block */
 	return conn_fail(c, PD_E_MALFORMED, "%s: the descriptor %s", op, why) ? -1 : 1;
 }
 
@@ -237,7 +238,11 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 		struct idx_group *g = group_set_get(&gs, c->d, ns, meta.root, meta.fp, meta.payload,
 						    &store, &err);
 		if (!g) {
-			r->refused++;
+			/* -EXDEV: its root's blocks are of another size here. */
+			if (err == -EXDEV)
+				r->skipped++;
+			else
+				r->refused++;
 			continue;
 		}
 		struct idx_block b = { .ns = ns, .depth = meta.depth, .tokens = rd->tokens };

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chain.h"
 #include "daemon_cases.h"
 #include "daemon_util.h"
 #include "helpers.h"
@@ -873,5 +874,40 @@ Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
 	cr_expect(strstr(out, want), "%s in %s", want, out);
 	cr_expect(strstr(out, "prefixd_disk_usage_bytes "), "%s", out);
 	cr_expect(strstr(out, "# TYPE prefixd_disk_corrupt_records_total counter"), "%s", out);
+	stop();
+}
+
+Test(disk, an_import_that_files_blocks_of_another_size_under_a_root_is_not_stored)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	publish(c, 0, 2);
+	char file[PATH_MAX + 32], out[4096];
+	snprintf(file, sizeof(file), "%s/one.pfx", disk);
+	cr_assert_eq(ctl(out, sizeof(out), "export", file), 0, "%s", out);
+	/* Record 0 again, with a payload twice the root's block size and
+	 * tokens of its own (a valid chain hash, valid checksums). */
+	size_t len;
+	uint8_t *rec = read_all(file, &len);
+	struct rec_meta m;
+	cr_assert_eq(rec_check_head(rec, len, NULL, &m, NULL), 0);
+	uint32_t tok[BT];
+	for (uint32_t i = 0; i < BT; i++)
+		tok[i] = 777000 + i;
+	pd_chain_next(m.root, tok, BT, m.hash);
+	m.payload = 2 * BB;
+	static uint8_t payload[2 * TD_BLOCK_BYTES], forged[4096 + 2 * TD_BLOCK_BYTES];
+	memset(payload, 0x5a, sizeof(payload));
+	int n = rec_encode(&m, tok, payload, forged, sizeof(forged));
+	cr_assert_gt(n, 0);
+	write_all(file, forged, (size_t)n);
+	free(rec);
+	cr_assert_eq(ctl(out, sizeof(out), "import", file), 0, "%s", out);
+	cr_expect(strstr(out, "imported 0 blocks"), "%s", out);
+	cr_expect(strstr(out, "1 without a parent"), "counted as not storable: %s", out);
+	struct got g = match(c, 0, 2);
+	cr_expect_eq(g.hit, 2, "the model's own blocks are untouched");
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
 	stop();
 }

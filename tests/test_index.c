@@ -986,3 +986,64 @@ Test(index, blocks_are_copied_without_the_lock_and_seen_only_once_all_are_in)
 	idx_release(x, lease);
 	finish(x);
 }
+
+static int fill_fails(void *ctx, uint32_t i, struct idx_loc loc)
+{
+	(void)ctx;
+	(void)i;
+	(void)loc;
+	return -EIO;
+}
+
+Test(index, a_publish_whose_copy_fails_leaves_nothing_behind)
+{
+	struct store s;
+	struct pd_index *x = start(&s, 16, 32);
+	struct prompt p;
+	make_prompt(&p, 1, 3, 0, 0);
+	uint32_t stored, dedup;
+	cr_expect_eq(idx_publish(x, root1, 0, p.hashes, p.tokens, 3, fill_fails, NULL, &stored,
+				 &dedup), -EIO);
+	cr_expect_eq(stored, 0);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.blocks, 0);
+	cr_expect_eq(s.used, 0, "every slot back");
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 0);
+	int rc;
+	cr_expect_eq(publish(x, &s, root1, 0, &p, 0, 3, &rc), 3, "and it can be published again");
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 3);
+	idx_release(x, lease);
+	finish(x);
+}
+
+Test(index, evicting_a_chain_above_a_hollow_block_takes_both)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 2, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 2, 0, 0);
+	make_prompt(&b, 2, 2, 0, 0);
+	int rc;
+	publish(x, &s, g, 0, &a, 0, 2, &rc);
+	write_all(x, 0);
+	publish(x, &s, g, 0, &b, 0, 2, &rc); /* A on disk only */
+	write_all(x, 0);
+	uint64_t lease;
+	uint32_t nfetch;
+	int ok[2] = { -EBADMSG, 0 };
+	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 0, "A's first record is bad");
+	/* A0 is hollow under its child A1 (on disk): evict everything. */
+	struct pd_evict all = { .by = PD_EVICT_ALL };
+	struct pd_evict_reply r;
+	cr_assert_eq(idx_evict(x, &all, &r), 0);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.disk_blocks, 0);
+	cr_expect_eq(st.blocks, 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
