@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chain.h"
+
 struct group_held {
 	struct partition *p;
 	struct idx_group *g;
@@ -69,4 +71,28 @@ void group_set_release(struct group_set *s, struct daemon *d)
 	}
 	free(s->v);
 	*s = (struct group_set){ 0 };
+}
+
+int record_block(const struct rec_meta *m, uint32_t block_tokens, uint32_t *tokens,
+		 struct idx_block *b, const char **why)
+{
+	if (m->payload % ((uint64_t)block_tokens * 4)) {
+		*why = "its payload is not a whole number of f32 values per token";
+		return -EBADMSG;
+	}
+	for (uint32_t i = 0; i < block_tokens; i++)
+		tokens[i] = pd_token_at(m->tokens, block_tokens, 0, i);
+	uint8_t h[PD_HASH_SIZE];
+	pd_chain_next(m->depth ? m->parent : m->root, tokens, block_tokens, h);
+	if (memcmp(h, m->hash, PD_HASH_SIZE)) {
+		*why = "its hash does not follow its chain";
+		return -EBADMSG;
+	}
+	*b = (struct idx_block){ .ns = m->ns, .depth = m->depth, .tokens = tokens,
+				 .sum = m->payload_sum };
+	memcpy(b->hash, m->hash, PD_HASH_SIZE);
+	memcpy(b->parent, m->parent, PD_HASH_SIZE);
+	memcpy(b->h0, m->root, PD_HASH_SIZE);
+	memcpy(b->fp, m->fp, PD_FP_SIZE);
+	return 0;
 }

@@ -953,6 +953,48 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	return l ? 0 : -ENOENT;
 }
 
+/* Files a new entry e (zeroed) for a block after `parent` (NULL: g's
+ * root): its names, tokens and place in the forest, last used now. */
+static void do_link(struct pd_index *x, struct entry *e, struct idx_group *g,
+		    struct entry *parent, const uint8_t *key, const uint8_t *hash,
+		    const uint32_t *t, uint64_t now)
+{
+	memcpy(e->key, key, IDX_HASH_BYTES);
+	memcpy(e->hash, hash, IDX_HASH_BYTES);
+	memcpy(e->tokens, t, x->block_tokens * sizeof(uint32_t));
+	e->g = g;
+	e->parent = parent;
+	e->depth = parent ? parent->depth + 1 : 1;
+	size_t b = bucket_of(x, g->ns, e->key);
+	e->hnext = x->buckets[b];
+	x->buckets[b] = e;
+	if (parent) {
+		parent->children++;
+		do_update(x, parent);
+	}
+	e->use = ++x->clock;
+	e->used_s = now;
+	g->blocks++;
+}
+
+/* The parent block b names, as its chain was: in g, one block shallower,
+ * with that hash. true and *parent (NULL at depth 0), or false when it is
+ * not there. */
+static bool do_parent_of(const struct pd_index *x, const struct idx_group *g,
+			 const struct idx_block *b, struct entry **parent)
+{
+	uint8_t pkey[IDX_HASH_BYTES];
+	*parent = NULL;
+	if (!b->depth)
+		return true;
+	make_key(x, b->parent, pkey);
+	struct entry *p = do_find(x, g->ns, pkey);
+	if (!p || p->g != g || p->depth != b->depth || memcmp(p->hash, b->parent, IDX_HASH_BYTES))
+		return false;
+	*parent = p;
+	return true;
+}
+
 /* Takes block i's place after `parent` (NULL: g's root) unless it is
  * there: 0 and *out its entry, *dedup whether it was there. A new place is
  * an entry that is filling (`restoring`: MATCH stops before it, nothing
@@ -991,22 +1033,7 @@ static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *par
 			g->store.free(g->store.ctx, loc, true);
 			return -ENOMEM;
 		}
-		memcpy(e->key, key, IDX_HASH_BYTES);
-		memcpy(e->hash, hash, IDX_HASH_BYTES);
-		e->g = g;
-		e->parent = parent;
-		e->depth = parent ? parent->depth + 1 : 1;
-		memcpy(e->tokens, t, x->block_tokens * sizeof(uint32_t));
-		size_t b = bucket_of(x, g->ns, e->key);
-		e->hnext = x->buckets[b];
-		x->buckets[b] = e;
-		if (parent) {
-			parent->children++;
-			do_update(x, parent);
-		}
-		e->use = ++x->clock;
-		e->used_s = now;
-		g->blocks++;
+		do_link(x, e, g, parent, key, hash, t, now);
 	}
 	/* A new block, or one held only on disk or hollow: the publisher's
 	 * bytes are as good as a restore. Its slot counts against the
@@ -1120,13 +1147,10 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
 	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup)
 {
-	uint8_t pkey[IDX_HASH_BYTES];
-	struct entry *parent = NULL;
+	struct entry *parent;
 	uint32_t stored = 0, there = 0;
-	make_key(x, b->parent, pkey);
 	hot_lock(x);
-	if (b->depth && (!(parent = do_find(x, g->ns, pkey)) || parent->g != g ||
-			 parent->depth != b->depth || memcmp(parent->hash, b->parent, IDX_HASH_BYTES))) {
+	if (!do_parent_of(x, g, b, &parent)) {
 		pthread_mutex_unlock(&x->lock);
 		return -ENOENT;
 	}
@@ -1200,13 +1224,11 @@ uint64_t idx_dirty(struct pd_index *x)
 
 int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
 {
-	uint8_t key[IDX_HASH_BYTES], pkey[IDX_HASH_BYTES];
-	struct entry *parent = NULL;
+	uint8_t key[IDX_HASH_BYTES];
+	struct entry *parent;
 	int rc = 0;
 	make_key(x, b->hash, key);
-	make_key(x, b->parent, pkey);
-	size_t esize = sizeof(struct entry) + x->block_tokens * sizeof(uint32_t);
-	struct entry *e = calloc(1, esize);
+	struct entry *e = calloc(1, sizeof(struct entry) + x->block_tokens * sizeof(uint32_t));
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_lock(&x->lock);
@@ -1214,9 +1236,7 @@ int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
 		rc = -EEXIST;
 		goto out;
 	}
-	/* The chain as it was: the parent one block shallower, in g. */
-	if (b->depth && (!(parent = do_find(x, g->ns, pkey)) || parent->g != g ||
-			 parent->depth != b->depth || memcmp(parent->hash, b->parent, IDX_HASH_BYTES))) {
+	if (!do_parent_of(x, g, b, &parent)) {
 		rc = -ENOENT;
 		goto out;
 	}
@@ -1224,25 +1244,10 @@ int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
 		rc = -ENOSPC;
 		goto out;
 	}
-	memcpy(e->key, key, IDX_HASH_BYTES);
-	memcpy(e->hash, b->hash, IDX_HASH_BYTES);
-	memcpy(e->tokens, b->tokens, x->block_tokens * sizeof(uint32_t));
-	e->g = g;
-	e->parent = parent;
-	e->depth = b->depth + 1;
 	e->sum = b->sum;
 	e->disk = true;
-	e->use = ++x->clock;
-	e->used_s = now_s();
-	size_t k = bucket_of(x, g->ns, e->key);
-	e->hnext = x->buckets[k];
-	x->buckets[k] = e;
-	if (parent) {
-		parent->children++;
-		do_update(x, parent);
-	}
+	do_link(x, e, g, parent, key, b->hash, b->tokens, now_s());
 	do_update(x, e);
-	g->blocks++;
 	x->st.disk_blocks++;
 	x->st.disk_bytes += g->store.record_bytes;
 	e = NULL;

@@ -42,13 +42,13 @@ _Static_assert((uint64_t)REC_ALIGN * 2 + REC_HDR_SIZE + 4ull * REC_MAX_BLOCK_TOK
 		       REC_MAX_PAYLOAD < 0x7fffffffull,
 	       "a record's size fits an int");
 
-static void put_le(uint8_t *p, uint64_t v, int bytes)
+void rec_put_le(uint8_t *p, uint64_t v, int bytes)
 {
 	for (int i = 0; i < bytes; i++, v >>= 8)
 		p[i] = (uint8_t)v;
 }
 
-static uint64_t get_le(const uint8_t *p, int bytes)
+uint64_t rec_get_le(const uint8_t *p, int bytes)
 {
 	uint64_t v = 0;
 	for (int i = bytes - 1; i >= 0; i--)
@@ -111,24 +111,24 @@ static void write_head(const struct rec_meta *m, const uint32_t *tokens, uint64_
 {
 	memset(out, 0, head);
 	memcpy(out + OFF_MAGIC, rec_magic, sizeof(rec_magic));
-	put_le(out + OFF_PAYLOAD_SUM, payload_sum, 8);
-	put_le(out + OFF_VERSION, REC_VERSION, 2);
-	put_le(out + OFF_HDR_SIZE, REC_HDR_SIZE, 2);
-	put_le(out + OFF_FLAGS, 0, 4);
-	put_le(out + OFF_NS, m->ns, 4);
-	put_le(out + OFF_BLOCK_TOKENS, m->block_tokens, 4);
-	put_le(out + OFF_PAYLOAD, m->payload, 8);
-	put_le(out + OFF_PAYLOAD_OFF, head, 8);
-	put_le(out + OFF_DEPTH, m->depth, 4);
-	put_le(out + OFF_RESERVED, 0, 4);
+	rec_put_le(out + OFF_PAYLOAD_SUM, payload_sum, 8);
+	rec_put_le(out + OFF_VERSION, REC_VERSION, 2);
+	rec_put_le(out + OFF_HDR_SIZE, REC_HDR_SIZE, 2);
+	rec_put_le(out + OFF_FLAGS, 0, 4);
+	rec_put_le(out + OFF_NS, m->ns, 4);
+	rec_put_le(out + OFF_BLOCK_TOKENS, m->block_tokens, 4);
+	rec_put_le(out + OFF_PAYLOAD, m->payload, 8);
+	rec_put_le(out + OFF_PAYLOAD_OFF, head, 8);
+	rec_put_le(out + OFF_DEPTH, m->depth, 4);
+	rec_put_le(out + OFF_RESERVED, 0, 4);
 	memcpy(out + OFF_FP, m->fp, PD_FP_SIZE);
 	memcpy(out + OFF_ROOT, m->root, PD_HASH_SIZE);
 	memcpy(out + OFF_HASH, m->hash, PD_HASH_SIZE);
 	memcpy(out + OFF_PARENT, m->parent, PD_HASH_SIZE);
 	for (uint32_t t = 0; t < m->block_tokens; t++)
-		put_le(out + OFF_TOKENS + 4 * (size_t)t, tokens[t], 4);
+		rec_put_le(out + OFF_TOKENS + 4 * (size_t)t, tokens[t], 4);
 	/* Last: it covers every byte above from OFF_SUMMED on. */
-	put_le(out + OFF_HEAD_SUM, XXH3_64bits(out + OFF_SUMMED, head - OFF_SUMMED), 8);
+	rec_put_le(out + OFF_HEAD_SUM, XXH3_64bits(out + OFF_SUMMED, head - OFF_SUMMED), 8);
 }
 
 int rec_encode_head(const struct rec_meta *m, const uint32_t *tokens, uint64_t payload_sum,
@@ -179,24 +179,24 @@ static int check(const uint8_t *buf, size_t len, int whole, const struct rec_exp
 		return fail(why, "magic", -EBADMSG);
 	/* Another version may lay out everything after the magic otherwise,
 	 * its checksums too: nothing else of it is read. */
-	if (get_le(buf + OFF_VERSION, 2) != REC_VERSION)
+	if (rec_get_le(buf + OFF_VERSION, 2) != REC_VERSION)
 		return fail(why, "version", -ENOTSUP);
-	if (get_le(buf + OFF_HDR_SIZE, 2) != REC_HDR_SIZE)
+	if (rec_get_le(buf + OFF_HDR_SIZE, 2) != REC_HDR_SIZE)
 		return fail(why, "header size", -EBADMSG);
-	if (get_le(buf + OFF_FLAGS, 4))
+	if (rec_get_le(buf + OFF_FLAGS, 4))
 		return fail(why, "flags", -EBADMSG);
-	if (get_le(buf + OFF_RESERVED, 4))
+	if (rec_get_le(buf + OFF_RESERVED, 4))
 		return fail(why, "reserved", -EBADMSG);
 
 	/* Sizes: each within its limit before any arithmetic on it. */
-	uint32_t block_tokens = (uint32_t)get_le(buf + OFF_BLOCK_TOKENS, 4);
-	uint64_t payload = get_le(buf + OFF_PAYLOAD, 8);
+	uint32_t block_tokens = (uint32_t)rec_get_le(buf + OFF_BLOCK_TOKENS, 4);
+	uint64_t payload = rec_get_le(buf + OFF_PAYLOAD, 8);
 	size_t head = rec_head_size(block_tokens), span = rec_payload_span(payload);
 	if (!head)
 		return fail(why, "block_tokens", -EBADMSG);
 	if (!span)
 		return fail(why, "payload size", -EBADMSG);
-	if (get_le(buf + OFF_PAYLOAD_OFF, 8) != head)
+	if (rec_get_le(buf + OFF_PAYLOAD_OFF, 8) != head)
 		return fail(why, "payload offset", -EBADMSG);
 	if (len < (whole ? head + span : head))
 		return fail(why, "truncated", -EBADMSG);
@@ -205,7 +205,7 @@ static int check(const uint8_t *buf, size_t len, int whole, const struct rec_exp
 
 	/* Every byte of the head but the magic and this sum is covered, the
 	 * tokens' padding included; the fields checked above were too. */
-	if (get_le(buf + OFF_HEAD_SUM, 8) != XXH3_64bits(buf + OFF_SUMMED, head - OFF_SUMMED))
+	if (rec_get_le(buf + OFF_HEAD_SUM, 8) != XXH3_64bits(buf + OFF_SUMMED, head - OFF_SUMMED))
 		return fail(why, "header checksum", -EBADMSG);
 
 	/* Canonical: one encoding per record, so nothing can ride along. */
@@ -213,12 +213,12 @@ static int check(const uint8_t *buf, size_t len, int whole, const struct rec_exp
 		      head - OFF_TOKENS - 4 * (size_t)block_tokens))
 		return fail(why, "header padding", -EBADMSG);
 
-	uint32_t depth = (uint32_t)get_le(buf + OFF_DEPTH, 4);
+	uint32_t depth = (uint32_t)rec_get_le(buf + OFF_DEPTH, 4);
 	if ((depth == 0) != all_zero(buf + OFF_PARENT, PD_HASH_SIZE))
 		return fail(why, "depth and parent", -EBADMSG);
 
 	/* Intact: now is it the record asked for? */
-	uint32_t ns = (uint32_t)get_le(buf + OFF_NS, 4);
+	uint32_t ns = (uint32_t)rec_get_le(buf + OFF_NS, 4);
 	if (want) {
 		if (want->block_tokens && block_tokens != want->block_tokens)
 			return fail(why, "another block size", -EACCES);
@@ -236,7 +236,7 @@ static int check(const uint8_t *buf, size_t len, int whole, const struct rec_exp
 
 	if (whole) {
 		const uint8_t *p = buf + head;
-		if (get_le(buf + OFF_PAYLOAD_SUM, 8) != rec_payload_sum(p, payload))
+		if (rec_get_le(buf + OFF_PAYLOAD_SUM, 8) != rec_payload_sum(p, payload))
 			return fail(why, "payload checksum", -EBADMSG);
 		if (!all_zero(p + payload, span - (size_t)payload))
 			return fail(why, "payload padding", -EBADMSG);
@@ -252,7 +252,7 @@ static int check(const uint8_t *buf, size_t len, int whole, const struct rec_exp
 	memcpy(out->parent, buf + OFF_PARENT, PD_HASH_SIZE);
 	out->tokens = buf + OFF_TOKENS;
 	out->payload_off = head;
-	out->payload_sum = get_le(buf + OFF_PAYLOAD_SUM, 8);
+	out->payload_sum = rec_get_le(buf + OFF_PAYLOAD_SUM, 8);
 	return 0;
 }
 

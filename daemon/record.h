@@ -74,6 +74,11 @@ size_t rec_payload_span(uint64_t payload);
  * range (both limits keep it below INT_MAX). */
 size_t rec_size(uint32_t block_tokens, uint64_t payload);
 
+/* Little-endian integers of `bytes` bytes, as records (and the disk
+ * tier's manifest) store them. */
+void rec_put_le(uint8_t *p, uint64_t v, int bytes);
+uint64_t rec_get_le(const uint8_t *p, int bytes);
+
 /* The payload's checksum (XXH3-64, seed 0). */
 uint64_t rec_payload_sum(const void *payload, uint64_t len);
 

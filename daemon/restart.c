@@ -17,7 +17,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "chain.h"
 #include "groups.h"
 #include "record.h"
 
@@ -49,10 +48,6 @@ static int check_head(const uint8_t *head, size_t head_bytes, uint32_t bt, const
 		*why = "its size is not its record's (cut short, or grown)";
 		return -EBADMSG;
 	}
-	if (m.payload % ((uint64_t)bt * 4)) {
-		*why = "its payload is not a whole number of f32 values per token";
-		return -EBADMSG;
-	}
 	char own[TIER_NAME_MAX];
 	tier_name(m.ns, m.hash, ".rec", own);
 	if (name && strcmp(own, name)) {
@@ -61,22 +56,11 @@ static int check_head(const uint8_t *head, size_t head_bytes, uint32_t bt, const
 	}
 	if (!(f->tokens = malloc(bt * sizeof(uint32_t))))
 		return -ENOMEM;
-	for (uint32_t i = 0; i < bt; i++)
-		f->tokens[i] = pd_token_at(m.tokens, bt, 0, i);
-	uint8_t h[PD_HASH_SIZE];
-	pd_chain_next(m.depth ? m.parent : m.root, f->tokens, bt, h);
-	if (memcmp(h, m.hash, PD_HASH_SIZE)) {
+	if ((rc = record_block(&m, bt, f->tokens, &f->b, why))) {
 		free(f->tokens);
 		f->tokens = NULL;
-		*why = "its hash does not follow its chain";
-		return -EBADMSG;
+		return rc;
 	}
-	f->b = (struct idx_block){ .ns = m.ns, .depth = m.depth, .tokens = f->tokens,
-				   .sum = m.payload_sum };
-	memcpy(f->b.hash, m.hash, PD_HASH_SIZE);
-	memcpy(f->b.parent, m.parent, PD_HASH_SIZE);
-	memcpy(f->b.h0, m.root, PD_HASH_SIZE);
-	memcpy(f->b.fp, m.fp, PD_FP_SIZE);
 	f->payload = m.payload;
 	return 0;
 }
@@ -138,20 +122,6 @@ static struct found *next_found(struct found_list *l)
 #define MANIFEST_HDR 32
 static const uint8_t manifest_magic[8] = { 'P', 'F', 'X', 'D', 'M', 'A', 'N', 0 };
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = n - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* The records the manifest lists into l: 1, 0 when there is none, or
  * -EBADMSG (with *why) when it is damaged; -ENOMEM. It is deleted, so
  * that a crash later cannot make a stale one look current. */
@@ -177,12 +147,12 @@ static int read_manifest(int dirfd, uint32_t bt, struct found_list *l, const cha
 	uint64_t count = 0;
 	if (!rc) {
 		*why = "it is damaged";
-		if (len < MANIFEST_HDR + 8 || memcmp(buf, manifest_magic, 8) || get_le(buf + 8, 4) != 1 ||
-		    get_le(buf + 24, 8) || XXH3_64bits(buf, len - 8) != get_le(buf + len - 8, 8))
+		if (len < MANIFEST_HDR + 8 || memcmp(buf, manifest_magic, 8) || rec_get_le(buf + 8, 4) != 1 ||
+		    rec_get_le(buf + 24, 8) || XXH3_64bits(buf, len - 8) != rec_get_le(buf + len - 8, 8))
 			rc = -EBADMSG;
-		else if (get_le(buf + 12, 4) != bt)
+		else if (rec_get_le(buf + 12, 4) != bt)
 			*why = "it lists records of another block size", rc = -EBADMSG;
-		else if ((count = get_le(buf + 16, 8)) != (len - MANIFEST_HDR - 8) / head_bytes ||
+		else if ((count = rec_get_le(buf + 16, 8)) != (len - MANIFEST_HDR - 8) / head_bytes ||
 			 (len - MANIFEST_HDR - 8) % head_bytes)
 			rc = -EBADMSG;
 	}
@@ -263,15 +233,15 @@ int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records)
 	if (!rc) {
 		uint8_t hdr[MANIFEST_HDR] = { 0 }, tail[8];
 		memcpy(hdr, manifest_magic, 8);
-		put_le(hdr + 8, 1, 4);
-		put_le(hdr + 12, d->block_tokens, 4);
-		put_le(hdr + 16, count, 8);
+		rec_put_le(hdr + 8, 1, 4);
+		rec_put_le(hdr + 12, d->block_tokens, 4);
+		rec_put_le(hdr + 16, count, 8);
 		XXH3_64bits_reset(w.sum);
 		man_put(&w, hdr, sizeof(hdr));
 		rc = idx_each_record(d->idx, man_record, &w);
 		if (!rc && w.count != count)
 			rc = -EAGAIN;
-		put_le(tail, XXH3_64bits_digest(w.sum), 8);
+		rec_put_le(tail, XXH3_64bits_digest(w.sum), 8);
 		if (!rc && fwrite(tail, 1, 8, w.f) != 8)
 			rc = -EIO;
 		if (!rc && (fflush(w.f) || fsync(fileno(w.f))))

@@ -501,13 +501,22 @@ static int fetch_open(struct pd_tier *t, const struct idx_block *b, struct fetch
 	return f->slot ? 0 : -EINVAL;
 }
 
+/* What block b's record must say of itself (root is want's storage). */
+static void expect_of(const struct pd_tier *t, const struct idx_block *b, struct idx_root *root,
+		      struct rec_expect *want)
+{
+	root->ns = b->ns;
+	memcpy(root->h0, b->h0, PD_HASH_SIZE);
+	*want = (struct rec_expect){ t->block_tokens, b->store.block_bytes, root, b->fp, b->hash };
+}
+
 /* The record's head names this block, its payload is the one written. */
 static int fetch_check(struct pd_tier *t, const struct idx_block *b, struct fetch *f,
 		       const char **why)
 {
-	struct idx_root root = { .ns = b->ns };
-	memcpy(root.h0, b->h0, PD_HASH_SIZE);
-	struct rec_expect want = { t->block_tokens, b->store.block_bytes, &root, b->fp, b->hash };
+	struct idx_root root;
+	struct rec_expect want;
+	expect_of(t, b, &root, &want);
 	struct rec_meta m;
 	int rc = rec_check_head(f->head, t->head_bytes, &want, &m, why);
 	if (rc)
@@ -650,9 +659,9 @@ int tier_read_record(struct pd_tier *t, const struct idx_block *b, uint8_t *buf,
 		*why = "its record on disk is cut short";
 		return -ENODATA;
 	}
-	struct idx_root root = { .ns = b->ns };
-	memcpy(root.h0, b->h0, PD_HASH_SIZE);
-	struct rec_expect want = { t->block_tokens, b->store.block_bytes, &root, b->fp, b->hash };
+	struct idx_root root;
+	struct rec_expect want;
+	expect_of(t, b, &root, &want);
 	struct rec_meta m;
 	int rc = rec_check(buf, len, &want, &m, why);
 	if (!rc && m.payload_sum != b->sum) {

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chain.h"
 #include "groups.h"
 #include "peer.h"
 #include "reaper.h"
@@ -162,7 +161,8 @@ struct reader {
 
 /* Reads and checks the record at *off, moving *off past it: 0, or -errno
  * with *why. */
-static int read_record(struct reader *rd, off_t *off, struct rec_meta *m, const char **why)
+static int read_record(struct reader *rd, off_t *off, struct rec_meta *m, struct idx_block *b,
+		       const char **why)
 {
 	int rc = read_at(rd->fd, rd->head, rd->head_bytes, *off);
 	if (rc) {
@@ -187,20 +187,9 @@ static int read_record(struct reader *rd, off_t *off, struct rec_meta *m, const 
 		*why = "the file ends inside a record";
 		return rc;
 	}
-	if ((rc = rec_check_payload(m, rd->payload, span, why)))
+	if ((rc = rec_check_payload(m, rd->payload, span, why)) ||
+	    (rc = record_block(m, rd->bt, rd->tokens, b, why)))
 		return rc;
-	if (m->payload % ((uint64_t)rd->bt * 4)) {
-		*why = "its payload is not a whole number of f32 values per token";
-		return -EBADMSG;
-	}
-	for (uint32_t i = 0; i < rd->bt; i++)
-		rd->tokens[i] = pd_token_at(m->tokens, rd->bt, 0, i);
-	uint8_t h[PD_HASH_SIZE];
-	pd_chain_next(m->depth ? m->parent : m->root, rd->tokens, rd->bt, h);
-	if (memcmp(h, m->hash, PD_HASH_SIZE)) {
-		*why = "its hash does not follow its chain";
-		return -EBADMSG;
-	}
 	*off += (off_t)(rd->head_bytes + span);
 	return 0;
 }
@@ -230,9 +219,10 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 	int rc = 0;
 	for (off_t off = 0; !rc && off < size;) {
 		struct rec_meta meta;
-		if ((rc = read_record(rd, &off, &meta, why)))
+		struct idx_block b;
+		if ((rc = read_record(rd, &off, &meta, &b, why)))
 			break;
-		uint32_t ns = m->flags & PD_IMPORT_USER ? m->uid : meta.ns;
+		uint32_t ns = b.ns = m->flags & PD_IMPORT_USER ? m->uid : meta.ns;
 		struct pd_store *store;
 		int err;
 		struct idx_group *g = group_set_get(&gs, c->d, ns, meta.root, meta.fp, meta.payload,
@@ -245,9 +235,6 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 				r->refused++;
 			continue;
 		}
-		struct idx_block b = { .ns = ns, .depth = meta.depth, .tokens = rd->tokens };
-		memcpy(b.hash, meta.hash, PD_HASH_SIZE);
-		memcpy(b.parent, meta.parent, PD_HASH_SIZE);
 		struct fill_ctx f = { store, rd->payload, meta.payload };
 		bool there;
 		err = idx_import(c->d->idx, g, &b, fill_from_record, &f, &there);
@@ -288,7 +275,8 @@ int admin_import(struct conn *c)
 	off_t off = 0;
 	while (!rc && off < st.st_size) {
 		struct rec_meta meta;
-		if (!(rc = read_record(&rd, &off, &meta, &why)))
+		struct idx_block b;
+		if (!(rc = read_record(&rd, &off, &meta, &b, &why)))
 			records++;
 	}
 	struct pd_import_reply r = { 0 };
