@@ -61,32 +61,35 @@ static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
 	char n[128];
 	int64_t H = c->hidden, V = c->vocab, I = c->intermediate;
 	int64_t Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
-	w->embed = bind_tensor(b, "model.embed_tokens.weight", 2, V, H);
+	w->embed = bind_matrix(b, "model.embed_tokens.weight", V, H);
 	w->norm_w = bind_tensor(b, "model.norm.weight", 1, H, 0);
-	w->lm_head = c->tied_embeddings ? w->embed : bind_tensor(b, "lm_head.weight", 2, V, H);
+	w->lm_head = c->tied_embeddings ? w->embed : bind_matrix(b, "lm_head.weight", V, H);
 	for (int i = 0; i < c->n_layers; i++) {
 		struct layer_weights *l = &w->layers[i];
 #define T(field, suffix, nd, d0, d1) \
 	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), l->field = bind_tensor(b, n, nd, d0, d1))
+#define M(field, suffix, d0, d1) \
+	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), l->field = bind_matrix(b, n, d0, d1))
 #define OPT(cond, field, suffix, d0) \
 	if (cond) T(field, suffix, 1, d0, 0)
 		T(ln1_w, "input_layernorm.weight", 1, H, 0);
 		T(ln2_w, "post_attention_layernorm.weight", 1, H, 0);
-		T(wq, "self_attn.q_proj.weight", 2, Q, H);
-		T(wk, "self_attn.k_proj.weight", 2, KV, H);
-		T(wv, "self_attn.v_proj.weight", 2, KV, H);
-		T(wo, "self_attn.o_proj.weight", 2, H, Q);
+		M(wq, "self_attn.q_proj.weight", Q, H);
+		M(wk, "self_attn.k_proj.weight", KV, H);
+		M(wv, "self_attn.v_proj.weight", KV, H);
+		M(wo, "self_attn.o_proj.weight", H, Q);
 		OPT(c->attn_bias, bq, "self_attn.q_proj.bias", Q);
 		OPT(c->attn_bias, bk, "self_attn.k_proj.bias", KV);
 		OPT(c->attn_bias, bv, "self_attn.v_proj.bias", KV);
 		OPT(c->attn_bias, bo, "self_attn.o_proj.bias", H);
-		T(w_gate, "mlp.gate_proj.weight", 2, I, H);
-		T(w_up, "mlp.up_proj.weight", 2, I, H);
-		T(w_down, "mlp.down_proj.weight", 2, H, I);
+		M(w_gate, "mlp.gate_proj.weight", I, H);
+		M(w_up, "mlp.up_proj.weight", I, H);
+		M(w_down, "mlp.down_proj.weight", H, I);
 		OPT(c->mlp_bias, b_gate, "mlp.gate_proj.bias", I);
 		OPT(c->mlp_bias, b_up, "mlp.up_proj.bias", I);
 		OPT(c->mlp_bias, b_down, "mlp.down_proj.bias", H);
 #undef OPT
+#undef M
 #undef T
 	}
 	return binder_status(b);

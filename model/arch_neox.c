@@ -56,28 +56,31 @@ static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
 {
 	char n[128];
 	int64_t H = c->hidden, V = c->vocab, I = c->intermediate;
-	w->embed = bind_tensor(b, "gpt_neox.embed_in.weight", 2, V, H);
+	w->embed = bind_matrix(b, "gpt_neox.embed_in.weight", V, H);
 	w->norm_w = bind_tensor(b, "gpt_neox.final_layer_norm.weight", 1, H, 0);
 	w->norm_b = bind_tensor(b, "gpt_neox.final_layer_norm.bias", 1, H, 0);
-	w->lm_head = c->tied_embeddings ? w->embed : bind_tensor(b, "embed_out.weight", 2, V, H);
+	w->lm_head = c->tied_embeddings ? w->embed : bind_matrix(b, "embed_out.weight", V, H);
 	for (int i = 0; i < c->n_layers; i++) {
 		struct layer_weights *l = &w->layers[i];
 #define T(field, suffix, nd, d0, d1) \
 	(snprintf(n, sizeof(n), "gpt_neox.layers.%d.%s", i, suffix), l->field = bind_tensor(b, n, nd, d0, d1))
+#define M(field, suffix, d0, d1) \
+	(snprintf(n, sizeof(n), "gpt_neox.layers.%d.%s", i, suffix), l->field = bind_matrix(b, n, d0, d1))
 		T(ln1_w, "input_layernorm.weight", 1, H, 0);
 		T(ln1_b, "input_layernorm.bias", 1, H, 0);
 		T(ln2_w, "post_attention_layernorm.weight", 1, H, 0);
 		T(ln2_b, "post_attention_layernorm.bias", 1, H, 0);
-		T(wqkv, "attention.query_key_value.weight", 2, 3 * H, H);
-		T(wo, "attention.dense.weight", 2, H, H);
+		M(wqkv, "attention.query_key_value.weight", 3 * H, H);
+		M(wo, "attention.dense.weight", H, H);
 		if (c->attn_bias) {
 			T(bqkv, "attention.query_key_value.bias", 1, 3 * H, 0);
 			T(bo, "attention.dense.bias", 1, H, 0);
 		}
-		T(w_up, "mlp.dense_h_to_4h.weight", 2, I, H);
+		M(w_up, "mlp.dense_h_to_4h.weight", I, H);
 		T(b_up, "mlp.dense_h_to_4h.bias", 1, I, 0);
-		T(w_down, "mlp.dense_4h_to_h.weight", 2, H, I);
+		M(w_down, "mlp.dense_4h_to_h.weight", H, I);
 		T(b_down, "mlp.dense_4h_to_h.bias", 1, H, 0);
+#undef M
 #undef T
 	}
 	return binder_status(b);

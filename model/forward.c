@@ -11,6 +11,10 @@
 #include "forward.h"
 #include "gemm_few.h"
 
+/* Per thread: 16-bit weights converted for the f32 kernels a panel at a
+ * time (ops.c), 1 MiB, in L2 on the CPUs this runs on. */
+#define WPANEL_FLOATS (256u << 10)
+
 void fwd_scratch_free(struct fwd *f)
 {
 	if (!f)
@@ -35,6 +39,7 @@ void fwd_scratch_free(struct fwd *f)
 	free(f->partials);
 	free(f->xt);
 	free(f->xt_call);
+	free(f->wpanel);
 	free(f);
 }
 
@@ -73,6 +78,13 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 		    grow(&f->xt_call, threads * sizeof(*f->xt_call)))
 			return -ENOMEM;
 		memset(f->xt_call, 0, threads * sizeof(*f->xt_call));
+	}
+	if (!f->wpanel && f->m->held16) { /* ops.c's 16-bit panels */
+		size_t in = H > qd ? H : qd;
+		in = in > I ? in : I;
+		f->wpanel_floats = in > WPANEL_FLOATS ? in : WPANEL_FLOATS;
+		if (grow(&f->wpanel, threads * f->wpanel_floats * 4))
+			return -ENOMEM;
 	}
 	if ((size_t)nitems > f->cap_items) {
 		if (grow(&f->item_row, (size_t)nitems * sizeof(int)))
@@ -146,9 +158,8 @@ static void setup(struct fwd *f)
 		for (size_t j = 0; j < it->n; j++, r++) {
 			f->row_item[r] = i;
 			f->row_pos[r] = (int)(it->s->len + j);
-			memcpy(f->x + (size_t)r * c->hidden,
-			       f->m->w.embed + (size_t)it->tokens[j] * c->hidden,
-			       (size_t)c->hidden * sizeof(float));
+			pfx_wmat_to_f32(pfx_wmat_at(f->m->w.embed, (size_t)it->tokens[j] * c->hidden),
+					(size_t)c->hidden, f->x + (size_t)r * c->hidden);
 			/* Angles in float32 as transformers computes them, so
 			 * positions round the same way. */
 			for (int k = 0; k < half; k++) {

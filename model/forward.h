@@ -7,6 +7,7 @@
 #define PFX_FORWARD_H
 
 #include "kv.h"
+#include "weight.h"
 
 #define ATT_CHUNK 64 /* query rows per attention task */
 
@@ -44,6 +45,8 @@ struct fwd {
 	float *xt;             /* per thread, xt_floats each: gemm_few.h's x transposed (ops.c) */
 	size_t xt_floats;
 	unsigned *xt_call;     /* per thread: the op_matmul call whose x its xt holds */
+	float *wpanel;         /* per thread, wpanel_floats each: 16-bit weights as f32 (ops.c) */
+	size_t wpanel_floats;
 	unsigned mm_calls;
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
@@ -55,7 +58,7 @@ void fwd_scratch_free(struct fwd *f);
 
 /* y[:, job] (+)= x W^T + b for several weight matrices sharing one input. */
 struct mm_job {
-	const float *w;        /* (out, in) */
+	struct pfx_wmat w;     /* (out, in) */
 	const float *b;        /* (out) or NULL */
 	float *y;              /* (rows, ldy) */
 	int ldy;

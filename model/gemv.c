@@ -13,30 +13,33 @@
 #include "gemv.h"
 
 #include "cpu.h"
+#include "wload.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
 
-#define PREFETCH_FLOATS 2048
+#define PREFETCH_BYTES 8192 /* the f32 kernel's 2048 floats ahead */
 
 static float finish(float acc, float beta, const float *y)
 {
 	return beta == 0.0f ? acc : acc + beta * *y;
 }
 
-__attribute__((target("avx512f,fma")))
-static void gemv_avx512(int T, int n, int k, const float *W, const float *x, int ldx, float beta,
-			float *y, int ldy)
+/* The kernels below are written once for every weight type WT, a constant
+ * in each instance (gemv_fn), so the conversion is one instruction a load. */
+__attribute__((target("avx512f,fma"), always_inline))
+static inline void gemv_avx512(const enum pfx_wtype WT, int T, int n, int k, const void *W,
+			       const float *x, int ldx, float beta, float *y, int ldy)
 {
 	for (int i = 0; i < n; i++) {
-		const float *r = W + (size_t)i * k;
+		size_t r = (size_t)i * k;
 		__m512 acc[GEMV_MAX_T][2];
 		for (int t = 0; t < T; t++)
 			acc[t][0] = acc[t][1] = _mm512_setzero_ps();
 		int j = 0;
 		for (; j + 32 <= k; j += 32) {
-			__m512 w0 = _mm512_loadu_ps(r + j), w1 = _mm512_loadu_ps(r + j + 16);
+			__m512 w0 = w_load16(W, WT, r + j), w1 = w_load16(W, WT, r + j + 16);
 			for (int t = 0; t < T; t++) {
 				const float *xt = x + (size_t)t * ldx + j;
 				acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), acc[t][0]);
@@ -47,26 +50,27 @@ static void gemv_avx512(int T, int n, int k, const float *W, const float *x, int
 			const float *xt = x + (size_t)t * ldx;
 			float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
 			for (int jj = j; jj < k; jj++)
-				s += r[jj] * xt[jj];
+				s += w_elem(W, WT, r + jj) * xt[jj];
 			float *yt = y + (size_t)t * ldy + i;
 			*yt = finish(s, beta, yt);
 		}
 	}
 }
 
-__attribute__((target("avx2,fma")))
-static void gemv_avx2(int T, int n, int k, const float *W, const float *x, int ldx, float beta,
-		      float *y, int ldy)
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void gemv_avx2(const enum pfx_wtype WT, int T, int n, int k, const void *W,
+			     const float *x, int ldx, float beta, float *y, int ldy)
 {
+	const size_t esz = pfx_wtype_size(WT);
 	for (int i = 0; i < n; i++) {
-		const float *r = W + (size_t)i * k;
+		size_t r = (size_t)i * k;
 		__m256 acc[GEMV_MAX_T][2];
 		for (int t = 0; t < T; t++)
 			acc[t][0] = acc[t][1] = _mm256_setzero_ps();
 		int j = 0;
 		for (; j + 16 <= k; j += 16) {
-			_mm_prefetch((const char *)(r + j + PREFETCH_FLOATS), _MM_HINT_T0);
-			__m256 w0 = _mm256_loadu_ps(r + j), w1 = _mm256_loadu_ps(r + j + 8);
+			_mm_prefetch((const char *)W + (r + j) * esz + PREFETCH_BYTES, _MM_HINT_T0);
+			__m256 w0 = w_load8(W, WT, r + j), w1 = w_load8(W, WT, r + j + 8);
 			for (int t = 0; t < T; t++) {
 				const float *xt = x + (size_t)t * ldx + j;
 				acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[t][0]);
@@ -81,37 +85,58 @@ static void gemv_avx2(int T, int n, int k, const float *W, const float *x, int l
 			h = _mm_add_ss(h, _mm_movehdup_ps(h));
 			float s = _mm_cvtss_f32(h);
 			for (int jj = j; jj < k; jj++)
-				s += r[jj] * xt[jj];
+				s += w_elem(W, WT, r + jj) * xt[jj];
 			float *yt = y + (size_t)t * ldy + i;
 			*yt = finish(s, beta, yt);
 		}
 	}
 }
 
-static void gemv_scalar(int T, int n, int k, const float *W, const float *x, int ldx, float beta,
-			float *y, int ldy)
+static void gemv_scalar(enum pfx_wtype wt, int T, int n, int k, const void *W, const float *x,
+			int ldx, float beta, float *y, int ldy)
 {
 	for (int i = 0; i < n; i++)
 		for (int t = 0; t < T; t++) {
-			const float *r = W + (size_t)i * k, *xt = x + (size_t)t * ldx;
+			const float *xt = x + (size_t)t * ldx;
 			float s = 0;
 			for (int j = 0; j < k; j++)
-				s += r[j] * xt[j];
+				s += w_elem(W, wt, (size_t)i * k + j) * xt[j];
 			float *yt = y + (size_t)t * ldy + i;
 			*yt = finish(s, beta, yt);
 		}
 }
 
-void pfx_gemv(int T, int n, int k, const float *W, const float *x, int ldx, float beta, float *y,
-	      int ldy)
+typedef void (*gemv_fn)(int T, int n, int k, const void *W, const float *x, int ldx, float beta,
+			float *y, int ldy);
+
+#define GEMV_INSTANCES(isa, isa_target, WT, name)                                                  \
+	__attribute__((target(isa_target))) static void gemv_##isa##_##name(                      \
+		int T, int n, int k, const void *W, const float *x, int ldx, float beta, float *y, \
+		int ldy)                                                                         \
+	{                                                                                        \
+		gemv_##isa(WT, T, n, k, W, x, ldx, beta, y, ldy);                               \
+	}
+GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_F32, f32)
+GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_F16, f16)
+GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_BF16, bf16)
+GEMV_INSTANCES(avx2, "avx2,fma,f16c", PFX_W_F32, f32)
+GEMV_INSTANCES(avx2, "avx2,fma,f16c", PFX_W_F16, f16)
+GEMV_INSTANCES(avx2, "avx2,fma,f16c", PFX_W_BF16, bf16)
+
+static const gemv_fn gemv_avx512_of[3] = { gemv_avx512_f32, gemv_avx512_f16, gemv_avx512_bf16 };
+static const gemv_fn gemv_avx2_of[3] = { gemv_avx2_f32, gemv_avx2_f16, gemv_avx2_bf16 };
+
+void pfx_gemv(int T, int n, int k, struct pfx_wmat W, const float *x, int ldx, float beta,
+	      float *y, int ldy)
 {
 	/* Decided once per process (cpu.h); libgcc caches the AVX2 check. */
 	if (pfx_cpu_avx512())
-		gemv_avx512(T, n, k, W, x, ldx, beta, y, ldy);
-	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		gemv_avx2(T, n, k, W, x, ldx, beta, y, ldy);
+		gemv_avx512_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
+	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		 __builtin_cpu_supports("f16c"))
+		gemv_avx2_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
 	else
-		gemv_scalar(T, n, k, W, x, ldx, beta, y, ldy);
+		gemv_scalar(W.type, T, n, k, W.p, x, ldx, beta, y, ldy);
 }
 
 /* ==== Decode attention and activations ==== */

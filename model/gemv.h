@@ -8,10 +8,14 @@
 #ifndef PFX_GEMV_H
 #define PFX_GEMV_H
 
+#include "weight.h"
+
 #define GEMV_MAX_T 4
 
-void pfx_gemv(int T, int n, int k, const float *W, const float *x, int ldx, float beta, float *y,
-	      int ldy);
+/* W of any weight type (weight.h), converted to f32 in registers: the
+ * results equal those of W's f32 values. */
+void pfx_gemv(int T, int n, int k, struct pfx_wmat W, const float *x, int ldx, float beta,
+	      float *y, int ldy);
 
 /*
  * Decode attention reads every key and value once per step; these keep that

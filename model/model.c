@@ -25,72 +25,47 @@ struct binder {
 	size_t nbound, cap;
 };
 
-static float half_to_float(uint16_t h)
+static enum pfx_wtype wtype_of(enum st_dtype d)
 {
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-	uint32_t bits;
-	if (exp == 0x1f) {
-		bits = sign | 0x7f800000u | man << 13;
-	} else if (exp) {
-		bits = sign | (exp + 112) << 23 | man << 13;
-	} else if (man) { /* subnormal: normalise */
-		int e = -1;
-		do {
-			man <<= 1;
-			e++;
-		} while (!(man & 0x400));
-		bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
-	} else {
-		bits = sign;
-	}
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
+	return d == ST_F16 ? PFX_W_F16 : d == ST_BF16 ? PFX_W_BF16 : PFX_W_F32;
 }
 
+/* A buffer the model owns until pfx_model_free; NULL when out of memory. */
+static void *own(struct pfx_model *m, size_t bytes)
+{
+	void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
+	if (!owned)
+		return NULL;
+	m->owned = owned;
+	void *p = malloc(bytes ? bytes : 1);
+	if (p)
+		owned[m->nowned++] = p;
+	return p;
+}
+
+/* t as f32: zero-copy from the mapping where it is f32 and aligned. */
 static const float *to_f32(struct binder *b, const struct st_tensor *t)
 {
 	size_t n = (size_t)st_numel(t);
-	if (t->dtype == ST_F32 && ((uintptr_t)t->data & 3) == 0)
-		return t->data; /* zero-copy from the mapping */
-	float *dst = malloc(n * sizeof(float) + 1);
-	float **owned = realloc(b->m->owned, (b->m->nowned + 1) * sizeof(*owned));
-	if (!dst || !owned) {
-		free(dst);
-		if (owned)
-			b->m->owned = owned;
-		return NULL;
+	if (t->dtype == ST_F32 && ((uintptr_t)t->data & 3) == 0) {
+		b->m->weight_bytes += t->nbytes;
+		return t->data;
 	}
-	b->m->owned = owned;
-	owned[b->m->nowned++] = dst;
-	const uint8_t *src = t->data;
-	for (size_t i = 0; i < n; i++) {
-		uint16_t h;
-		uint32_t u;
-		switch (t->dtype) {
-		case ST_F32:
-			memcpy(&dst[i], src + 4 * i, 4);
-			break;
-		case ST_F16:
-			memcpy(&h, src + 2 * i, 2);
-			dst[i] = half_to_float(h);
-			break;
-		default: /* ST_BF16 */
-			memcpy(&h, src + 2 * i, 2);
-			u = (uint32_t)h << 16;
-			memcpy(&dst[i], &u, 4);
-			break;
-		}
+	float *dst = own(b->m, n * sizeof(float));
+	if (dst) {
+		pfx_wmat_to_f32((struct pfx_wmat){ t->data, wtype_of(t->dtype) }, n, dst);
+		b->m->weight_bytes += n * sizeof(float);
 	}
 	return dst;
 }
 
-static void note_dtype(struct pfx_model *m, const char *d)
+/* Adds dtype name d to the "+"-separated list in buf (once). */
+static void note_dtype(char *buf, size_t cap, const char *d)
 {
-	if (strstr(m->weight_dtype, d))
+	if (strstr(buf, d))
 		return;
-	size_t len = strlen(m->weight_dtype);
-	snprintf(m->weight_dtype + len, sizeof(m->weight_dtype) - len, "%s%s", len ? "+" : "", d);
+	size_t len = strlen(buf);
+	snprintf(buf + len, cap - len, "%s%s", len ? "+" : "", d);
 }
 
 static const float *describe(struct binder *b, const char *name, int ndim, int64_t d0,
@@ -128,13 +103,11 @@ int arch_describe(const struct arch *a, const struct pfx_config *c, struct tenso
 	return 0;
 }
 
-static const float *bind_any(struct binder *b, const char *name, int ndim, int64_t d0,
-			     int64_t d1, int optional)
+/* The checked tensor name of the given shape, recorded for the
+ * fingerprint; NULL if absent (an error unless optional) or wrong. */
+static const struct st_tensor *find(struct binder *b, const char *name, int ndim, int64_t d0,
+				    int64_t d1, int optional)
 {
-	if (b->status)
-		return NULL;
-	if (!b->m)
-		return describe(b, name, ndim, d0, d1);
 	const char *file = NULL;
 	const struct st_tensor *t = ckpt_find(b->m->ckpt, name, &file);
 	if (!t) {
@@ -177,14 +150,25 @@ static const float *bind_any(struct binder *b, const char *name, int ndim, int64
 		b->bound = nb;
 		b->cap = cap;
 	}
-	const float *p = to_f32(b, t);
-	if (!p) {
-		b->status = pfx_errorf(b->err, -ENOMEM, "%s: out of memory converting '%s'", file, name);
-		return NULL;
-	}
 	b->bound[b->nbound++] = t;
 	b->m->params += st_numel(t);
-	note_dtype(b->m, t->dtype_name);
+	note_dtype(b->m->weight_dtype, sizeof(b->m->weight_dtype), t->dtype_name);
+	return t;
+}
+
+static const float *bind_any(struct binder *b, const char *name, int ndim, int64_t d0,
+			     int64_t d1, int optional)
+{
+	if (b->status)
+		return NULL;
+	if (!b->m)
+		return describe(b, name, ndim, d0, d1);
+	const struct st_tensor *t = find(b, name, ndim, d0, d1, optional);
+	if (!t)
+		return NULL;
+	const float *p = to_f32(b, t);
+	if (!p)
+		b->status = pfx_errorf(b->err, -ENOMEM, "out of memory converting '%s'", name);
 	return p;
 }
 
@@ -196,6 +180,40 @@ const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d
 const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1)
 {
 	return bind_any(b, name, ndim, d0, d1, 1);
+}
+
+struct pfx_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1)
+{
+	if (b->status)
+		return (struct pfx_wmat){ 0 };
+	if (!b->m)
+		return (struct pfx_wmat){ describe(b, name, 2, d0, d1), PFX_W_F32 };
+	const struct st_tensor *t = find(b, name, 2, d0, d1, 0);
+	if (!t)
+		return (struct pfx_wmat){ 0 };
+	struct pfx_model *m = b->m;
+	if (t->dtype != ST_F32 && m->weights == PFX_WEIGHTS_NATIVE) {
+		struct pfx_wmat w = { t->data, wtype_of(t->dtype) };
+		if ((uintptr_t)t->data & 1) { /* a hand-made file: realign, still 16-bit */
+			void *copy = own(m, t->nbytes);
+			if (!copy) {
+				b->status = pfx_errorf(b->err, -ENOMEM, "out of memory copying '%s'", name);
+				return (struct pfx_wmat){ 0 };
+			}
+			w.p = memcpy(copy, t->data, t->nbytes);
+		}
+		m->weight_bytes += t->nbytes;
+		m->held16 = true;
+		note_dtype(m->weight_held, sizeof(m->weight_held), t->dtype_name);
+		return w;
+	}
+	const float *p = to_f32(b, t);
+	if (!p) {
+		b->status = pfx_errorf(b->err, -ENOMEM, "out of memory converting '%s'", name);
+		return (struct pfx_wmat){ 0 };
+	}
+	note_dtype(m->weight_held, sizeof(m->weight_held), "F32");
+	return (struct pfx_wmat){ p, PFX_W_F32 };
 }
 
 int binder_status(const struct binder *b)
@@ -309,6 +327,9 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 		return pfx_errorf(err, -EIO, "libsodium failed to initialise");
 	int threads = opts && opts->threads > 0 ? opts->threads : pfx_cpu_count();
 	int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : PFX_DEFAULT_BLOCK_TOKENS;
+	if (opts && opts->weights != PFX_WEIGHTS_NATIVE && opts->weights != PFX_WEIGHTS_F32)
+		return pfx_errorf(err, -EINVAL, "weights option %d is neither native nor f32",
+				  (int)opts->weights);
 	if (bt & (bt - 1) || bt > PFX_MAX_BLOCK_TOKENS)
 		return pfx_errorf(err, -EINVAL, "block size %d is not a power of two up to %d", bt,
 				  PFX_MAX_BLOCK_TOKENS);
@@ -317,6 +338,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&m->fwd_lock, NULL);
 	m->block_tokens = bt;
+	m->weights = opts ? opts->weights : PFX_WEIGHTS_NATIVE;
 	struct binder b = { .m = m, .err = err };
 	if ((rc = pfx_pool_new(threads, &m->pool))) {
 		pfx_errorf(err, rc, "cannot start %d worker threads", threads);
@@ -374,6 +396,8 @@ int64_t pfx_model_params(const struct pfx_model *m) { return m->params; }
 int pfx_model_threads(const struct pfx_model *m) { return pfx_pool_threads(m->pool); }
 int pfx_model_block_tokens(const struct pfx_model *m) { return m->block_tokens; }
 const char *pfx_model_weight_dtype(const struct pfx_model *m) { return m->weight_dtype; }
+const char *pfx_model_weight_held(const struct pfx_model *m) { return m->weight_held; }
+size_t pfx_model_weight_bytes(const struct pfx_model *m) { return m->weight_bytes; }
 
 void pfx_model_fingerprint_hex(const struct pfx_model *m, char out[2 * PFX_FINGERPRINT_BYTES + 1])
 {

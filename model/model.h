@@ -44,9 +44,16 @@ struct pfx_config {
 	bool mlp_bias;
 };
 
+/* How weight matrices are held. */
+enum pfx_weights {
+	PFX_WEIGHTS_NATIVE,    /* in the checkpoint's dtype: f16 and bf16 mapped from the file */
+	PFX_WEIGHTS_F32,       /* upcast to f32 at load (twice the memory, same values) */
+};
+
 struct pfx_model_opts {
 	int threads;           /* worker threads incl. the caller; 0: all CPUs */
 	int block_tokens;      /* KV block size (power of two); 0: default */
+	enum pfx_weights weights; /* 0: native */
 };
 
 /* prefixd's: blocks are shared only with a daemon that uses the same size. */
@@ -57,7 +64,9 @@ struct pfx_model;
 
 /*
  * Loads the checkpoint in dir (config.json + model.safetensors or a sharded
- * index). f32 tensors stay in the file's mapping; f16/bf16 are upcast.
+ * index). Weight matrices stay in the file's mapping in their dtype (f32,
+ * f16, bf16) unless opts->weights upcasts them; norms and biases are held
+ * as f32. Either way the products compute with the same f32 values.
  * Returns 0 and *out (free with pfx_model_free), or -errno with err naming
  * the file and tensor at fault.
  */
@@ -75,6 +84,10 @@ int pfx_model_threads(const struct pfx_model *m);
 int pfx_model_block_tokens(const struct pfx_model *m);
 /* The dtype names of the checkpoint's weights, e.g. "F32" or "BF16". */
 const char *pfx_model_weight_dtype(const struct pfx_model *m);
+/* The dtype names the weight matrices are held in ("BF16", "F32", ...). */
+const char *pfx_model_weight_held(const struct pfx_model *m);
+/* Bytes of all weights as held (mapped from the file or allocated). */
+size_t pfx_model_weight_bytes(const struct pfx_model *m);
 
 /* KV cache bytes one token costs: 2 x layers x kv_heads x head_dim x 4 (f32). */
 size_t pfx_kv_bytes_per_token(const struct pfx_config *c);

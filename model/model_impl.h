@@ -9,26 +9,26 @@
 #include "checkpoint.h"
 #include "model.h"
 #include "pool.h"
+#include "weight.h"
 
 /* Weights of one transformer block; an architecture fills what it uses.
- * Matrices are [out, in] row-major as in the checkpoint (y = x W^T + b). */
+ * Matrices are [out, in] row-major as in the checkpoint (y = x W^T + b),
+ * in their own dtype unless upcast (weight.h); norms and biases are f32. */
 struct layer_weights {
 	const float *ln1_w, *ln1_b;   /* (hidden) */
 	const float *ln2_w, *ln2_b;   /* (hidden) */
-	const float *wqkv, *bqkv;     /* (3 * hidden, hidden) NeoX, per head [q|k|v] */
-	const float *wq, *bq;         /* (heads * head_dim, hidden) */
-	const float *wk, *bk;         /* (kv_heads * head_dim, hidden) */
-	const float *wv, *bv;         /* (kv_heads * head_dim, hidden) */
-	const float *wo, *bo;         /* (hidden, heads * head_dim) */
-	const float *w_gate, *b_gate; /* (intermediate, hidden) */
-	const float *w_up, *b_up;     /* (intermediate, hidden) */
-	const float *w_down, *b_down; /* (hidden, intermediate) */
+	struct pfx_wmat wqkv;         /* (3 * hidden, hidden) NeoX, per head [q|k|v] */
+	struct pfx_wmat wq, wk, wv;   /* (heads or kv_heads * head_dim, hidden) */
+	struct pfx_wmat wo;           /* (hidden, heads * head_dim) */
+	struct pfx_wmat w_gate, w_up; /* (intermediate, hidden) */
+	struct pfx_wmat w_down;       /* (hidden, intermediate) */
+	const float *bqkv, *bq, *bk, *bv, *bo, *b_gate, *b_up, *b_down; /* (out) */
 };
 
 struct weights {
-	const float *embed;           /* (vocab, hidden) */
+	struct pfx_wmat embed;        /* (vocab, hidden) */
 	const float *norm_w, *norm_b; /* (hidden) final norm */
-	const float *lm_head;         /* (vocab, hidden); == embed when tied */
+	struct pfx_wmat lm_head;      /* (vocab, hidden); == embed when tied */
 	struct layer_weights *layers; /* (n_layers) */
 };
 
@@ -69,6 +69,9 @@ extern const struct arch arch_neox;
 const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
 /* As bind_tensor, but NULL without error when the tensor is absent. */
 const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
+/* A (d0, d1) matrix, kept in its 16-bit dtype unless the model upcasts
+ * (pfx_model_opts.weights); .p is NULL after an error, as above. */
+struct pfx_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1);
 int binder_status(const struct binder *b);
 
 /* config.json accessors for parse_config; they reject wrong types. */
@@ -86,12 +89,16 @@ void cfg_write_common(const struct pfx_config *c, const char *model_type, json_o
 struct pfx_model {
 	struct pfx_config cfg;
 	const struct arch *arch;
-	struct ckpt *ckpt;            /* keeps f32 weights mapped */
+	struct ckpt *ckpt;            /* keeps the weights held as stored mapped */
 	struct weights w;
-	float **owned;                /* (nowned) upcast or realigned weights */
+	void **owned;                 /* (nowned) upcast or realigned weights */
 	size_t nowned;
 	int64_t params;
-	char weight_dtype[32];
+	size_t weight_bytes;          /* as held */
+	enum pfx_weights weights;     /* as asked */
+	char weight_dtype[32];        /* as stored */
+	char weight_held[32];         /* the matrices' as held */
+	bool held16;                  /* some matrix is held in 16 bits */
 	uint8_t fingerprint[PFX_FINGERPRINT_BYTES];
 	int block_tokens;
 	float *inv_freq;              /* (rotary_dim / 2) */

@@ -53,20 +53,54 @@ static const float *transposed(struct mm_ctx *c, int thread)
 	return xt;
 }
 
+/*
+ * The product of rows of x with n rows of W from row o0 on, into y (its
+ * column o0 already applied). 16-bit W goes to the f32 kernels in panels
+ * converted into this thread's buffer: gemm_few broadcasts one weight at a
+ * time and sgemm packs its own copy, so neither can convert in registers,
+ * and a panel that stays in L2 costs one conversion a weight, shared by
+ * all the rows of x (more than GEMV_MAX_T of them here).
+ */
+static void mm_rows(struct mm_ctx *c, int thread, const struct mm_job *j, int o0, int n, float *y)
+{
+	struct fwd *f = c->f;
+	struct pfx_wmat w = pfx_wmat_at(j->w, (size_t)o0 * c->in);
+	int step = n;
+	float *panel = NULL;
+	if (w.type != PFX_W_F32) {
+		panel = f->wpanel + (size_t)thread * f->wpanel_floats;
+		step = (int)(f->wpanel_floats / (size_t)c->in);
+		if (step >= 16)
+			step &= ~15; /* whole blocks for the kernels' fast paths */
+	}
+	for (int i = 0; i < n; i += step) {
+		int rows = n - i < step ? n - i : step;
+		struct pfx_wmat wi = pfx_wmat_at(w, (size_t)i * c->in);
+		const float *wf = wi.p;
+		if (panel) {
+			pfx_wmat_to_f32(wi, (size_t)rows * c->in, panel);
+			wf = panel;
+		}
+		if (c->few)
+			pfx_gemm_few(c->rows, rows, c->in, transposed(c, thread), wf, j->beta, y + i,
+				     j->ldy);
+		else
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->rows, rows, c->in, 1.0f,
+				    c->x, c->ldx, wf, c->in, j->beta, y + i, j->ldy);
+	}
+}
+
 static void mm_task(void *ctx, int t, int thread)
 {
 	struct mm_ctx *c = ctx;
 	const struct mm_piece *p = &c->pieces[t];
 	const struct mm_job *j = &c->jobs[p->job];
-	const float *w = j->w + (size_t)p->o0 * c->in;
 	float *y = j->y + p->o0;
 	if (c->rows <= GEMV_MAX_T)
-		pfx_gemv(c->rows, p->n, c->in, w, c->x, c->ldx, j->beta, y, j->ldy);
-	else if (c->few)
-		pfx_gemm_few(c->rows, p->n, c->in, transposed(c, thread), w, j->beta, y, j->ldy);
+		pfx_gemv(c->rows, p->n, c->in, pfx_wmat_at(j->w, (size_t)p->o0 * c->in), c->x, c->ldx,
+			 j->beta, y, j->ldy);
 	else
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->rows, p->n, c->in, 1.0f,
-			    c->x, c->ldx, w, c->in, j->beta, y, j->ldy);
+		mm_rows(c, thread, j, p->o0, p->n, y);
 	if (j->b)
 		for (int r = 0; r < c->rows; r++)
 			for (int i = 0; i < p->n; i++)
@@ -110,7 +144,7 @@ static void steal_rows(const struct steal_ctx *c, int r0, int r1)
 		const struct mm_job *jb = &c->jobs[j];
 		int o0 = r0 - c->start[j], n = (r1 < c->start[j + 1] ? r1 : c->start[j + 1]) - r0;
 		float *y = jb->y + o0;
-		pfx_gemv(c->rows, n, c->in, jb->w + (size_t)o0 * c->in, c->x, c->ldx, jb->beta, y, jb->ldy);
+		pfx_gemv(c->rows, n, c->in, pfx_wmat_at(jb->w, (size_t)o0 * c->in), c->x, c->ldx, jb->beta, y, jb->ldy);
 		if (jb->b)
 			for (int r = 0; r < c->rows; r++)
 				for (int i = 0; i < n; i++)

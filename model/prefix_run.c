@@ -27,7 +27,11 @@
 	"  --model DIR        the checkpoint's directory (config.json, model.safetensors)\n"
 #define COMMON_HELP \
 	"  --threads N        worker threads (default: all CPUs)\n" \
-	"  --block-tokens B   KV block size in tokens, a power of two (default 64)\n"
+	"  --block-tokens B   KV block size in tokens, a power of two (default 64)\n" \
+	"  --weights native|f32\n" \
+	"                     hold f16/bf16 weight matrices as they are stored (native,\n" \
+	"                     the default: half the memory, read at half the bytes) or\n" \
+	"                     upcast to f32 at load; the results are the same\n"
 #define IDS_HELP \
 	"\n" \
 	"IDS: token ids separated by commas and/or white space (\"1,2,3\"), or @FILE to\n" \
@@ -57,7 +61,7 @@ static const char usage[] =
 	"                                         publishes it to prefixd ahead of time; --pin\n"
 	"                                         keeps it from eviction (the daemon's user and\n"
 	"                                         root only), for SECS seconds with --ttl\n"
-	"  random-model --out DIR [--shape demo|smollm] [--force]\n"
+	"  random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16] [--force]\n"
 	"                                         writes a random-weight Llama checkpoint\n"
 	"                                         (config.json, model.safetensors): the demo's\n"
 	"                                         small shape, or SmolLM-135M's; DIR must be\n"
@@ -164,13 +168,15 @@ static const char help_warm[] =
 	COMMON_HELP IDS_HELP;
 
 static const char help_random_model[] =
-	"usage: prefix-run random-model --out DIR [--shape demo|smollm] [--force]\n"
+	"usage: prefix-run random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16]\n"
+	"                               [--force]\n"
 	"\n"
 	"Writes a random-weight Llama checkpoint, config.json and model.safetensors, to\n"
 	"DIR (created if need be), for benchmarks and demos.\n"
 	"\n"
 	"  --out DIR          a new or empty directory\n"
 	"  --shape SHAPE      demo (small, the default) or smollm (SmolLM-135M's shape)\n"
+	"  --dtype DTYPE      the weights' dtype: f32 (the default), f16 or bf16\n"
 	"  --force            write into a directory that is not empty: config.json and\n"
 	"                     model.safetensors are replaced, other files stay\n";
 
@@ -180,10 +186,11 @@ enum opt {
 	O_SEED = 1 << 8, O_THREADS = 1 << 9, O_BLOCK = 1 << 10, O_PREFIX = 1 << 11,
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
 	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
-	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21,
-	O_LAST = O_FORCE,
+	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21, O_WEIGHTS = 1 << 22, O_DTYPE = 1 << 23,
+	O_LAST = O_DTYPE,
 };
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
+#define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS) /* every command that loads a model */
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, O_MODEL },
@@ -208,6 +215,8 @@ static const struct option longopts[] = {
 	{ "ttl", required_argument, NULL, O_TTL },
 	{ "ignore-eos", no_argument, NULL, O_IGNORE_EOS },
 	{ "force", no_argument, NULL, O_FORCE },
+	{ "weights", required_argument, NULL, O_WEIGHTS },
+	{ "dtype", required_argument, NULL, O_DTYPE },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -224,15 +233,15 @@ static const struct {
 	int (*run)(struct run_args *a);
 	const char *help;
 } commands[] = {
-	{ "info", O_MODEL | O_THREADS | O_BLOCK, O_MODEL, cmd_info, help_info },
-	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_THREADS | O_BLOCK | O_CACHE,
+	{ "info", O_MODEL | O_LOAD, O_MODEL, cmd_info, help_info },
+	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_LOAD | O_CACHE,
 	  O_MODEL | O_TOKENS | O_OUT, cmd_logits, help_logits },
-	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_THREADS |
-	  O_BLOCK | O_CACHE | O_IGNORE_EOS, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate, help_generate },
-	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_THREADS | O_BLOCK, 0, cmd_demo,
-	  help_demo },
-	{ "random-model", O_OUT | O_SHAPE | O_FORCE, O_OUT, run_random_model, help_random_model },
-	{ "warm", O_MODEL | O_TOKENS | O_THREADS | O_BLOCK | O_SOCKET | O_SALT | O_PIN | O_TTL,
+	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_LOAD |
+	  O_CACHE | O_IGNORE_EOS, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate, help_generate },
+	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_LOAD, 0, cmd_demo, help_demo },
+	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE, O_OUT, run_random_model,
+	  help_random_model },
+	{ "warm", O_MODEL | O_TOKENS | O_LOAD | O_SOCKET | O_SALT | O_PIN | O_TTL,
 	  O_MODEL | O_TOKENS, cmd_warm, help_warm },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -247,7 +256,8 @@ static const char *opt_name(int bit)
 
 int load_model(const struct run_args *a, struct pfx_model **m)
 {
-	struct pfx_model_opts o = { .threads = a->threads, .block_tokens = a->block_tokens };
+	struct pfx_model_opts o = { .threads = a->threads, .block_tokens = a->block_tokens,
+				    .weights = a->weights };
 	struct pfx_error err = { "" };
 	struct stat st;
 	if (!stat(a->model, &st) && !S_ISDIR(st.st_mode)) {
@@ -452,8 +462,10 @@ int cmd_info(struct run_args *a)
 	char fp[2 * PFX_FINGERPRINT_BYTES + 1], b[32];
 	pfx_model_fingerprint_hex(m, fp);
 	printf("architecture     %s\n", c->arch);
-	printf("weights          %lld parameters, %s\n", (long long)pfx_model_params(m),
-	       pfx_model_weight_dtype(m));
+	printf("weights          %lld parameters, %s in the checkpoint\n",
+	       (long long)pfx_model_params(m), pfx_model_weight_dtype(m));
+	printf("weights held     %s matrices, norms and biases F32: %s\n",
+	       pfx_model_weight_held(m), cli_bytes(pfx_model_weight_bytes(m), b));
 	printf("hidden           %d\n", c->hidden);
 	printf("layers           %d\n", c->n_layers);
 	printf("heads            %d (key/value heads %d, head dim %d)\n", c->n_heads, c->n_kv_heads,
@@ -803,6 +815,22 @@ int main(int argc, char **argv)
 		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
 		case O_IGNORE_EOS: ignore_eos = 1; break;
 		case O_FORCE: force_out = 1; break;
+		case O_WEIGHTS:
+			if (!strcmp(optarg, "native") || !strcmp(optarg, "f32")) {
+				a.weights = optarg[0] == 'f' ? PFX_WEIGHTS_F32 : PFX_WEIGHTS_NATIVE;
+			} else {
+				fprintf(stderr, "prefix-run: --weights is native or f32, not '%s'\n", optarg);
+				bad = -1;
+			}
+			break;
+		case O_DTYPE:
+			if (!strcmp(optarg, "f32") || !strcmp(optarg, "f16") || !strcmp(optarg, "bf16")) {
+				a.dtype = optarg;
+			} else {
+				fprintf(stderr, "prefix-run: --dtype is f32, f16 or bf16, not '%s'\n", optarg);
+				bad = -1;
+			}
+			break;
 		}
 		if (bad)
 			return 2;

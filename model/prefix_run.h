@@ -23,6 +23,8 @@ struct run_args {
 	int prefix, suffix, nsuffixes;
 	const char *socket, *salt;
 	const char *shape;
+	const char *dtype;          /* random-model: "f32", "f16" or "bf16" */
+	enum pfx_weights weights;
 	int no_cache;
 	int pin;
 	uint32_t ttl;

@@ -8,6 +8,7 @@
 
 #include "gemm_few.h"
 #include "gemv.h"
+#include "weight.h"
 
 static float val(uint32_t *seed)
 {
@@ -134,4 +135,106 @@ Test(kernels, column_softmax_equals_the_plain_one)
 			}
 		}
 	}
+}
+
+/* Weights of each type (weight.h) as the kernels must see them: the f32
+ * value of element i, through the scalar conversions. */
+static void make_weights(enum pfx_wtype t, int n, uint32_t *seed, void *w, float *f)
+{
+	for (int i = 0; i < n; i++) {
+		float v = val(seed);
+		if (t == PFX_W_F32) {
+			((float *)w)[i] = f[i] = v;
+		} else if (t == PFX_W_F16) {
+			uint16_t h = pfx_f32_to_f16(v);
+			((uint16_t *)w)[i] = h;
+			f[i] = pfx_f16_to_f32(h);
+		} else {
+			uint16_t h = pfx_f32_to_bf16(v);
+			((uint16_t *)w)[i] = h;
+			f[i] = pfx_bf16_to_f32(h);
+		}
+	}
+}
+
+/* Decode products, every row count and each width up to two vector blocks
+ * and a tail, for f32, f16 and bf16 weights (the -portable run: AVX2 and
+ * plain C). */
+Test(kernels, decode_products_equal_the_plain_sum_for_every_weight_type)
+{
+	enum { MAXN = 7, MAXK = 70, LDX = MAXK + 3, LDY = MAXN + 2 };
+	static float Wf[MAXN * MAXK], x[GEMV_MAX_T * LDX], y[GEMV_MAX_T * LDY], y0[GEMV_MAX_T * LDY];
+	static uint32_t W[MAXN * MAXK]; /* room for either width */
+	uint32_t seed = 4;
+	for (int t = PFX_W_F32; t <= PFX_W_BF16; t++)
+		for (int T = 1; T <= GEMV_MAX_T; T++)
+			for (int n = 1; n <= MAXN; n += 3)
+				for (int k = 1; k <= MAXK; k++)
+					for (int beta = 0; beta < 2; beta++) {
+						make_weights((enum pfx_wtype)t, n * k, &seed, W, Wf);
+						for (int i = 0; i < T * LDX; i++)
+							x[i] = val(&seed);
+						for (int i = 0; i < T * LDY; i++)
+							y[i] = y0[i] = val(&seed);
+						struct pfx_wmat w = { W, (enum pfx_wtype)t };
+						pfx_gemv(T, n, k, w, x, LDX, (float)beta, y, LDY);
+						for (int r = 0; r < T; r++)
+							for (int i = 0; i < LDY; i++) {
+								double want = y0[r * LDY + i];
+								if (i < n) {
+									double s = 0;
+									for (int p = 0; p < k; p++)
+										s += (double)Wf[i * k + p] * x[r * LDX + p];
+									want = s + beta * want;
+								}
+								cr_assert(fabs(y[r * LDY + i] - want) <= 1e-5 * (1 + k),
+									  "type %d T=%d n=%d k=%d beta=%d: y[%d][%d] = %g, not %g",
+									  t, T, n, k, beta, r, i, y[r * LDY + i], want);
+							}
+					}
+}
+
+/* Rows converted for the f32 kernels (embeddings, panels): each length up
+ * to two vectors and a tail, equal to the scalar conversion. */
+Test(kernels, rows_convert_exactly)
+{
+	enum { N = 40 };
+	static uint32_t W[N];
+	float f[N], got[N + 1];
+	uint32_t seed = 5;
+	for (int t = PFX_W_F32; t <= PFX_W_BF16; t++)
+		for (int n = 0; n <= N; n++) {
+			make_weights((enum pfx_wtype)t, N, &seed, W, f);
+			got[n] = -7.0f;
+			pfx_wmat_to_f32((struct pfx_wmat){ W, (enum pfx_wtype)t }, (size_t)n, got);
+			for (int i = 0; i < n; i++)
+				cr_assert_eq(got[i], f[i], "type %d n=%d: element %d is %g, not %g", t, n, i,
+					     got[i], f[i]);
+			cr_assert_eq(got[n], -7.0f, "type %d: wrote past %d elements", t, n);
+		}
+}
+
+/* The scalar conversions against values whose encodings are known,
+ * subnormals, infinities and rounding ties included. */
+Test(kernels, sixteen_bit_conversions_are_exact)
+{
+	const struct { uint16_t h; float f; } f16[] = {
+		{ 0x0000, 0.0f }, { 0x8000, -0.0f }, { 0x3c00, 1.0f }, { 0xc000, -2.0f },
+		{ 0x7bff, 65504.0f }, { 0x0001, 0x1p-24f }, { 0x03ff, 0x3ffp-24f },
+		{ 0x0400, 0x1p-14f }, { 0x7c00, INFINITY }, { 0xfc00, -INFINITY },
+	};
+	for (size_t i = 0; i < sizeof(f16) / sizeof(f16[0]); i++) {
+		cr_expect_eq(pfx_f16_to_f32(f16[i].h), f16[i].f, "f16 %#x", f16[i].h);
+		cr_expect_eq(pfx_f32_to_f16(f16[i].f), f16[i].h, "to f16 %g", f16[i].f);
+		float v;
+		pfx_wmat_to_f32((struct pfx_wmat){ &f16[i].h, PFX_W_F16 }, 1, &v);
+		cr_expect_eq(v, f16[i].f, "row conversion of f16 %#x", f16[i].h);
+	}
+	cr_expect(isnan(pfx_f16_to_f32(0x7e00)));
+	cr_expect_eq(pfx_f32_to_bf16(1.0f), 0x3f80);
+	cr_expect_eq(pfx_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80, "a tie rounds to even (down)");
+	cr_expect_eq(pfx_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82, "a tie rounds to even (up)");
+	cr_expect_eq(pfx_bf16_to_f32(0xc0a0), -5.0f);
+	cr_expect(isnan(pfx_bf16_to_f32(pfx_f32_to_bf16(NAN))), "NaN stays NaN");
+	cr_expect_eq(pfx_f32_to_f16(1.0f + 0x1p-11f), 0x3c00, "f16 ties round to even");
 }

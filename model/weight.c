@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/* 16-bit weights to f32: scalar conversions and the row conversion. */
+#include "weight.h"
+
+#include "cpu.h"
+#include "wload.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+float pfx_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+	uint32_t bits;
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | man << 13;
+	} else if (exp) {
+		bits = sign | (exp + 112) << 23 | man << 13;
+	} else if (man) { /* subnormal: normalise */
+		int e = -1;
+		do {
+			man <<= 1;
+			e++;
+		} while (!(man & 0x400));
+		bits = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
+	} else {
+		bits = sign;
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+float pfx_bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+uint16_t pfx_f32_to_f16(float f)
+{
+	_Float16 h = (_Float16)f;
+	uint16_t u;
+	memcpy(&u, &h, 2);
+	return u;
+}
+
+uint16_t pfx_f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)(u >> 16 | 0x40); /* NaN stays a (quiet) NaN */
+	return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+}
+
+__attribute__((target("avx512f")))
+static void to_f32_avx512(struct pfx_wmat w, size_t n, float *d)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(d + i, w_load16(w.p, w.type, i));
+	for (; i < n; i++)
+		d[i] = w_elem(w.p, w.type, i);
+}
+
+void pfx_wmat_to_f32(struct pfx_wmat w, size_t n, float *dst)
+{
+	if (w.type == PFX_W_F32) {
+		memcpy(dst, w.p, n * sizeof(float));
+		return;
+	}
+	if (pfx_cpu_avx512()) {
+		to_f32_avx512(w, n, dst);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		dst[i] = w_elem(w.p, w.type, i);
+}
