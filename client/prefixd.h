@@ -47,7 +47,8 @@ struct prefixd;
 struct prefixd_layout {
 	uint8_t fingerprint[PREFIXD_FINGERPRINT_BYTES]; /* of the model (weights and config) */
 	uint32_t block_tokens;  /* a power of two; must equal the daemon's --block-tokens */
-	uint64_t block_bytes;   /* bytes of one block: [layer][k|v][kv_head][token][head_dim] f32 */
+	uint64_t block_bytes;   /* bytes of one block: [layer][k|v][kv_head][token][head_dim] */
+	uint32_t layout;        /* the elements: PREFIXD_LAYOUT_F32 (also 0), _F16 or _BF16 */
 	const void *salt;       /* optional: clients with other salts never share */
 	uint32_t salt_len;      /* at most PREFIXD_MAX_SALT */
 };

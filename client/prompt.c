@@ -14,8 +14,9 @@
 
 struct pd_hello pd_hello_of(const struct prefixd_layout *l)
 {
-	return (struct pd_hello){ PD_VERSION, PD_VERSION, l->block_tokens, l->block_bytes, 1,
-				  l->fingerprint, l->salt_len, l->salt };
+	return (struct pd_hello){ PD_VERSION, PD_VERSION, l->block_tokens, l->block_bytes,
+				  l->layout ? l->layout : PREFIXD_LAYOUT_F32, l->fingerprint,
+				  l->salt_len, l->salt };
 }
 
 int pd_layout_root(const struct prefixd_layout *l, uint8_t h0[PD_HASH_SIZE])
@@ -29,6 +30,8 @@ int pd_layout_root(const struct prefixd_layout *l, uint8_t h0[PD_HASH_SIZE])
 		return pd_fail(-EINVAL,
 			       "block_tokens must be a power of two up to %d and block_bytes non-zero",
 			       PD_MAX_BLOCK_TOKENS);
+	if (!pd_layout_elem_bytes(m.layout))
+		return pd_fail(-EINVAL, "layout %u is none of PREFIXD_LAYOUT_F32, _F16, _BF16", m.layout);
 	if (sodium_init() < 0)
 		return pd_fail(-EIO, "libsodium failed to initialise");
 	pd_chain_root(&m, h0);

@@ -32,15 +32,16 @@ int req_hello(struct conn *c)
 	if (m.version_min > PD_VERSION || m.version_max < PD_VERSION)
 		return conn_fail(c, PD_E_VERSION, "this daemon speaks protocol version %d; the client offers %u to %u",
 			    PD_VERSION, m.version_min, m.version_max);
-	if (m.layout != 1)
-		return conn_fail(c, PD_E_LAYOUT, "KV layout %u is not supported (1: [layer][k|v][kv_head][token][head_dim] f32)",
+	unsigned elem = pd_layout_elem_bytes(m.layout);
+	if (!elem)
+		return conn_fail(c, PD_E_LAYOUT, "KV layout %u is not supported ([layer][k|v][kv_head][token][head_dim] of 1: f32, 2: f16, 3: bf16)",
 			    m.layout);
 	if (m.block_tokens != d->block_tokens)
 		return conn_fail(c, PD_E_LAYOUT, "this daemon stores blocks of %u tokens, the client's are %u tokens: start prefixd with --block-tokens %u or the client with %u-token blocks",
 			    d->block_tokens, m.block_tokens, m.block_tokens, d->block_tokens);
-	if (m.block_bytes % ((uint64_t)m.block_tokens * 4))
-		return conn_fail(c, PD_E_LAYOUT, "a block of %llu bytes is not a whole number of f32 values per token",
-			    (unsigned long long)m.block_bytes);
+	if (m.block_bytes % ((uint64_t)m.block_tokens * elem))
+		return conn_fail(c, PD_E_LAYOUT, "a block of %llu bytes is not a whole number of %s values per token",
+			    (unsigned long long)m.block_bytes, elem == 4 ? "f32" : "16-bit");
 	/* A block holds whole pages of the quota, as the store charges it. */
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t slot = (m.block_bytes + page - 1) / page * page;

@@ -47,10 +47,39 @@ static int att_rows_per_task(const struct fwd *f)
 	return ATT_CHUNK / G > 0 ? ATT_CHUNK / G : 1;
 }
 
-float *att_thread_scratch(const struct fwd *f, int thread)
+size_t att_thread_floats(const struct fwd *f)
 {
 	size_t hd = (size_t)f->c->head_dim;
-	return f->scores + (size_t)thread * ATT_CHUNK * (f->score_ld + 2 * hd);
+	size_t kv = f->m->kv_type == PFX_W_F32 ? 0 : (size_t)f->m->block_tokens * hd;
+	return ATT_CHUNK * (f->score_ld + 2 * hd) + kv;
+}
+
+float *att_thread_scratch(const struct fwd *f, int thread)
+{
+	return f->scores + (size_t)thread * att_thread_floats(f);
+}
+
+/* Where the thread's KV buffer is: after its scores, queries and outputs. */
+static float *kv_buffer(const struct fwd *f, const float *scratch)
+{
+	return (float *)scratch + ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+}
+
+/*
+ * n tokens of K (kv 0) or V (kv 1) of this layer's KV head `head` in one
+ * block, from token `off` on, as f32: in place when the KV is f32, else
+ * converted into buf (n x head_dim floats), where the kernels then read
+ * them from L1 or L2 once the 16-bit values came from memory at half the
+ * bytes. The f32 math is that of f32 KV holding the same values.
+ */
+static const float *kv_run(const struct fwd *f, const void *block, int kv, int head, int off,
+			   int n, float *buf)
+{
+	struct pfx_wmat w = kv_at(f->m, block, kv_offset(f->m, f->layer, kv, head, off));
+	if (w.type == PFX_W_F32)
+		return w.p;
+	pfx_wmat_to_f32(w, (size_t)n * f->c->head_dim, buf);
+	return buf;
 }
 
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
@@ -100,7 +129,7 @@ struct rows {
  * and values out first, this reads them once, where they are.
  */
 static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const struct rows *q,
-			   int nk, const int *valid, float *S, float *QT, float *OT)
+			   int nk, const int *valid, float *S, float *QT, float *OT, float *kvbuf)
 {
 	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
 	int rows = q->G * q->nq, ld = pfx_gemm_few_ld(rows);
@@ -116,13 +145,13 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
 	}
 	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, q->kvh, 0);
+		const float *K = kv_run(f, s->blocks[b]->data, 0, q->kvh, 0, kb, kvbuf);
 		pfx_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)b * B * ld, ld);
 	}
 	pfx_softmax_cols(S, nk, ld, valid, inv);
 	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, q->kvh, 0);
+		const float *V = kv_run(f, s->blocks[b]->data, 1, q->kvh, 0, kb, kvbuf);
 		pfx_gemm_few_t(rows, hd, kb, S + (size_t)b * B * ld, V, 1, hd, b ? 1.0f : 0.0f, OT, ld);
 	}
 	for (int g = 0; g < q->G; g++)
@@ -139,7 +168,7 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
  * block for all G x rows, so each block is read once per group.
  */
 static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struct rows *q,
-			 int nk, const int *valid, float *S, float *Q, float *O)
+			 int nk, const int *valid, float *S, float *Q, float *O, float *kvbuf)
 {
 	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
 	int rows = q->G * q->nq;
@@ -153,7 +182,7 @@ static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struc
 			       (size_t)hd * sizeof(float));
 	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *K = s->blocks[b]->data + kv_offset(f->m, f->layer, 0, q->kvh, 0);
+		const float *K = kv_run(f, s->blocks[b]->data, 0, q->kvh, 0, kb, kvbuf);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale, Q, hd, K, hd,
 			    0.0f, S + (size_t)b * B, (int)ld);
 	}
@@ -164,7 +193,7 @@ static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struc
 	}
 	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
-		const float *V = s->blocks[b]->data + kv_offset(f->m, f->layer, 1, q->kvh, 0);
+		const float *V = kv_run(f, s->blocks[b]->data, 1, q->kvh, 0, kb, kvbuf);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f, S + (size_t)b * B,
 			    (int)ld, V, hd, b ? 1.0f : 0.0f, O, hd);
 	}
@@ -197,9 +226,9 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 	for (int t = 0; t < ATT_CHUNK; t++)
 		valid[t] = t < G * q.nq ? (int)len0 + a->r0 + t % q.nq + 1 : 1;
 	if (pfx_gemm_few_ok())
-		prefill_rows_t(f, s, &q, nk, valid, S, Q, O);
+		prefill_rows_t(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
 	else
-		prefill_rows(f, s, &q, nk, valid, S, Q, O);
+		prefill_rows(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
 }
 
 /* Partial results of one decode task for one query head: (max, sum, out). */
@@ -211,11 +240,11 @@ static float *partial(const struct fwd *f, int task, int g)
 
 /* Keys [j, k1) of a task: the first run lies inside one block. */
 static const float *run(const struct fwd *f, const struct pfx_session *s, int kv, int head, int j,
-			int k1, int *kb)
+			int k1, int *kb, float *buf)
 {
 	int B = f->m->block_tokens, off = j % B;
 	*kb = B - off < k1 - j ? B - off : k1 - j;
-	return s->blocks[j / B]->data + kv_offset(f->m, f->layer, kv, head, off);
+	return kv_run(f, s->blocks[j / B]->data, kv, head, off, *kb, buf);
 }
 
 /* One new row, a KV head and a range of keys, for all its query heads:
@@ -234,7 +263,7 @@ static void decode_task(struct fwd *f, const struct att_task *a, int task, int t
 	float *out = partial(f, task, 0) + 2; /* (G, head_dim) at stride head_dim + 2 */
 
 	for (int j = k0; j < k1; j += kb) {
-		const float *K = run(f, s, 0, a->head, j, k1, &kb);
+		const float *K = run(f, s, 0, a->head, j, k1, &kb, kv_buffer(f, S));
 		pfx_dots(G, kb, hd, q, hd, K, scale, S + (j - k0), (int)ld);
 	}
 	for (int g = 0; g < G; g++) {
@@ -243,7 +272,7 @@ static void decode_task(struct fwd *f, const struct att_task *a, int task, int t
 		memset(p + 2, 0, (size_t)hd * sizeof(float));
 	}
 	for (int j = k0; j < k1; j += kb) {
-		const float *V = run(f, s, 1, a->head, j, k1, &kb);
+		const float *V = run(f, s, 1, a->head, j, k1, &kb, kv_buffer(f, S));
 		pfx_axpys(G, kb, hd, S + (j - k0), (int)ld, V, out, hd + 2);
 	}
 }

@@ -43,7 +43,8 @@ int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, si
 {
 	struct prefixd_layout l = {
 		.block_tokens = (uint32_t)pfx_model_block_tokens(m),
-		.block_bytes = kv_block_floats(m) * sizeof(float),
+		.block_bytes = kv_block_bytes(m),
+		.layout = PREFIXD_LAYOUT_F32 + (uint32_t)m->kv_type,
 		.salt = salt,
 		.salt_len = (uint32_t)salt_len,
 	};

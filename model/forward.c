@@ -103,13 +103,13 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 		f->cap_partials = np;
 	}
 	/* Per thread: scores, packed queries and outputs (attention.c). */
-	size_t sc = threads * ATT_CHUNK * (score_ld + 2 * (size_t)c->head_dim);
+	f->score_ld = score_ld;
+	size_t sc = threads * att_thread_floats(f);
 	if (sc > f->cap_scores) {
 		if (grow(&f->scores, sc * sizeof(float)))
 			return -ENOMEM;
 		f->cap_scores = sc;
 	}
-	f->score_ld = score_ld;
 	return 0;
 }
 

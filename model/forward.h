@@ -73,7 +73,9 @@ void op_rope(struct fwd *f, float *x, int nheads);
 /* Copies this layer's new K/V rows into the sessions' blocks. */
 void op_store_kv(struct fwd *f, int layer);
 /* Fills tasks (if non-NULL) for the batch; returns how many there are. */
-/* A thread's attention scratch: ATT_CHUNK x (score_ld + 2 head_dim) floats. */
+/* A thread's attention scratch: ATT_CHUNK x (score_ld + 2 head_dim) floats,
+ * and a block's K or V of one head as f32 when the KV is 16-bit. */
+size_t att_thread_floats(const struct fwd *f);
 float *att_thread_scratch(const struct fwd *f, int thread);
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
 	     struct att_task *tasks);

@@ -10,11 +10,12 @@
 
 struct kv_lease;
 
-/* One block: its floats are [layer][k|v][kv_head][token][head_dim]. Shared
- * between sessions only while every token in it is frozen (immutable). */
+/* One block: its elements (of the model's kv_type) are
+ * [layer][k|v][kv_head][token][head_dim]. Shared between sessions only
+ * while every token in it is frozen (immutable). */
 struct kv_block {
 	atomic_int refs;
-	float *data;     /* (kv_block_floats) */
+	void *data;      /* (kv_block_bytes) */
 	/* Attached from prefixd: data is the daemon's read-only memory, which
 	 * the lease keeps in place; NULL for a block this process owns. */
 	struct kv_lease *lease;
@@ -34,7 +35,7 @@ int kv_reserve(struct pfx_session *s, size_t upto);
 
 /* A frozen block of someone else's memory, held by lease (one reference
  * taken). NULL when out of memory. */
-struct kv_block *kv_block_attached(const float *data, struct kv_lease *lease);
+struct kv_block *kv_block_attached(const void *data, struct kv_lease *lease);
 /* Appends a block to the session's table (the session takes b). */
 int kv_push(struct pfx_session *s, struct kv_block *b);
 /* Lease references, kept by attached blocks (cache.c). */

@@ -236,7 +236,9 @@ static void hash_tensor(void *ctx, int i, int thread)
 }
 
 /* Per-tensor digests (in parallel), then one hash over the config text and
- * the ordered (name, dtype, shape, digest) records. */
+ * the ordered (name, dtype, shape, digest) records. The text's "kv_dtype=f32"
+ * predates 16-bit KV and stays so that fingerprints stay what they were:
+ * the KV dtype is in prefixd's layout (cache.c), not in the model's name. */
 static int fingerprint(struct pfx_model *m, struct binder *b, struct pfx_error *err)
 {
 	const struct pfx_config *c = &m->cfg;
@@ -330,6 +332,9 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	if (opts && opts->weights != PFX_WEIGHTS_NATIVE && opts->weights != PFX_WEIGHTS_F32)
 		return pfx_errorf(err, -EINVAL, "weights option %d is neither native nor f32",
 				  (int)opts->weights);
+	enum pfx_kv_dtype kvt = opts ? opts->kv_dtype : PFX_KV_F32;
+	if (kvt != PFX_KV_F32 && kvt != PFX_KV_F16 && kvt != PFX_KV_BF16)
+		return pfx_errorf(err, -EINVAL, "KV dtype %d is not f32, f16 or bf16", (int)kvt);
 	if (bt & (bt - 1) || bt > PFX_MAX_BLOCK_TOKENS)
 		return pfx_errorf(err, -EINVAL, "block size %d is not a power of two up to %d", bt,
 				  PFX_MAX_BLOCK_TOKENS);
@@ -339,6 +344,8 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	pthread_mutex_init(&m->fwd_lock, NULL);
 	m->block_tokens = bt;
 	m->weights = opts ? opts->weights : PFX_WEIGHTS_NATIVE;
+	/* pfx_kv_dtype and pfx_wtype name the same types in the same order. */
+	m->kv_type = (enum pfx_wtype)kvt;
 	struct binder b = { .m = m, .err = err };
 	if ((rc = pfx_pool_new(threads, &m->pool))) {
 		pfx_errorf(err, rc, "cannot start %d worker threads", threads);
@@ -404,7 +411,29 @@ void pfx_model_fingerprint_hex(const struct pfx_model *m, char out[2 * PFX_FINGE
 	sodium_bin2hex(out, 2 * PFX_FINGERPRINT_BYTES + 1, m->fingerprint, PFX_FINGERPRINT_BYTES);
 }
 
-size_t pfx_kv_bytes_per_token(const struct pfx_config *c)
+size_t pfx_kv_bytes_per_token(const struct pfx_config *c, enum pfx_kv_dtype t)
 {
-	return 2 * (size_t)c->n_layers * c->n_kv_heads * c->head_dim * sizeof(float);
+	return 2 * (size_t)c->n_layers * c->n_kv_heads * c->head_dim * (t == PFX_KV_F32 ? 4 : 2);
+}
+
+enum pfx_kv_dtype pfx_model_kv_dtype(const struct pfx_model *m)
+{
+	return (enum pfx_kv_dtype)m->kv_type;
+}
+
+static const char *const kv_names[] = { "f32", "f16", "bf16" };
+
+const char *pfx_kv_dtype_name(enum pfx_kv_dtype t)
+{
+	return (unsigned)t < 3 ? kv_names[t] : "?";
+}
+
+int pfx_kv_dtype_parse(const char *name, enum pfx_kv_dtype *out)
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(name, kv_names[i])) {
+			*out = (enum pfx_kv_dtype)i;
+			return 0;
+		}
+	return -EINVAL;
 }

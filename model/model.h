@@ -50,10 +50,22 @@ enum pfx_weights {
 	PFX_WEIGHTS_F32,       /* upcast to f32 at load (twice the memory, same values) */
 };
 
+/* How KV blocks hold keys and values. Attention reads them with f32 math
+ * either way; 16-bit halves the memory, the blocks shared through prefixd
+ * and the bytes read per decode step, at a rounding error (docs/DESIGN.md
+ * has it measured against transformers). Blocks of different dtypes never
+ * mix: the dtype is part of prefixd's layout and chain root. */
+enum pfx_kv_dtype {
+	PFX_KV_F32,            /* the default, faithful to the reference */
+	PFX_KV_F16,
+	PFX_KV_BF16,
+};
+
 struct pfx_model_opts {
 	int threads;           /* worker threads incl. the caller; 0: all CPUs */
 	int block_tokens;      /* KV block size (power of two); 0: default */
 	enum pfx_weights weights; /* 0: native */
+	enum pfx_kv_dtype kv_dtype; /* of every session's KV; 0: f32 */
 };
 
 /* prefixd's: blocks are shared only with a daemon that uses the same size. */
@@ -75,8 +87,10 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts,
 void pfx_model_free(struct pfx_model *m);
 
 const struct pfx_config *pfx_model_config(const struct pfx_model *m);
-/* BLAKE2b-256 over the architecture, the KV-shaping config, the KV dtype
- * and every weight's bytes: equal fingerprints mean interchangeable KV. */
+/* BLAKE2b-256 over the architecture, the KV-shaping config and every
+ * weight's bytes as stored: equal fingerprints mean the same model, whose
+ * KV of one dtype is interchangeable. How the weights are held and the KV
+ * dtype do not change it (prefixd's layout carries the latter). */
 const uint8_t *pfx_model_fingerprint(const struct pfx_model *m);
 void pfx_model_fingerprint_hex(const struct pfx_model *m, char out[2 * PFX_FINGERPRINT_BYTES + 1]);
 int64_t pfx_model_params(const struct pfx_model *m);
@@ -89,8 +103,14 @@ const char *pfx_model_weight_held(const struct pfx_model *m);
 /* Bytes of all weights as held (mapped from the file or allocated). */
 size_t pfx_model_weight_bytes(const struct pfx_model *m);
 
-/* KV cache bytes one token costs: 2 x layers x kv_heads x head_dim x 4 (f32). */
-size_t pfx_kv_bytes_per_token(const struct pfx_config *c);
+/* KV cache bytes one token costs: 2 x layers x kv_heads x head_dim x 4 (f32)
+ * or 2 (f16, bf16). */
+size_t pfx_kv_bytes_per_token(const struct pfx_config *c, enum pfx_kv_dtype t);
+enum pfx_kv_dtype pfx_model_kv_dtype(const struct pfx_model *m);
+/* "f32", "f16", "bf16" ("?" for anything else). */
+const char *pfx_kv_dtype_name(enum pfx_kv_dtype t);
+/* The dtype of such a name: 0, or -EINVAL. */
+int pfx_kv_dtype_parse(const char *name, enum pfx_kv_dtype *out);
 
 /* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
 const char *pfx_blas_corename(void);

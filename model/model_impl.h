@@ -99,6 +99,7 @@ struct pfx_model {
 	char weight_dtype[32];        /* as stored */
 	char weight_held[32];         /* the matrices' as held */
 	bool held16;                  /* some matrix is held in 16 bits */
+	enum pfx_wtype kv_type;       /* of the KV blocks' elements */
 	uint8_t fingerprint[PFX_FINGERPRINT_BYTES];
 	int block_tokens;
 	float *inv_freq;              /* (rotary_dim / 2) */
@@ -108,10 +109,21 @@ struct pfx_model {
 };
 
 /* Elements of one KV block: [layer][k|v][kv_head][token][head_dim]. */
-static inline size_t kv_block_floats(const struct pfx_model *m)
+static inline size_t kv_block_elems(const struct pfx_model *m)
 {
 	const struct pfx_config *c = &m->cfg;
 	return (size_t)c->n_layers * 2 * c->n_kv_heads * m->block_tokens * c->head_dim;
+}
+
+static inline size_t kv_block_bytes(const struct pfx_model *m)
+{
+	return kv_block_elems(m) * pfx_wtype_size(m->kv_type);
+}
+
+/* The elements of a block from element `elems` on. */
+static inline struct pfx_wmat kv_at(const struct pfx_model *m, const void *block, size_t elems)
+{
+	return pfx_wmat_at((struct pfx_wmat){ block, m->kv_type }, elems);
 }
 
 /* Offset of (layer, k or v, kv_head, token) inside a block. */

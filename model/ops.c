@@ -385,12 +385,15 @@ void op_store_kv(struct fwd *f, int layer)
 	for (int r = 0; r < f->T; r++) {
 		struct pfx_session *s = f->items[f->row_item[r]].s;
 		size_t p = (size_t)f->row_pos[r];
-		float *blk = s->blocks[p / B]->data;
+		char *blk = s->blocks[p / B]->data;
+		size_t esz = pfx_wtype_size(f->m->kv_type);
 		for (int h = 0; h < c->n_kv_heads; h++) {
 			const float *k = f->k + ((size_t)r * c->n_kv_heads + h) * hd;
 			const float *v = f->v + ((size_t)r * c->n_kv_heads + h) * hd;
-			memcpy(blk + kv_offset(f->m, layer, 0, h, (int)(p % B)), k, hd * sizeof(float));
-			memcpy(blk + kv_offset(f->m, layer, 1, h, (int)(p % B)), v, hd * sizeof(float));
+			pfx_f32_to_wtype(f->m->kv_type, k, hd,
+					 blk + kv_offset(f->m, layer, 0, h, (int)(p % B)) * esz);
+			pfx_f32_to_wtype(f->m->kv_type, v, hd,
+					 blk + kv_offset(f->m, layer, 1, h, (int)(p % B)) * esz);
 		}
 	}
 }

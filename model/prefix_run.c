@@ -31,7 +31,11 @@
 	"  --weights native|f32\n" \
 	"                     hold f16/bf16 weight matrices as they are stored (native,\n" \
 	"                     the default: half the memory, read at half the bytes) or\n" \
-	"                     upcast to f32 at load; the results are the same\n"
+	"                     upcast to f32 at load; the results are the same\n" \
+	"  --kv-dtype f32|f16|bf16\n" \
+	"                     how the KV cache holds keys and values (default f32, the\n" \
+	"                     faithful one; f16 halves the KV's memory and what prefixd\n" \
+	"                     shares, within 5e-2 of the logits; see the README)\n"
 #define IDS_HELP \
 	"\n" \
 	"IDS: token ids separated by commas and/or white space (\"1,2,3\"), or @FILE to\n" \
@@ -187,10 +191,11 @@ enum opt {
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
 	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
 	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21, O_WEIGHTS = 1 << 22, O_DTYPE = 1 << 23,
-	O_LAST = O_DTYPE,
+	O_KV_DTYPE = 1 << 24,
+	O_LAST = O_KV_DTYPE,
 };
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
-#define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS) /* every command that loads a model */
+#define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE) /* every command that loads a model */
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, O_MODEL },
@@ -217,6 +222,7 @@ static const struct option longopts[] = {
 	{ "force", no_argument, NULL, O_FORCE },
 	{ "weights", required_argument, NULL, O_WEIGHTS },
 	{ "dtype", required_argument, NULL, O_DTYPE },
+	{ "kv-dtype", required_argument, NULL, O_KV_DTYPE },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -257,7 +263,7 @@ static const char *opt_name(int bit)
 int load_model(const struct run_args *a, struct pfx_model **m)
 {
 	struct pfx_model_opts o = { .threads = a->threads, .block_tokens = a->block_tokens,
-				    .weights = a->weights };
+				    .weights = a->weights, .kv_dtype = a->kv_dtype };
 	struct pfx_error err = { "" };
 	struct stat st;
 	if (!stat(a->model, &st) && !S_ISDIR(st.st_mode)) {
@@ -479,9 +485,12 @@ int cmd_info(struct run_args *a)
 	printf("residual         %s\n", c->parallel_residual ? "parallel" : "sequential");
 	printf("embeddings       %s\n", c->tied_embeddings ? "tied" : "untied");
 	printf("fingerprint      %s\n", fp);
-	size_t kv = pfx_kv_bytes_per_token(c);
-	printf("KV per token     %zu bytes (f32: 2 x %d layers x %d kv heads x %d dims x 4)\n", kv,
+	printf("KV per token     %zu bytes f32, %zu f16 or bf16 (2 x %d layers x %d kv heads x %d dims x 4 or 2)\n",
+	       pfx_kv_bytes_per_token(c, PFX_KV_F32), pfx_kv_bytes_per_token(c, PFX_KV_F16),
 	       c->n_layers, c->n_kv_heads, c->head_dim);
+	enum pfx_kv_dtype kvt = pfx_model_kv_dtype(m);
+	size_t kv = pfx_kv_bytes_per_token(c, kvt);
+	printf("KV dtype         %s (--kv-dtype)\n", pfx_kv_dtype_name(kvt));
 	const int ctx[] = { 512, 2048, 8192 };
 	for (int i = 0; i < 3; i++)
 		printf("KV for %-5d      %zu bytes (%s)\n", ctx[i], kv * ctx[i], cli_bytes(kv * ctx[i], b));
@@ -820,6 +829,12 @@ int main(int argc, char **argv)
 				a.weights = optarg[0] == 'f' ? PFX_WEIGHTS_F32 : PFX_WEIGHTS_NATIVE;
 			} else {
 				fprintf(stderr, "prefix-run: --weights is native or f32, not '%s'\n", optarg);
+				bad = -1;
+			}
+			break;
+		case O_KV_DTYPE:
+			if (pfx_kv_dtype_parse(optarg, &a.kv_dtype)) {
+				fprintf(stderr, "prefix-run: --kv-dtype is f32, f16 or bf16, not '%s'\n", optarg);
 				bad = -1;
 			}
 			break;

@@ -25,6 +25,7 @@ struct run_args {
 	const char *shape;
 	const char *dtype;          /* random-model: "f32", "f16" or "bf16" */
 	enum pfx_weights weights;
+	enum pfx_kv_dtype kv_dtype;
 	int no_cache;
 	int pin;
 	uint32_t ttl;

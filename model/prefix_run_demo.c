@@ -114,7 +114,7 @@ int cmd_demo(struct run_args *a)
 		sum_s += ts;
 	}
 	char b1[32], b2[32], b3[32];
-	size_t kv = pfx_kv_bytes_per_token(c);
+	size_t kv = pfx_kv_bytes_per_token(c, pfx_model_kv_dtype(m));
 	printf("\n%d suffixes of %d tokens: %.1f ms on the frozen prefix vs %.1f ms from scratch "
 	       "(%.1fx)\n", N, S, sum_c * 1e3, sum_s * 1e3, sum_s / sum_c);
 	printf("KV size: %zu bytes per token; the %d-token prefix holds %s, kept once instead of "

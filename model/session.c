@@ -9,7 +9,7 @@
 static struct kv_block *block_new(const struct pfx_model *m)
 {
 	struct kv_block *b = malloc(sizeof(*b));
-	size_t bytes = kv_block_floats(m) * sizeof(float);
+	size_t bytes = kv_block_bytes(m);
 	bytes = (bytes + 63) & ~(size_t)63;
 	if (!b)
 		return NULL;
@@ -23,7 +23,7 @@ static struct kv_block *block_new(const struct pfx_model *m)
 	return b;
 }
 
-struct kv_block *kv_block_attached(const float *data, struct kv_lease *lease)
+struct kv_block *kv_block_attached(const void *data, struct kv_lease *lease)
 {
 	struct kv_block *b = malloc(sizeof(*b));
 	if (!b)
@@ -31,7 +31,7 @@ struct kv_block *kv_block_attached(const float *data, struct kv_lease *lease)
 	atomic_init(&b->refs, 1);
 	/* Never written: attached blocks are frozen, and the mapping is
 	 * PROT_READ, so a stray write faults instead of corrupting. */
-	b->data = (float *)data;
+	b->data = (void *)data;
 	b->lease = lease;
 	return b;
 }
@@ -185,7 +185,7 @@ int pfx_session_fork(struct pfx_session *s, struct pfx_session **out, struct pfx
 				pfx_session_free(c);
 				return pfx_errorf(err, -ENOMEM, "out of memory");
 			}
-			memcpy(b->data, s->blocks[i]->data, kv_block_floats(s->m) * sizeof(float));
+			memcpy(b->data, s->blocks[i]->data, kv_block_bytes(s->m));
 		}
 		c->blocks[c->nblocks++] = b;
 	}
@@ -195,12 +195,16 @@ int pfx_session_fork(struct pfx_session *s, struct pfx_session **out, struct pfx
 	return 0;
 }
 
-const float *pfx_session_kv(const struct pfx_session *s, int layer, int kv, int head, size_t pos)
+int pfx_session_kv(const struct pfx_session *s, int layer, int kv, int head, size_t pos,
+		   float *out)
 {
 	const struct pfx_config *c = &s->m->cfg;
 	if (layer < 0 || layer >= c->n_layers || kv < 0 || kv > 1 || head < 0 ||
 	    head >= c->n_kv_heads || pos >= s->len)
-		return NULL;
+		return -EINVAL;
 	size_t B = (size_t)s->m->block_tokens;
-	return s->blocks[pos / B]->data + kv_offset(s->m, layer, kv, head, (int)(pos % B));
+	pfx_wmat_to_f32(kv_at(s->m, s->blocks[pos / B]->data,
+			      kv_offset(s->m, layer, kv, head, (int)(pos % B))),
+			(size_t)c->head_dim, out);
+	return 0;
 }

@@ -63,9 +63,11 @@ int pfx_session_freeze(struct pfx_session *s, struct pfx_error *err);
  * private tail is copied. */
 int pfx_session_fork(struct pfx_session *s, struct pfx_session **out, struct pfx_error *err);
 
-/* The head_dim floats of K (kv = 0) or V (kv = 1) of one layer, kv head and
- * position < length, as stored (keys after rotary). NULL if out of range. */
-const float *pfx_session_kv(const struct pfx_session *s, int layer, int kv, int head, size_t pos);
+/* Copies the head_dim values of K (kv = 0) or V (kv = 1) of one layer, kv
+ * head and position < length into out as f32 (keys after rotary; 16-bit KV
+ * converted). 0, or -EINVAL if out of range. */
+int pfx_session_kv(const struct pfx_session *s, int layer, int kv, int head, size_t pos,
+		   float *out);
 
 /* One entry of a ragged batch. */
 struct pfx_batch_item {

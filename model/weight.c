@@ -66,6 +66,49 @@ static void to_f32_avx512(struct pfx_wmat w, size_t n, float *d)
 		d[i] = w_elem(w.p, w.type, i);
 }
 
+/* 16 floats as 16-bit values of type t, rounded as the scalar functions do. */
+__attribute__((target("avx512f"), always_inline))
+static inline __m256i to16_avx512(__m512 v, enum pfx_wtype t)
+{
+	if (t == PFX_W_F16)
+		return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512i u = _mm512_castps_si512(v);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+	__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+						 _mm512_set1_epi32(0x7f800000));
+	r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+	return _mm512_cvtepi32_epi16(r);
+}
+
+__attribute__((target("avx512f")))
+static void from_f32_avx512(enum pfx_wtype t, const float *src, size_t n, void *dst)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		_mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), to16_avx512(_mm512_loadu_ps(src + i), t));
+	for (; i < n; i++) {
+		uint16_t h = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+		memcpy((uint16_t *)dst + i, &h, 2);
+	}
+}
+
+void pfx_f32_to_wtype(enum pfx_wtype t, const float *src, size_t n, void *dst)
+{
+	if (t == PFX_W_F32) {
+		memcpy(dst, src, n * sizeof(float));
+		return;
+	}
+	if (pfx_cpu_avx512()) {
+		from_f32_avx512(t, src, n, dst);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint16_t h = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+		memcpy((char *)dst + 2 * i, &h, 2);
+	}
+}
+
 void pfx_wmat_to_f32(struct pfx_wmat w, size_t n, float *dst)
 {
 	if (w.type == PFX_W_F32) {

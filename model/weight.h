@@ -36,7 +36,10 @@ uint16_t pfx_f32_to_f16(float f);
 uint16_t pfx_f32_to_bf16(float f);
 
 /* dst[i] = w's element i as f32, for i < n: rows of a 16-bit matrix for the
- * products that read f32 (embeddings, panels for sgemm). */
+ * products that read f32 (embeddings, panels for sgemm), KV for attention. */
 void pfx_wmat_to_f32(struct pfx_wmat w, size_t n, float *dst);
+/* The other way, rounding to nearest even: n values of src stored at dst
+ * as elements of type t (the KV a forward pass writes). */
+void pfx_f32_to_wtype(enum pfx_wtype t, const float *src, size_t n, void *dst);
 
 #endif

@@ -14,6 +14,12 @@
 #define PREFIXD_MAX_SALT 64
 #define PREFIXD_DEFAULT_BLOCK_TOKENS 64  /* prefixd --block-tokens and the runtime's default */
 #define PREFIXD_MAX_BLOCK_TOKENS 4096
+/* KV layouts: a block is [layer][k|v][kv_head][token][head_dim] of f32,
+ * f16 or bf16 elements. The layout is part of the chain root, so blocks of
+ * different element types never share a chain. */
+#define PREFIXD_LAYOUT_F32 1
+#define PREFIXD_LAYOUT_F16 2
+#define PREFIXD_LAYOUT_BF16 3
 
 /*
  * The daemon's counters, in their order on the wire (new ones go at the

@@ -23,6 +23,13 @@
 #define PD_MAX_BODY (4u << 20)
 #define PD_MAX_HASHES 4096          /* blocks in one MATCH or PUBLISH */
 #define PD_MAX_BLOCK_TOKENS PREFIXD_MAX_BLOCK_TOKENS
+
+/* Bytes of one KV element of a layout; 0 for no layout the protocol knows. */
+static inline unsigned pd_layout_elem_bytes(uint32_t layout)
+{
+	return layout == PREFIXD_LAYOUT_F32 ? 4
+	       : layout == PREFIXD_LAYOUT_F16 || layout == PREFIXD_LAYOUT_BF16 ? 2 : 0;
+}
 #define PD_MAX_SALT PREFIXD_MAX_SALT
 #define PD_MAX_ROWS 4096            /* rows of one LIST or STATS reply */
 #define PD_MAX_COUNTERS 256         /* counters a STATS reply may carry */
@@ -108,7 +115,7 @@ struct pd_hello {
 	uint16_t version_min, version_max;
 	uint32_t block_tokens;
 	uint64_t block_bytes;
-	uint32_t layout;        /* 1: [layer][k|v][kv_head][token][head_dim] f32 */
+	uint32_t layout;        /* PREFIXD_LAYOUT_*: [layer][k|v][kv_head][token][head_dim] */
 	const uint8_t *fingerprint; /* PD_FP_SIZE */
 	uint32_t salt_len;
 	const uint8_t *salt;

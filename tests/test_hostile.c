@@ -176,6 +176,31 @@ Test(hostile, a_wrong_version_gets_its_error_and_the_connection_stays)
 	close(fd);
 }
 
+/* Layouts the daemon does not store, sent as they are (libprefixd checks
+ * them before it sends): refused with LAYOUT, the connection kept. */
+Test(hostile, unknown_layouts_and_ragged_16_bit_blocks_are_refused)
+{
+	int fd = raw_connect();
+	uint8_t fp[PD_FP_SIZE] = { 1 }, body[128];
+	char msg[300];
+	const struct { uint32_t layout; uint64_t bytes; const char *why; } bad[] = {
+		{ 0, TD_BLOCK_BYTES, "layout 0" },
+		{ 4, TD_BLOCK_BYTES, "layout 4" },
+		{ PREFIXD_LAYOUT_F32, TD_BLOCK_TOKENS * 4 + 2, "f32 values" },
+		{ PREFIXD_LAYOUT_F16, TD_BLOCK_TOKENS * 2 + 1, "16-bit values" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct pd_hello m = { PD_VERSION, PD_VERSION, TD_BLOCK_TOKENS, bad[i].bytes,
+				      bad[i].layout, fp, 0, NULL };
+		size_t n = pd_hello_encode(&m, body, sizeof(body));
+		cr_expect_eq(raw_call(fd, PD_OP_HELLO, PD_VERSION, body, n, NULL, 0, msg), PD_E_LAYOUT,
+			     "case %zu", i);
+		cr_expect(strstr(msg, bad[i].why), "case %zu: %s", i, msg);
+	}
+	hello(fd);
+	close(fd);
+}
+
 Test(hostile, requests_before_hello_are_refused)
 {
 	int fd = raw_connect();

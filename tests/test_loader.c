@@ -364,9 +364,12 @@ Test(loader, fingerprint_covers_weights_and_config)
 Test(loader, kv_bytes_per_token)
 {
 	struct pfx_config c = pfx_config_smollm135m();
-	cr_expect_eq(pfx_kv_bytes_per_token(&c), 2 * 30 * 3 * 64 * 4);
+	cr_expect_eq(pfx_kv_bytes_per_token(&c, PFX_KV_F32), 2 * 30 * 3 * 64 * 4);
+	cr_expect_eq(pfx_kv_bytes_per_token(&c, PFX_KV_F16), 2 * 30 * 3 * 64 * 2);
+	cr_expect_eq(pfx_kv_bytes_per_token(&c, PFX_KV_BF16), 2 * 30 * 3 * 64 * 2);
 	struct pfx_model *m = load_fixture_model("llama-tiny-gqa");
-	cr_expect_eq(pfx_kv_bytes_per_token(pfx_model_config(m)), 2 * 2 * 2 * 16 * 4);
+	cr_expect_eq(pfx_kv_bytes_per_token(pfx_model_config(m), PFX_KV_F32), 2 * 2 * 2 * 16 * 4);
+	cr_expect_eq(pfx_model_kv_dtype(m), PFX_KV_F32, "f32 unless asked");
 	pfx_model_free(m);
 }
 

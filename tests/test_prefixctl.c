@@ -1630,8 +1630,12 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 		char hex[80];
 		if (sscanf(lines[i], "fingerprint %79s", hex) == 1)
 			fp = is_hex(hex, FP_CHARS);
-		per_token |= !strcmp(lines[i], "KV per token  1.0 KiB (1024 bytes: 2 x 2 layers x 4 kv "
+		per_token += !strcmp(lines[i], "KV per token  1.0 KiB (1024 bytes: 2 x 2 layers x 4 kv "
 					       "heads x 16 dims x 4, f32)");
+		per_token += !strcmp(lines[i], "KV per token  512 B (512 bytes: 2 x 2 layers x 4 kv "
+					       "heads x 16 dims x 2, f16)");
+		per_token += !strcmp(lines[i], "KV per token  512 B (512 bytes: 2 x 2 layers x 4 kv "
+					       "heads x 16 dims x 2, bf16)");
 		limits |= !strcmp(lines[i], "prefixd: memory budget 64.0 MiB, quota per user 16.0 MiB, pin-max 4.0 MiB");
 		if (words_are(lines[i], ARGS("PREFIX", "TOKENS", "KV", "FULL", "BLOCKS", "CHARGED")))
 			kv_head = i;
@@ -1640,7 +1644,7 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 			fit_head = i;
 	}
 	cr_expect(fp, "the fingerprint in 64 hex digits: %s", r.out);
-	cr_expect(per_token, "the KV per token: %s", r.out);
+	cr_expect_eq(per_token, 3, "the KV per token in each dtype: %s", r.out);
 	cr_expect(limits, "the daemon's limits: %s", r.out);
 	cr_assert(kv_head > 0 && fit_head > kv_head + 3 && n >= fit_head + 4, "two tables: %s", r.out);
 	static const uint32_t tokens[] = { 512, 2048, 8192 };
@@ -1677,9 +1681,15 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	 * the limits did not come. */
 	CTL(&r, "info", "--model", model);
 	cr_expect_eq(r.status, 1, "%s", r.err);
-	cr_expect(strstr(r.out, "KV per block  64.0 KiB (64 tokens)"), "%s", r.out);
+	cr_expect(strstr(r.out, "KV per block  64.0 KiB (64 tokens, f32)"), "%s", r.out);
 	cr_expect(strstr(r.err, "cannot ask prefixd for its limits"), "%s", r.err);
 	cr_expect(strstr(r.err, "give info the daemon's --block-tokens"), "%s", r.err);
+	/* f16 KV: blocks of half the size, twice as many prefixes fit. */
+	CTL(&r, "info", "--model", model, "--block-tokens", "4", "--kv-dtype", "f16");
+	expect_ok(&r);
+	cr_expect(strstr(r.out, "KV per block  2.0 KiB (4 tokens, f16)"), "%s", r.out);
+	CTL(&r, "info", "--model", model, "--kv-dtype", "f8");
+	expect_fail(&r, 2, ARGS("--kv-dtype takes f32, f16 or bf16, not 'f8'"));
 	CTL(&r, "info", "--model", "/nonexistent/model");
 	expect_fail(&r, 1, ARGS("cannot load the model in /nonexistent/model"));
 	CTL(&r, "info", "--model", model, "--block-tokens", "48");

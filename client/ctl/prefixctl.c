@@ -25,6 +25,7 @@ static const struct option longopts[] = {
 	{ "prometheus", no_argument, NULL, O_PROMETHEUS },
 	{ "watch", required_argument, NULL, O_WATCH },
 	{ "block-tokens", required_argument, NULL, O_BLOCK },
+	{ "kv-dtype", required_argument, NULL, O_KV_DTYPE },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -112,16 +113,20 @@ static const struct ctl_command commands[] = {
 	  "                  (its fingerprint, 64 hex digits)\n"
 	  "  --watch SECS    prints it again every SECS seconds until interrupted (on a\n"
 	  "                  terminal, in place)\n" },
-	{ "info", cmd_info, O_MODEL | O_BLOCK, O_MODEL, NULL, "info --model DIR [--block-tokens B]",
+	{ "info", cmd_info, O_MODEL | O_BLOCK | O_KV_DTYPE, O_MODEL, NULL,
+	  "info --model DIR [--block-tokens B] [--kv-dtype f32|f16|bf16]",
 	  "what a model's prefixes cost, and how many fit in the daemon",
 	  "Loads a checkpoint (as prefix-run does) and prints the size of its KV cache:\n"
-	  "per token, per block, and for prefixes of 512, 2048 and 8192 tokens. Then\n"
-	  "asks the daemon for its limits and prints how many such prefixes fit in its\n"
-	  "memory budget, in one user's quota and under --pin-max. Any user may run it.\n"
+	  "per token in each KV dtype, then per block and for prefixes of 512, 2048 and\n"
+	  "8192 tokens in one. Then asks the daemon for its limits and prints how many\n"
+	  "such prefixes fit in its memory budget, in one user's quota and under\n"
+	  "--pin-max. Any user may run it.\n"
 	  "\n"
 	  "  --model DIR       the checkpoint (config.json and model.safetensors)\n"
 	  "  --block-tokens B  tokens per block, as the daemon's --block-tokens\n"
-	  "                    (default: 64)\n" },
+	  "                    (default: 64)\n"
+	  "  --kv-dtype DTYPE  the clients' prefix-run --kv-dtype: f32 (the default), f16\n"
+	  "                    or bf16\n" },
 	{ "export", cmd_export, O_USER | O_MODEL | O_ID, 0, "FILE",
 	  "export [--user UID] [--model FP] [--id ID] FILE",
 	  "writes cached prefixes to a file, to import elsewhere",
@@ -258,6 +263,11 @@ static int parse_value(struct ctl_args *a, int code, const char *val)
 	case O_IDLE: rc = parse_uint(a, code, val, 0, UINT32_MAX, &a->idle_s); break;
 	case O_TTL: rc = parse_uint(a, code, val, 1, UINT32_MAX, &v); a->ttl_s = (uint32_t)v; break;
 	case O_WATCH: rc = parse_uint(a, code, val, 1, UINT32_MAX, &v); a->watch_s = (uint32_t)v; break;
+	case O_KV_DTYPE:
+		if (strcmp(val, "f32") && strcmp(val, "f16") && strcmp(val, "bf16"))
+			rc = ctl_usage(a, "--kv-dtype takes f32, f16 or bf16, not '%s'", val);
+		a->kv_dtype = val;
+		break;
 	case O_BLOCK:
 		rc = parse_uint(a, code, val, 1, PREFIXD_MAX_BLOCK_TOKENS, &v);
 		if (!rc && (v & (v - 1)))

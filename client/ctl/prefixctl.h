@@ -21,6 +21,7 @@ enum ctl_opt {
 	O_JSON = 1 << 0, O_SORT = 1 << 1, O_LIMIT = 1 << 2, O_USER = 1 << 3,
 	O_MODEL = 1 << 4, O_ALL = 1 << 5, O_ID = 1 << 6, O_IDLE = 1 << 7,
 	O_TTL = 1 << 8, O_PROMETHEUS = 1 << 9, O_WATCH = 1 << 10, O_BLOCK = 1 << 11,
+	O_KV_DTYPE = 1 << 12,
 };
 
 enum ctl_sort { SORT_BYTES, SORT_HITS, SORT_IDLE, SORT_TOKENS };
@@ -50,6 +51,7 @@ struct ctl_args {
 	uint64_t limit, idle_s;
 	uint32_t user, ttl_s, watch_s, block_tokens;
 	const char *model;      /* a fingerprint (ls, evict) or a directory (info) */
+	const char *kv_dtype;   /* info: "f32", "f16" or "bf16"; NULL: f32 */
 	const char *id;
 };
 

@@ -18,6 +18,7 @@ static const uint32_t prefix_tokens[] = { 512, 2048, 8192 };
 struct kv_cost {
 	uint64_t per_token, block_bytes, block_charged;
 	uint32_t block_tokens;
+	enum pfx_kv_dtype dtype;
 };
 
 /* What the daemon charges for a prefix: its full blocks (a partial one is
@@ -38,11 +39,15 @@ static void print_model(const char *dir, const struct pfx_model *m, const struct
 	printf("kv heads      %d\n", c->n_kv_heads);
 	printf("head dim      %d\n", c->head_dim);
 	printf("fingerprint   %s\n", fp);
-	printf("KV per token  %s (%llu bytes: 2 x %d layers x %d kv heads x %d dims x 4, f32)\n",
-	       fmt_bytes(k->per_token, b), (unsigned long long)k->per_token, c->n_layers,
-	       c->n_kv_heads, c->head_dim);
-	printf("KV per block  %s (%u tokens), charged %s in whole pages\n",
-	       fmt_bytes(k->block_bytes, b), k->block_tokens, fmt_bytes(k->block_charged, ch));
+	for (int t = PFX_KV_F32; t <= PFX_KV_BF16; t++) {
+		uint64_t n = pfx_kv_bytes_per_token(c, (enum pfx_kv_dtype)t);
+		printf("KV per token  %s (%llu bytes: 2 x %d layers x %d kv heads x %d dims x %d, %s)\n",
+		       fmt_bytes(n, b), (unsigned long long)n, c->n_layers, c->n_kv_heads,
+		       c->head_dim, t == PFX_KV_F32 ? 4 : 2, pfx_kv_dtype_name((enum pfx_kv_dtype)t));
+	}
+	printf("KV per block  %s (%u tokens, %s), charged %s in whole pages\n",
+	       fmt_bytes(k->block_bytes, b), k->block_tokens, pfx_kv_dtype_name(k->dtype),
+	       fmt_bytes(k->block_charged, ch));
 	static const char *const head[] = { "PREFIX TOKENS", "KV", "FULL BLOCKS", "CHARGED" };
 	struct ctl_table t = { .ncols = 4, .head = head, .align = "rrrr" };
 	for (size_t i = 0; i < NPREFIXES; i++) {
@@ -93,7 +98,8 @@ static int ask_limits(const struct ctl_args *a, const struct pfx_model *m,
 		      const struct kv_cost *k, struct prefixd_limits *out)
 {
 	struct prefixd_layout layout = { .block_tokens = k->block_tokens,
-					 .block_bytes = k->block_bytes };
+					 .block_bytes = k->block_bytes,
+					 .layout = PREFIXD_LAYOUT_F32 + (uint32_t)k->dtype };
 	memcpy(layout.fingerprint, pfx_model_fingerprint(m), sizeof(layout.fingerprint));
 	struct prefixd *c;
 	int rc = prefixd_connect(a->socket, &layout, &c);
@@ -112,14 +118,18 @@ static int ask_limits(const struct ctl_args *a, const struct pfx_model *m,
 int cmd_info(const struct ctl_args *a)
 {
 	/* One thread: loading and fingerprinting need no more. */
-	struct pfx_model_opts o = { .threads = 1, .block_tokens = (int)a->block_tokens };
+	enum pfx_kv_dtype kvt = PFX_KV_F32;
+	if (a->kv_dtype)
+		pfx_kv_dtype_parse(a->kv_dtype, &kvt); /* checked with the options */
+	struct pfx_model_opts o = { .threads = 1, .block_tokens = (int)a->block_tokens,
+				    .kv_dtype = kvt };
 	struct pfx_error err = { "" };
 	struct pfx_model *m;
 	if (pfx_model_load(a->model, &o, &m, &err))
 		return ctl_fail("cannot load the model in %s: %s", a->model, err.msg);
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	struct kv_cost k = { .per_token = pfx_kv_bytes_per_token(pfx_model_config(m)),
-			     .block_tokens = (uint32_t)pfx_model_block_tokens(m) };
+	struct kv_cost k = { .per_token = pfx_kv_bytes_per_token(pfx_model_config(m), kvt),
+			     .block_tokens = (uint32_t)pfx_model_block_tokens(m), .dtype = kvt };
 	k.block_bytes = k.per_token * k.block_tokens;
 	k.block_charged = (k.block_bytes + page - 1) / page * page;
 	print_model(a->model, m, &k);
