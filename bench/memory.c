@@ -12,12 +12,23 @@
  * process) and /proc/PID/smaps (just the arena mappings, memfd
  * "prefixd-arena") at three moments: connected but not attached, attached
  * and touched, and after the client made a private copy of the prefix (the
- * no-sharing baseline, measured the same way). Prints one JSON object.
+ * no-sharing baseline, measured the same way).
+ *
+ * Then the same question for a model's weights: a random SmolLM-135M-shaped
+ * checkpoint in bf16 (269 MB) is loaded by 4 processes, each running 8
+ * tokens so every weight page is resident. Kept native, the weight matrices
+ * stay in the checkpoint's read-only file mapping, whose page-cache pages
+ * the 4 share: the mapping's PSS summed over them should be one copy of the
+ * file. Upcast to f32 (PFX_WEIGHTS_F32) they are private anonymous memory
+ * of twice the size in each. The parent reads smaps_rollup before the load
+ * and after the tokens, and the smaps entry of the model.safetensors
+ * mapping. Prints one JSON object with both measurements.
  *
  *   memory [--clients N]
  *
- * Target: pss_ratio <= 1.2. Exits 1 when something fails or the target is
- * missed (the figures are printed either way).
+ * Targets: pss_ratio <= 1.2 (the KV prefix), weights_native_pss_total_vs_file
+ * <= 1.2. Exits 1 when something fails or a target is missed (the figures
+ * are printed either way).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,11 +40,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon_util.h"
+#include "model.h"
 #include "prefixd.h"
+#include "random_model.h"
+#include "session.h"
 
 /* SmolLM-135M: 30 layers, 3 KV heads of 64 dims, f32, K and V. */
 #define BLOCK_TOKENS 64
@@ -44,6 +59,13 @@
 #define TARGET_PSS_RATIO 1.2
 #define ARENA_NAME "/memfd:prefixd-arena" /* shm/arena.c's memfd_create name */
 #define REPLY_TIMEOUT_MS 30000
+/* The weights: processes loading the model, tokens each runs. */
+#define WEIGHT_PROCS 4
+#define WEIGHT_TOKENS 8
+#define TARGET_WEIGHTS_RATIO 1.2
+/* Every weight page is read (fingerprint, forward): a mapping with less of
+ * the file resident is not the one we are looking for. */
+#define WEIGHTS_RESIDENT_MIN 0.9
 
 /* ==== The prefix ==== */
 
@@ -113,6 +135,15 @@ static void reply(int st, char what, const char *msg)
 		_exit(1);
 }
 
+/* A successful answer that carries text (the model processes' figures). */
+static void reply_with(int st, char what, const char *text)
+{
+	char buf[300];
+	int n = snprintf(buf, sizeof(buf), "%c%s", what, text);
+	if (write(st, buf, (size_t)n) < 0)
+		_exit(1);
+}
+
 /* Reads one byte of every page of the prefix, so all of it is resident in
  * this process, and checks a word of each block. */
 static int touch(const void *const *kv)
@@ -178,7 +209,23 @@ struct client {
 	int cmd, st;
 };
 
-static int spawn(struct client *k, const char *sock, const uint32_t *tokens)
+/* What a forked process runs: its argument, the command and status pipes.
+ * It never returns (it _exits, so the parent's atexit handlers stay the
+ * parent's). */
+typedef void (*child_main)(const void *arg, int cmd, int st);
+
+struct kv_client_arg {
+	const char *sock;
+	const uint32_t *tokens;
+};
+
+static void kv_client_main(const void *arg, int cmd, int st)
+{
+	const struct kv_client_arg *a = arg;
+	client_main(a->sock, a->tokens, cmd, st);
+}
+
+static int spawn(struct client *k, child_main fn, const void *arg)
 {
 	int cmd[2], st[2];
 	if (pipe2(cmd, O_CLOEXEC) || pipe2(st, O_CLOEXEC)) {
@@ -194,7 +241,8 @@ static int spawn(struct client *k, const char *sock, const uint32_t *tokens)
 	if (k->pid == 0) {
 		close(cmd[1]);
 		close(st[0]);
-		client_main(sock, tokens, cmd[0], st[1]);
+		fn(arg, cmd[0], st[1]);
+		_exit(1);
 	}
 	close(cmd[0]);
 	close(st[1]);
@@ -203,19 +251,28 @@ static int spawn(struct client *k, const char *sock, const uint32_t *tokens)
 	return 0;
 }
 
-/* Waits for client i's answer to `what`; -1 with the reason on stderr. */
-static int await(const struct client *k, int i, char what)
+/* Waits for client i's answer to `what`, copying the text after the byte
+ * into text[cap] (if text); -1 with the reason on stderr. */
+static int await_text(const struct client *k, int i, char what, char *text, size_t cap)
 {
 	struct pollfd p = { .fd = k->st, .events = POLLIN };
 	char buf[301];
 	int n = poll(&p, 1, REPLY_TIMEOUT_MS);
 	ssize_t r = n > 0 ? read(k->st, buf, sizeof(buf) - 1) : -1;
-	if (r > 0 && buf[0] == what)
-		return 0;
 	buf[r > 0 ? r : 0] = 0;
+	if (r > 0 && buf[0] == what) {
+		if (text)
+			snprintf(text, cap, "%s", buf + 1);
+		return 0;
+	}
 	fprintf(stderr, "bench/memory: client %d: %s\n", i,
 		n == 0 ? "no answer within 30 s" : r > 0 ? buf + 1 : "exited");
 	return -1;
+}
+
+static int await(const struct client *k, int i, char what)
+{
+	return await_text(k, i, what, NULL, 0);
 }
 
 static int command(struct client *ks, int n, char what)
@@ -252,31 +309,53 @@ static int reap(struct client *ks, int n)
 
 /* ==== /proc ==== */
 
+/* Fields of /proc/PID/smaps_rollup, in bytes; -1 for one the kernel does
+ * not report (Pss_Anon and Pss_File came with Linux 5.x). */
+struct rollup {
+	long long pss, rss, pss_anon, pss_file;
+};
+
+static int rollup_read(pid_t pid, struct rollup *r)
+{
+	char path[64], line[256];
+	long long kb;
+	*r = (struct rollup){ -1, -1, -1, -1 };
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Pss: %lld kB", &kb) == 1)
+			r->pss = kb * 1024;
+		else if (sscanf(line, "Rss: %lld kB", &kb) == 1)
+			r->rss = kb * 1024;
+		else if (sscanf(line, "Pss_Anon: %lld kB", &kb) == 1)
+			r->pss_anon = kb * 1024;
+		else if (sscanf(line, "Pss_File: %lld kB", &kb) == 1)
+			r->pss_file = kb * 1024;
+	}
+	fclose(f);
+	return r->pss < 0 || r->rss < 0 ? -1 : 0;
+}
+
 /* The "Pss:" line of /proc/PID/smaps_rollup, in bytes; -1 on failure. */
 static long long rollup_pss(pid_t pid)
 {
-	char path[64], line[256];
-	long long kb = -1;
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-	FILE *f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "Pss: %lld kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb < 0 ? -1 : kb * 1024;
+	struct rollup r;
+	return rollup_read(pid, &r) ? -1 : r.pss;
 }
 
 struct arena_mem {
-	long long pss, rss, mapped; /* bytes, over every arena mapping */
+	long long pss, rss, mapped; /* bytes, over every mapping of the name */
 	int mappings;
 };
 
-/* Sums the arena mappings of /proc/PID/smaps. A mapping starts with a line
- * "start-end perms offset dev inode path"; its fields follow as "Name: n kB". */
-static int arena_mem(pid_t pid, struct arena_mem *m)
+/* Sums the mappings of /proc/PID/smaps whose path contains `name`. A
+ * mapping starts with a line "start-end perms offset dev inode path"; its
+ * fields follow as "Name: n kB". */
+static int mapping_mem(pid_t pid, const char *name, struct arena_mem *m)
 {
-	char path[64], line[512];
+	char path[64], line[4352]; /* a path can be PATH_MAX long */
 	memset(m, 0, sizeof(*m));
 	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
 	FILE *f = fopen(path, "r");
@@ -287,7 +366,7 @@ static int arena_mem(pid_t pid, struct arena_mem *m)
 	unsigned long long lo, hi;
 	while (fgets(line, sizeof(line), f)) {
 		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, ' ')) {
-			in_arena = strstr(line, ARENA_NAME) != NULL;
+			in_arena = strstr(line, name) != NULL;
 			if (in_arena) {
 				m->mappings++;
 				m->mapped += (long long)(hi - lo);
@@ -300,6 +379,12 @@ static int arena_mem(pid_t pid, struct arena_mem *m)
 	}
 	fclose(f);
 	return 0;
+}
+
+/* The arena mappings (memfd "prefixd-arena"). */
+static int arena_mem(pid_t pid, struct arena_mem *m)
+{
+	return mapping_mem(pid, ARENA_NAME, m);
 }
 
 /* ==== Measuring ==== */
@@ -360,7 +445,7 @@ static void print_list(const char *name, const struct sample *s, int n, size_t f
 	printf("],\n");
 }
 
-/* Prints the JSON; the pss ratio. */
+/* Opens the JSON and prints the prefix's keys; the pss ratio. */
 static double report(const struct sample *s, int n, const struct arena_mem *dm)
 {
 	long long pss = 0, rss = 0, grew = 0, copies = 0, mapped = 0;
@@ -394,12 +479,312 @@ static double report(const struct sample *s, int n, const struct arena_mem *dm)
 	print_list("clients_rollup_pss_before", s, n, offsetof(struct sample, before));
 	print_list("clients_rollup_pss_attached", s, n, offsetof(struct sample, attached));
 	print_list("clients_rollup_pss_private_copy", s, n, offsetof(struct sample, private_copy));
-	printf("  \"target\": {\"pss_ratio\": %.1f},\n  \"target_met\": %s,\n", TARGET_PSS_RATIO,
-	       ratio <= TARGET_PSS_RATIO ? "true" : "false");
-	printf("  \"note\": \"pss_ratio: Pss of the arena mappings (%s) summed over the clients, over the prefix's bytes; the daemon's own mapping holds the remaining share (pss_ratio_with_daemon). rollup_pss_growth_ratio: growth of smaps_rollup Pss on attaching. rss_ratio and private_copy_ratio: what Rss would claim, and what private copies cost, measured the same way\"\n",
-	       ARENA_NAME);
-	printf("}\n");
 	return ratio;
+}
+
+/* ==== The weights ==== */
+
+/* The random checkpoint's directory, resolved (smaps names the mapping by
+ * its real path); removed at exit. */
+static char wdir[4096];
+
+static void remove_checkpoint(void)
+{
+	char p[sizeof(wdir) + 32];
+	if (!wdir[0])
+		return;
+	snprintf(p, sizeof(p), "%s/model.safetensors", wdir);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/config.json", wdir);
+	unlink(p);
+	rmdir(wdir);
+	wdir[0] = 0;
+}
+
+/* Writes the bf16 SmolLM-shaped checkpoint; its model.safetensors path
+ * into file[cap] and size into *bytes. */
+static int write_checkpoint(char *file, size_t cap, long long *bytes)
+{
+	char tmp[] = "/tmp/prefixd-bench-memory-XXXXXX";
+	struct pfx_config c = pfx_config_smollm135m();
+	struct pfx_error err = { "" };
+	struct stat st;
+	if (!mkdtemp(tmp)) {
+		fprintf(stderr, "bench/memory: mkdtemp %s: %s\n", tmp, strerror(errno));
+		return -1;
+	}
+	if (!realpath(tmp, wdir)) {
+		fprintf(stderr, "bench/memory: realpath %s: %s\n", tmp, strerror(errno));
+		rmdir(tmp);
+		return -1;
+	}
+	atexit(remove_checkpoint); /* also on the failures below */
+	if (pfx_random_checkpoint(wdir, &c, "BF16", 1, &err)) {
+		fprintf(stderr, "bench/memory: cannot write the random model: %s\n", err.msg);
+		return -1;
+	}
+	snprintf(file, cap, "%s/model.safetensors", wdir);
+	if (stat(file, &st)) {
+		fprintf(stderr, "bench/memory: stat %s: %s\n", file, strerror(errno));
+		return -1;
+	}
+	*bytes = (long long)st.st_size;
+	return 0;
+}
+
+struct model_child_arg {
+	const char *dir;
+	enum pfx_weights weights;
+};
+
+/* Loads the model and runs WEIGHT_TOKENS tokens with the last position's
+ * logits: the layers read every matrix, the logits all of the (tied)
+ * embedding. The weights' figures into text[cap], or the error. */
+static int load_and_run(const struct model_child_arg *a, struct pfx_model **m,
+			struct pfx_session **s, char *text, size_t cap)
+{
+	struct pfx_model_opts o = { .threads = 1, .weights = a->weights };
+	struct pfx_error err = { "" };
+	int32_t tok[WEIGHT_TOKENS];
+	float *logits = NULL;
+	int rc = pfx_model_load(a->dir, &o, m, &err);
+	if (!rc)
+		rc = pfx_session_new(*m, s, &err);
+	if (!rc) {
+		const struct pfx_config *c = pfx_model_config(*m);
+		for (int i = 0; i < WEIGHT_TOKENS; i++)
+			tok[i] = (int32_t)((i * 7919 + 1) % c->vocab);
+		if (!(logits = malloc((size_t)c->vocab * sizeof(float))))
+			rc = pfx_errorf(&err, -ENOMEM, "out of memory");
+		else
+			rc = pfx_session_append(*s, tok, WEIGHT_TOKENS, PFX_LOGITS_LAST, logits, &err);
+	}
+	free(logits);
+	if (rc)
+		snprintf(text, cap, "%.250s", err.msg);
+	else
+		snprintf(text, cap, "%zu %s", pfx_model_weight_bytes(*m), pfx_model_weight_held(*m));
+	return rc;
+}
+
+/*
+ * A process holding the model: answers 'r' once forked (nothing loaded yet:
+ * the baseline), then on any command loads it, runs the tokens and answers
+ * 'l' with "<weight bytes> <dtype held>". It keeps the model until its
+ * command pipe closes, so the parent reads its /proc files meanwhile.
+ */
+static void model_child_main(const void *arg, int cmd, int st)
+{
+	struct pfx_model *m = NULL;
+	struct pfx_session *s = NULL;
+	char what, text[300];
+	reply(st, 'r', NULL);
+	if (read(cmd, &what, 1) != 1)
+		_exit(0);
+	int rc = load_and_run(arg, &m, &s, text, sizeof(text));
+	if (rc)
+		reply(st, 'l', text);
+	else
+		reply_with(st, 'l', text);
+	while (read(cmd, &what, 1) == 1)
+		;
+	pfx_session_free(s);
+	pfx_model_free(m);
+	_exit(rc ? 1 : 0);
+}
+
+struct wsample {
+	struct rollup before, after; /* before the load; after the tokens */
+	struct arena_mem file;       /* the model.safetensors mapping, after */
+	long long held_bytes;        /* pfx_model_weight_bytes */
+	char held[16];               /* pfx_model_weight_held */
+};
+
+/* The model's private memory: Pss_Anon's growth. Without Pss_Anon (older
+ * kernels), what grew outside the checkpoint's mapping. */
+static long long private_growth(const struct wsample *w)
+{
+	if (w->before.pss_anon >= 0 && w->after.pss_anon >= 0)
+		return w->after.pss_anon - w->before.pss_anon;
+	return w->after.pss - w->before.pss - w->file.pss;
+}
+
+/* Reads process i's memory once every process holds the model. */
+static int read_weights(const struct client *k, int i, const char *file, long long file_bytes,
+			struct wsample *w)
+{
+	if (rollup_read(k->pid, &w->after) || mapping_mem(k->pid, file, &w->file)) {
+		fprintf(stderr, "bench/memory: cannot read /proc/%d/smaps or smaps_rollup\n",
+			(int)k->pid);
+		return -1;
+	}
+	if (w->file.rss < (long long)(WEIGHTS_RESIDENT_MIN * (double)file_bytes)) {
+		fprintf(stderr, "bench/memory: model process %d: %lld bytes resident in %d mappings of %s, less than %.0f%% of its %lld bytes: every weight was read, so the mapping is not the model's\n",
+			i, w->file.rss, w->file.mappings, file, 100 * WEIGHTS_RESIDENT_MIN, file_bytes);
+		return -1;
+	}
+	return 0;
+}
+
+/* Forks WEIGHT_PROCS processes holding the model as `weights` and measures
+ * them while all of them hold it; w[i] for process i. */
+static int measure_weights(const char *dir, const char *file, long long file_bytes,
+			   enum pfx_weights weights, struct wsample *w)
+{
+	struct model_child_arg a = { dir, weights };
+	struct client ks[WEIGHT_PROCS];
+	char text[300];
+	int started = 0, rc = 0;
+	while (!rc && started < WEIGHT_PROCS && !(rc = spawn(&ks[started], model_child_main, &a)))
+		started++;
+	for (int i = 0; !rc && i < WEIGHT_PROCS; i++) {
+		if ((rc = await(&ks[i], i, 'r')))
+			break;
+		if ((rc = rollup_read(ks[i].pid, &w[i].before)))
+			fprintf(stderr, "bench/memory: cannot read /proc/%d/smaps_rollup\n",
+				(int)ks[i].pid);
+	}
+	for (int i = 0; !rc && i < WEIGHT_PROCS; i++)
+		if (write(ks[i].cmd, "l", 1) != 1) {
+			fprintf(stderr, "bench/memory: model process %d: exited\n", i);
+			rc = -1;
+		}
+	for (int i = 0; !rc && i < WEIGHT_PROCS; i++) {
+		if ((rc = await_text(&ks[i], i, 'l', text, sizeof(text))))
+			break;
+		if (sscanf(text, "%lld %15s", &w[i].held_bytes, w[i].held) != 2) {
+			fprintf(stderr, "bench/memory: model process %d: unreadable answer '%s'\n", i,
+				text);
+			rc = -1;
+		}
+	}
+	for (int i = 0; !rc && i < WEIGHT_PROCS; i++)
+		rc = read_weights(&ks[i], i, file, file_bytes, &w[i]);
+	if (reap(ks, started) && !rc) {
+		fprintf(stderr, "bench/memory: a model process failed on its way out\n");
+		rc = -1;
+	}
+	return rc;
+}
+
+/* Held as asked, or the figures measure something else. */
+static int check_held(const struct wsample *w, const char *want, const char *mode)
+{
+	for (int i = 0; i < WEIGHT_PROCS; i++)
+		if (strcmp(w[i].held, want)) {
+			fprintf(stderr, "bench/memory: model process %d, weights %s: holds %s, not %s\n",
+				i, mode, w[i].held, want);
+			return -1;
+		}
+	return 0;
+}
+
+/* Both halves: native (bf16 in the file's mapping), then upcast to f32. The
+ * native processes have exited before the f32 ones map the file, so each
+ * half's PSS is shared among its own 4 only. */
+static int weights(long long *file_bytes, struct wsample *nat, struct wsample *f32)
+{
+	char file[sizeof(wdir) + 32];
+	int rc = write_checkpoint(file, sizeof(file), file_bytes);
+	if (!rc)
+		rc = measure_weights(wdir, file, *file_bytes, PFX_WEIGHTS_NATIVE, nat);
+	if (!rc)
+		rc = check_held(nat, "BF16", "native");
+	if (!rc)
+		rc = measure_weights(wdir, file, *file_bytes, PFX_WEIGHTS_F32, f32);
+	if (!rc)
+		rc = check_held(f32, "F32", "f32");
+	remove_checkpoint();
+	return rc;
+}
+
+static void print_wlist(const char *name, const struct wsample *w, size_t field)
+{
+	printf("  \"%s\": [", name);
+	for (int i = 0; i < WEIGHT_PROCS; i++)
+		printf("%s%lld", i ? ", " : "", *(const long long *)((const char *)&w[i] + field));
+	printf("],\n");
+}
+
+static void print_private(const char *name, const struct wsample *w)
+{
+	printf("  \"%s\": [", name);
+	for (int i = 0; i < WEIGHT_PROCS; i++)
+		printf("%s%lld", i ? ", " : "", private_growth(&w[i]));
+	printf("],\n");
+}
+
+/* smaps_rollup after the tokens, and its Pss growth summed. */
+static void print_rollups(const char *mode, const struct wsample *w)
+{
+	static const struct {
+		const char *name;
+		size_t field;
+	} f[] = {
+		{ "pss", offsetof(struct wsample, after.pss) },
+		{ "rss", offsetof(struct wsample, after.rss) },
+		{ "pss_anon", offsetof(struct wsample, after.pss_anon) },
+		{ "pss_file", offsetof(struct wsample, after.pss_file) },
+	};
+	char name[64];
+	long long grew = 0;
+	for (size_t j = 0; j < sizeof(f) / sizeof(f[0]); j++) {
+		snprintf(name, sizeof(name), "weights_%s_rollup_%s", mode, f[j].name);
+		print_wlist(name, w, f[j].field);
+	}
+	for (int i = 0; i < WEIGHT_PROCS; i++)
+		grew += w[i].after.pss - w[i].before.pss;
+	printf("  \"weights_%s_rollup_pss_growth_total_bytes\": %lld,\n", mode, grew);
+}
+
+/* Prints the weights' keys; native total Pss of the mapping over the file. */
+static double report_weights(long long file_bytes, const struct wsample *nat,
+			     const struct wsample *f32)
+{
+	long long npss = 0, fpss = 0, ngrew = 0, fgrew = 0;
+	for (int i = 0; i < WEIGHT_PROCS; i++) {
+		npss += nat[i].file.pss;
+		fpss += private_growth(&f32[i]) + f32[i].file.pss;
+		ngrew += nat[i].after.pss - nat[i].before.pss;
+		fgrew += f32[i].after.pss - f32[i].before.pss;
+	}
+	double ratio = (double)npss / (double)file_bytes;
+	printf("  \"weights_processes\": %d,\n", WEIGHT_PROCS);
+	printf("  \"weights_checkpoint\": \"random SmolLM-135M shape, BF16 model.safetensors\",\n");
+	printf("  \"weights_tokens_run\": %d,\n", WEIGHT_TOKENS);
+	printf("  \"weights_file_bytes\": %lld,\n", file_bytes);
+	printf("  \"weights_native_held\": \"%s\",\n  \"weights_native_held_bytes\": %lld,\n",
+	       nat[0].held, nat[0].held_bytes);
+	print_wlist("weights_native_pss_bytes_per_process", nat, offsetof(struct wsample, file.pss));
+	print_wlist("weights_native_rss_bytes_per_process", nat, offsetof(struct wsample, file.rss));
+	printf("  \"weights_native_pss_total_bytes\": %lld,\n", npss);
+	printf("  \"weights_native_pss_total_vs_file\": %.3f,\n", ratio);
+	print_private("weights_native_private_bytes_per_process", nat);
+	print_rollups("native", nat);
+	printf("  \"weights_f32_held\": \"%s\",\n  \"weights_f32_held_bytes\": %lld,\n", f32[0].held,
+	       f32[0].held_bytes);
+	print_private("weights_f32_private_bytes_per_process", f32);
+	print_wlist("weights_f32_file_pss_bytes_per_process", f32, offsetof(struct wsample, file.pss));
+	print_wlist("weights_f32_file_rss_bytes_per_process", f32, offsetof(struct wsample, file.rss));
+	printf("  \"weights_f32_pss_total_bytes\": %lld,\n", fpss);
+	print_rollups("f32", f32);
+	printf("  \"weights_pss_total_native_vs_f32\": %.3f,\n", (double)npss / (double)fpss);
+	printf("  \"weights_rollup_pss_growth_native_vs_f32\": %.3f,\n", (double)ngrew / (double)fgrew);
+	return ratio;
+}
+
+/* The targets and notes; closes the JSON. */
+static void report_end(double kv_ratio, double w_ratio)
+{
+	printf("  \"target\": {\"pss_ratio\": %.1f, \"weights_native_pss_total_vs_file\": %.1f},\n",
+	       TARGET_PSS_RATIO, TARGET_WEIGHTS_RATIO);
+	printf("  \"target_met\": %s,\n",
+	       kv_ratio <= TARGET_PSS_RATIO && w_ratio <= TARGET_WEIGHTS_RATIO ? "true" : "false");
+	printf("  \"note\": \"pss_ratio: Pss of the arena mappings (%s) summed over the clients, over the prefix's bytes; the daemon's own mapping holds the remaining share (pss_ratio_with_daemon). rollup_pss_growth_ratio: growth of smaps_rollup Pss on attaching. rss_ratio and private_copy_ratio: what Rss would claim, and what private copies cost, measured the same way\",\n",
+	       ARENA_NAME);
+	printf("  \"weights_note\": \"%d processes each load the bf16 checkpoint (threads 1) and run %d tokens, so every weight page is resident; figures read while all hold it. native: the weight matrices stay in the read-only mapping of model.safetensors, page-cache pages the processes share: Rss shows the whole file in each, Pss a 1/%d share, so the Pss summed (weights_native_pss_total_bytes) is one copy of the file. f32: the weights upcast at load into private anonymous memory, twice the file's size in each process (Pss_Anon growth, weights_f32_private_bytes_per_process), %d copies; the checkpoint stays mapped besides (weights_f32_file_*), and weights_f32_pss_total_bytes counts both. *_private_bytes_per_process: smaps_rollup Pss_Anon growth from before the load (native: norms, session, scratch, BLAS buffers). *_rollup_pss_growth_total_bytes: all the Pss the load and the tokens added, summed over the processes\"\n",
+	       WEIGHT_PROCS, WEIGHT_TOKENS, WEIGHT_PROCS, WEIGHT_PROCS);
+	printf("}\n");
 }
 
 int main(int argc, char **argv)
@@ -426,7 +811,8 @@ int main(int argc, char **argv)
 	struct sample s[MAX_CLIENTS];
 	struct arena_mem dm;
 	int started = 0, rc = publish(d.sock, tokens);
-	while (!rc && started < n && !(rc = spawn(&ks[started], d.sock, tokens)))
+	struct kv_client_arg ka = { d.sock, tokens };
+	while (!rc && started < n && !(rc = spawn(&ks[started], kv_client_main, &ka)))
 		started++;
 	for (int i = 0; !rc && i < n; i++)
 		rc = await(&ks[i], i, 'c');
@@ -440,14 +826,25 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench/memory: prefixd did not stop cleanly\n");
 		rc = -1;
 	}
+	static struct wsample nat[WEIGHT_PROCS], f32[WEIGHT_PROCS];
+	long long file_bytes = 0;
+	if (!rc)
+		rc = weights(&file_bytes, nat, f32);
 	if (rc) {
 		fprintf(stderr, "bench/memory: failed\n");
 		return 1;
 	}
 	double ratio = report(s, n, &dm);
+	double w_ratio = report_weights(file_bytes, nat, f32);
+	report_end(ratio, w_ratio);
 	if (ratio > TARGET_PSS_RATIO) {
 		fprintf(stderr, "bench/memory: target missed: pss_ratio %.3f (target <= %.1f)\n", ratio,
 			TARGET_PSS_RATIO);
+		return 1;
+	}
+	if (w_ratio > TARGET_WEIGHTS_RATIO) {
+		fprintf(stderr, "bench/memory: target missed: weights_native_pss_total_vs_file %.3f (target <= %.1f)\n",
+			w_ratio, TARGET_WEIGHTS_RATIO);
 		return 1;
 	}
 	return 0;
