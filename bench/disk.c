@@ -662,7 +662,7 @@ struct ttft_run {
 static int ttft(const char *sock, int suffix_seed, struct bench_ttft *res)
 {
 	int rc = bench_ttft("bench/disk", model_dir, sock, PREFIX_TOKENS, SUFFIX,
-			    (uint32_t)suffix_seed, res);
+			    (uint32_t)suffix_seed, PFX_KV_F32, res);
 	if (rc)
 		fail("a time-to-first-token run failed");
 	return rc;

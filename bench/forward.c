@@ -5,13 +5,19 @@
  * same run: cblas_sgemm on the model's own matrix shapes (compute bound)
  * and streaming read bandwidth (memory bound). Prints one JSON object.
  *
- *   forward [--model DIR] [--threads N] [--block-tokens B]
+ * The checkpoint is loaded twice: as it is (f16 and bf16 matrices held in
+ * 16 bits) and upcast to f32 (PFX_WEIGHTS_F32). Both run in the same rounds,
+ * back to back, so the speedup of 16-bit weights is measured against the
+ * machine's state of the moment rather than against another run.
+ *
+ *   forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]
  */
 #include <cblas.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -40,10 +46,32 @@ static double attention_flops(const struct pfx_config *c, double n)
 	return 2.0 * 2.0 * c->n_layers * c->n_heads * c->head_dim * n * (n + 1) / 2;
 }
 
-static double weight_bytes_per_token(const struct pfx_config *c)
+/* Bytes of weights one decode step reads: every matrix once (a tied
+ * embedding as lm_head) at elem bytes an element, and the norms, which are
+ * always held as f32. */
+static double weight_bytes_per_token(const struct pfx_config *c, double elem)
 {
 	double H = c->hidden;
-	return 4.0 * (layer_flops_per_token(c) / 2 + c->n_layers * 2 * H + H + (double)c->vocab * H);
+	return elem * (layer_flops_per_token(c) / 2 + (double)c->vocab * H) +
+	       4.0 * (c->n_layers * 2 * H + H);
+}
+
+/* Bytes an element of the matrices as held ("F32", "BF16", "F16+F32"...).
+ * A mix counts as f32: it overstates the bytes read rather than flatter
+ * decode_bound_ratio. */
+static double held_elem_bytes(const char *held)
+{
+	return strstr(held, "F32") ? 4 : 2;
+}
+
+/* The checkpoint dtype for --dtype's argument; NULL for anything else. */
+static const char *checkpoint_dtype(const char *arg)
+{
+	static const char *const names[][2] = { { "f32", "F32" }, { "f16", "F16" }, { "bf16", "BF16" } };
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcasecmp(arg, names[i][0]))
+			return names[i][1];
+	return NULL;
 }
 
 struct sgemm_ref {
@@ -90,6 +118,16 @@ static void sgemm_ref_release(struct sgemm_ref *r)
 	free(r->y);
 }
 
+/* The two loads of one checkpoint every figure compares. */
+enum { NATIVE, UPCAST };
+
+/* The pools' workers spin ~0.5 ms after a job before sleeping: what runs
+ * next (the other model's pool, the probe) should not share a CPU with them. */
+static void let_workers_sleep(void)
+{
+	usleep(2000);
+}
+
 /* Seconds to prefill n tokens in a fresh session (logits of the last). */
 static double prefill_once(struct pfx_model *m, const int32_t *tok, int n, float *l)
 {
@@ -102,6 +140,19 @@ static double prefill_once(struct pfx_model *m, const int32_t *tok, int n, float
 	double t = bench_now() - t0;
 	pfx_session_free(s);
 	return t;
+}
+
+/* Tokens per second of a prefill of n tokens by each model, back to back;
+ * which goes first alternates with run, so drift within a pair and the
+ * state the first leaves behind hit both alike. */
+static void prefill_pair(struct pfx_model *const m[2], const int32_t *tok, int n, float *l,
+			 int run, double tok_s[2])
+{
+	for (int k = 0; k < 2; k++) {
+		int j = k ^ (run & 1);
+		let_workers_sleep();
+		tok_s[j] = n / prefill_once(m[j], tok, n, l);
+	}
 }
 
 /* Seconds of `steps` decode steps after ctx, then rewinds. */
@@ -118,26 +169,32 @@ static double decode_once(struct pfx_session *s, const int32_t *tok, int ctx, in
 
 /*
  * One decode round: DECODE_SLICES times a pass of the bandwidth probe then
- * DECODE_STEPS steps. The machine's bandwidth drifts within a second by
- * more than the differences we look for, so the reference is sampled in
- * the same stretch of time as the decode it is compared with, not before.
- * Returns tokens per second; *bw the probe's GB/s over the same round.
+ * DECODE_STEPS steps of each model's session (the first alternating). The
+ * machine's bandwidth drifts within a second by more than the differences
+ * we look for, so the reference and the other model are sampled in the
+ * same stretch of time as the decode they are compared with, not before.
+ * Sets tok_s[] to each session's tokens per second; *bw the probe's GB/s
+ * over the same round.
  */
 enum { DECODE_SLICES = 16, DECODE_STEPS = 2 };
 
-static double decode_round(struct pfx_session *s, const int32_t *tok, float *l,
-			   struct bw_probe *probe, int threads, double *bw)
+static void decode_round(struct pfx_session *const s[2], const int32_t *tok, float *l,
+			 struct bw_probe *probe, int threads, double tok_s[2], double *bw)
 {
-	double dt = 0, bytes_s = 0;
+	double dt[2] = { 0, 0 }, bytes_s = 0;
 	for (int i = 0; i < DECODE_SLICES; i++) {
-		/* The pool's workers spin ~0.5 ms after a step before sleeping;
-		 * the probe should not share a CPU with them. */
-		usleep(2000);
+		let_workers_sleep();
 		bytes_s += 1.0 / bw_probe_run(probe, threads); /* seconds per GB */
-		dt += decode_once(s, tok, 512, DECODE_STEPS, l);
+		for (int k = 0; k < 2; k++) {
+			int j = k ^ (i & 1);
+			if (k)
+				let_workers_sleep();
+			dt[j] += decode_once(s[j], tok, 512, DECODE_STEPS, l);
+		}
 	}
 	*bw = DECODE_SLICES / bytes_s; /* GB over total seconds, not a mean of rates */
-	return DECODE_SLICES * DECODE_STEPS / dt;
+	for (int j = 0; j < 2; j++)
+		tok_s[j] = DECODE_SLICES * DECODE_STEPS / dt[j];
 }
 
 static double spread(double *v, int n, double med)
@@ -150,12 +207,35 @@ static double spread(double *v, int n, double med)
 	return (hi - lo) / med;
 }
 
+/* Loads dir as it is (NATIVE) and upcast to f32 (UPCAST); 0, or -errno
+ * with err saying why. */
+static int load_pair(const char *dir, int threads, int block, struct pfx_model *m[2],
+		     struct pfx_error *err)
+{
+	struct pfx_model_opts mo = { .threads = threads, .block_tokens = block };
+	int rc = pfx_model_load(dir, &mo, &m[NATIVE], err);
+	if (rc)
+		return rc;
+	mo.weights = PFX_WEIGHTS_F32;
+	if ((rc = pfx_model_load(dir, &mo, &m[UPCAST], err)))
+		pfx_model_free(m[NATIVE]);
+	return rc;
+}
+
+static const char usage[] =
+	"usage: forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]\n"
+	"  --model DIR  run the checkpoint in DIR instead of a random SmolLM-135M-shaped one\n"
+	"  --dtype T    the random model's weight dtype (default f32); not with --model,\n"
+	"               whose checkpoint runs in its own dtype\n"
+	"Either way the weights are also run upcast to f32, for the speedups.\n";
+
 int main(int argc, char **argv)
 {
-	const char *model = NULL;
+	const char *model = NULL, *dtype_opt = NULL, *dtype = "F32";
 	int threads = 2, block = 0, c;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
+		{ "dtype", required_argument, NULL, 'd' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "block-tokens", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
@@ -164,12 +244,14 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (c == 'm')
 			model = optarg;
+		else if (c == 'd')
+			dtype_opt = optarg;
 		else if (c == 't')
 			threads = atoi(optarg);
 		else if (c == 'b')
 			block = atoi(optarg);
 		else {
-			fprintf(stderr, "usage: forward [--model DIR] [--threads N] [--block-tokens B]\n");
+			fputs(usage, c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -177,23 +259,31 @@ int main(int argc, char **argv)
 		fprintf(stderr, "forward: --threads must be 1..64\n");
 		return 2;
 	}
+	if (dtype_opt && !(dtype = checkpoint_dtype(dtype_opt))) {
+		fprintf(stderr, "forward: --dtype must be bf16, f16 or f32, not '%s'\n", dtype_opt);
+		return 2;
+	}
+	if (dtype_opt && model) {
+		fprintf(stderr, "forward: --dtype sets the dtype of the random model; a --model "
+				"checkpoint runs in its own dtype (drop --dtype)\n");
+		return 2;
+	}
 	char tmp[] = "/tmp/prefixd-bench-XXXXXX";
 	struct pfx_error err = { "" };
 	if (!model) {
 		struct pfx_config sc = pfx_config_smollm135m();
-		if (!mkdtemp(tmp) || pfx_random_checkpoint(tmp, &sc, "F32", 1, &err)) {
+		if (!mkdtemp(tmp) || pfx_random_checkpoint(tmp, &sc, dtype, 1, &err)) {
 			fprintf(stderr, "forward: cannot write the random model: %s\n", err.msg);
 			return 1;
 		}
 		model = tmp;
 	}
-	struct pfx_model_opts mo = { .threads = threads, .block_tokens = block };
-	struct pfx_model *m;
-	int rc = pfx_model_load(model, &mo, &m, &err);
+	struct pfx_model *m[2];
+	int rc = load_pair(model, threads, block, m, &err);
 	if (model == tmp) {
 		char p[64];
 		snprintf(p, sizeof(p), "%s/model.safetensors", tmp);
-		unlink(p); /* the mapping keeps the data alive */
+		unlink(p); /* the mappings keep the data alive */
 		snprintf(p, sizeof(p), "%s/config.json", tmp);
 		unlink(p);
 		rmdir(tmp);
@@ -202,7 +292,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "forward: %s\n", err.msg);
 		return 1;
 	}
-	const struct pfx_config *cfg = pfx_model_config(m);
+	const struct pfx_config *cfg = pfx_model_config(m[NATIVE]);
 	int32_t *tok = malloc(4096 * sizeof(*tok));
 	random_tokens(tok, 4096, cfg->vocab, 3);
 
@@ -214,58 +304,88 @@ int main(int argc, char **argv)
 		fprintf(stderr, "forward: out of memory\n");
 		return 1;
 	}
-	prefill_once(m, tok, 64, l); /* warm up pages and pools */
+	for (int j = 0; j < 2; j++)
+		prefill_once(m[j], tok, 64, l); /* warm up pages and pools */
 
 	/* Each round measures a reference right next to the runtime, so the
 	 * ratios compare like with like while the machine's load drifts. */
 	enum { ROUNDS = 7 };
-	const int lens[3] = { 128, 512, 2048 }, runs[3] = { 7, ROUNDS, 3 };
-	double pre[3][ROUNDS], pre_med[3], sg[ROUNDS], pre_ratio[ROUNDS];
+	/* 5 runs at 2048, not 3: a median of 3 per-run speedups followed
+	 * single bursts of the machine's noise. */
+	const int lens[3] = { 128, 512, 2048 }, runs[3] = { 7, ROUNDS, 5 };
+	double pre[2][3][ROUNDS], pre_med[2][3], pre_speedup[3][ROUNDS], sg[ROUNDS], pre_ratio[ROUNDS];
 	double attn512 = attention_flops(cfg, 512);
 	double flops512 = layer_flops_per_token(cfg) * 512 + attn512 + 2.0 * cfg->hidden * cfg->vocab;
-	for (int r = 0; r < ROUNDS; r++) {
-		sg[r] = sgemm_ref_run(&ref, threads);
-		double gf = flops512 / prefill_once(m, tok, 512, l) / 1e9;
-		pre[1][r] = gf * 1e9 / flops512 * 512;
-		pre_ratio[r] = gf / sg[r];
-	}
-	for (int i = 0; i < 3; i += 2)
-		for (int r = 0; r < runs[i]; r++)
-			pre[i][r] = lens[i] / prefill_once(m, tok, lens[i], l);
-	double sp[3];
-	for (int i = 0; i < 3; i++) {
-		pre_med[i] = bench_median(pre[i], runs[i]);
-		sp[i] = spread(pre[i], runs[i], pre_med[i]);
-	}
-
-	struct pfx_session *s;
-	if (pfx_session_new(m, &s, NULL) ||
-	    pfx_session_append(s, tok, 512, PFX_LOGITS_NONE, NULL, NULL))
-		abort();
-	double wbytes = weight_bytes_per_token(cfg), bw[ROUNDS], dec[ROUNDS], dec_ratio[ROUNDS];
-	double others, steal;
+	double pre_others, pre_steal;
 	struct bench_cpu cpu0;
 	bench_cpu_now(&cpu0);
+	for (int i = 0; i < 3; i++)
+		for (int r = 0; r < runs[i]; r++) {
+			if (i == 1)
+				sg[r] = sgemm_ref_run(&ref, threads);
+			double t[2];
+			prefill_pair(m, tok, lens[i], l, r, t);
+			pre[NATIVE][i][r] = t[NATIVE];
+			pre[UPCAST][i][r] = t[UPCAST];
+			pre_speedup[i][r] = t[NATIVE] / t[UPCAST];
+			if (i == 1)
+				pre_ratio[r] = flops512 / (512 / t[NATIVE]) / 1e9 / sg[r];
+		}
+	bench_cpu_since(&cpu0, &pre_others, &pre_steal);
+	double sp[3], pre_sp_med[3];
+	for (int i = 0; i < 3; i++) {
+		for (int j = 0; j < 2; j++)
+			pre_med[j][i] = bench_median(pre[j][i], runs[i]);
+		sp[i] = spread(pre[NATIVE][i], runs[i], pre_med[NATIVE][i]);
+		pre_sp_med[i] = bench_median(pre_speedup[i], runs[i]);
+	}
+
+	struct pfx_session *s[2];
+	for (int j = 0; j < 2; j++)
+		if (pfx_session_new(m[j], &s[j], NULL) ||
+		    pfx_session_append(s[j], tok, 512, PFX_LOGITS_NONE, NULL, NULL))
+			abort();
+	const char *held = pfx_model_weight_held(m[NATIVE]);
+	double wbytes = weight_bytes_per_token(cfg, held_elem_bytes(held));
+	double bw[ROUNDS], dec[2][ROUNDS], dec_ratio[ROUNDS], dec_speedup[ROUNDS];
+	double others, steal;
+	bench_cpu_now(&cpu0);
 	for (int r = 0; r < ROUNDS; r++) {
-		dec[r] = decode_round(s, tok, l, probe, threads, &bw[r]);
-		dec_ratio[r] = dec[r] / (bw[r] * 1e9 / wbytes);
+		double t[2];
+		decode_round(s, tok, l, probe, threads, t, &bw[r]);
+		dec[NATIVE][r] = t[NATIVE];
+		dec[UPCAST][r] = t[UPCAST];
+		dec_ratio[r] = t[NATIVE] / (bw[r] * 1e9 / wbytes);
+		dec_speedup[r] = t[NATIVE] / t[UPCAST];
 	}
 	bench_cpu_since(&cpu0, &others, &steal);
-	pfx_session_free(s);
+	for (int j = 0; j < 2; j++)
+		pfx_session_free(s[j]);
 	double sg_med = bench_median(sg, ROUNDS), bw_med = bench_median(bw, ROUNDS);
-	double dec_med = bench_median(dec, ROUNDS), dec_sp = spread(dec, ROUNDS, dec_med);
-	double pre_gf = flops512 / (512 / pre_med[1]) / 1e9;
+	double dec_med = bench_median(dec[NATIVE], ROUNDS), dec_sp = spread(dec[NATIVE], ROUNDS, dec_med);
+	double pre_gf = flops512 / (512 / pre_med[NATIVE][1]) / 1e9;
 
 	printf("{\n");
-	printf("  \"model\": \"%s\",\n", model == tmp ? "random SmolLM-135M shape (f32)" : model);
-	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m));
-	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m));
+	if (model == tmp)
+		printf("  \"model\": \"random SmolLM-135M shape (%s)\",\n", dtype_opt ? dtype_opt : "f32");
+	else
+		printf("  \"model\": \"%s\",\n", model);
+	printf("  \"dtype\": \"%s\",\n", pfx_model_weight_dtype(m[NATIVE]));
+	printf("  \"weights_held\": \"%s\",\n", held);
+	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m[NATIVE]));
+	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m[NATIVE]));
 	printf("  \"blas_core\": \"%s\",\n", pfx_blas_corename());
-	printf("  \"prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n", pre_med[0],
-	       pre_med[1], pre_med[2]);
+	printf("  \"prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n", pre_med[NATIVE][0],
+	       pre_med[NATIVE][1], pre_med[NATIVE][2]);
 	printf("  \"prefill_spread\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", sp[0], sp[1],
 	       sp[2]);
+	printf("  \"f32_prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n",
+	       pre_med[UPCAST][0], pre_med[UPCAST][1], pre_med[UPCAST][2]);
+	printf("  \"prefill_speedup\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", pre_sp_med[0],
+	       pre_sp_med[1], pre_sp_med[2]);
 	printf("  \"decode_tok_s\": %.2f,\n  \"decode_spread\": %.3f,\n", dec_med, dec_sp);
+	printf("  \"f32_decode_tok_s\": %.2f,\n", bench_median(dec[UPCAST], ROUNDS));
+	printf("  \"decode_speedup\": %.3f,\n", bench_median(dec_speedup, ROUNDS));
 	printf("  \"prefill_gflops\": %.1f,\n", pre_gf);
 	printf("  \"sgemm_gflops\": %.1f,\n  \"sgemm_spread\": %.3f,\n", sg_med, spread(sg, ROUNDS, sg_med));
 	printf("  \"membw_gbs\": %.2f,\n  \"membw_spread\": %.3f,\n", bw_med, spread(bw, ROUNDS, bw_med));
@@ -273,15 +393,23 @@ int main(int argc, char **argv)
 	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / wbytes);
 	printf("  \"prefill_sgemm_ratio\": %.3f,\n", bench_median(pre_ratio, ROUNDS));
 	printf("  \"decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio, ROUNDS));
+	printf("  \"prefill_other_cpus\": %.2f,\n  \"prefill_steal_cpus\": %.2f,\n", pre_others, pre_steal);
 	printf("  \"decode_other_cpus\": %.2f,\n  \"decode_steal_cpus\": %.2f,\n", others, steal);
 	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime, "
-	       "decode rounds alternate probe passes and decode steps; other_cpus/steal_cpus: CPUs taken by other processes "
-	       "or the hypervisor during the decode rounds (figures are unreliable when they are not ~0)\"\n");
+	       "decode rounds alternate probe passes and decode steps; weight_bytes_per_token counts the matrices at "
+	       "weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; "
+	       "other_cpus/steal_cpus: CPUs taken by other processes "
+	       "or the hypervisor during the prefill or decode rounds (figures are unreliable when they are not ~0)\",\n");
+	printf("  \"speedup_note\": \"f32_*: the same checkpoint loaded with its weights upcast to f32, run back to back "
+	       "with the native load in every round (which goes first alternates); *_speedup: medians of per-run "
+	       "ratios native/f32 tok/s, not ratios of the medians; with dtype F32 both loads are f32, so the "
+	       "speedups show the noise around 1\"\n");
 	printf("}\n");
 	bw_probe_free(probe);
 	sgemm_ref_release(&ref);
 	free(l);
 	free(tok);
-	pfx_model_free(m);
+	for (int j = 0; j < 2; j++)
+		pfx_model_free(m[j]);
 	return 0;
 }

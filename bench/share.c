@@ -12,6 +12,11 @@
  * Time to first token runs from the prompt in hand (model loaded, as in a
  * server) to the first sampled token. Each figure is the median of several
  * runs, each in its own process. One JSON object on stdout.
+ *
+ * --kv-dtype f16 (or bf16) measures that KV dtype too, in the same rounds
+ * as f32 (the runs of both take turns, so that the machine's noise hits
+ * both alike): its figures carry the suffix _f16, next to the f32 ones,
+ * with attach_bytes, what an attach maps, for each.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -34,10 +39,10 @@
 static const char *model_dir;
 
 /* One run in a fresh process; ms, or a negative value on failure. */
-static double ttft(const char *sock, int suffix_seed, double *attached)
+static double ttft(const char *sock, int suffix_seed, enum pfx_kv_dtype kv, double *attached)
 {
 	struct bench_ttft r;
-	if (bench_ttft("share", model_dir, sock, PREFIX, SUFFIX, (uint32_t)suffix_seed, &r))
+	if (bench_ttft("share", model_dir, sock, PREFIX, SUFFIX, (uint32_t)suffix_seed, kv, &r))
 		return -1;
 	*attached = r.attached;
 	return r.ms;
@@ -150,13 +155,56 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The figures of one KV dtype. */
+struct dtype_run {
+	enum pfx_kv_dtype kv;
+	double cold[RUNS], warm[RUNS], attached;
+	struct prefixd_layout layout;
+	struct attach_cost att[SIZES];
+};
+
+static void print_run(struct dtype_run *d, bool attach_only, const char *sfx)
+{
+	if (!attach_only) {
+		double cold_ms = bench_median(d->cold, RUNS), warm_ms = bench_median(d->warm + 1, RUNS - 1);
+		qsort(d->cold, RUNS, sizeof(double), cmp_double);
+		qsort(d->warm + 1, RUNS - 1, sizeof(double), cmp_double);
+		printf("  \"ttft_cold_ms%s\": %.1f,\n", sfx, cold_ms);
+		printf("  \"ttft_warm_ms%s\": %.1f,\n", sfx, warm_ms);
+		printf("  \"warm_speedup%s\": %.1f,\n", sfx, cold_ms / warm_ms);
+		printf("  \"ttft_cold_range_ms%s\": [%.1f, %.1f],\n", sfx, d->cold[0], d->cold[RUNS - 1]);
+		printf("  \"ttft_warm_range_ms%s\": [%.1f, %.1f],\n", sfx, d->warm[1], d->warm[RUNS - 1]);
+	}
+	printf("  \"attach_bytes%s\": { \"256\": %llu, \"2048\": %llu, \"8192\": %llu },\n", sfx,
+	       (unsigned long long)(d->layout.block_bytes * (256 / 64)),
+	       (unsigned long long)(d->layout.block_bytes * (2048 / 64)),
+	       (unsigned long long)(d->layout.block_bytes * (8192 / 64)));
+	printf("  \"attach_us%s\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", sfx,
+	       d->att[0].fresh_us, d->att[1].fresh_us, d->att[2].fresh_us);
+	printf("  \"attach_growth_256_to_8192%s\": %.2f,\n", sfx, d->att[2].fresh_us / d->att[0].fresh_us);
+	printf("  \"attach_mapped_us%s\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", sfx,
+	       d->att[0].mapped_us, d->att[1].mapped_us, d->att[2].mapped_us);
+	printf("  \"chain_hash_us%s\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", sfx,
+	       d->att[0].chain_us, d->att[1].chain_us, d->att[2].chain_us);
+}
+
 int main(int argc, char **argv)
 {
 	/* --attach-only: skip the minutes of time-to-first-token runs. */
-	bool attach_only = argc == 2 && !strcmp(argv[1], "--attach-only");
-	if (argc > 1 && !attach_only) {
-		fprintf(stderr, "usage: %s [--attach-only]\n", argv[0]);
-		return 2;
+	bool attach_only = false;
+	struct dtype_run runs[2] = { { .kv = PFX_KV_F32 } };
+	int ndt = 1;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--attach-only")) {
+			attach_only = true;
+		} else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc &&
+			   !pfx_kv_dtype_parse(argv[i + 1], &runs[1].kv)) {
+			ndt = runs[1].kv == PFX_KV_F32 ? 1 : 2;
+			i++;
+		} else {
+			fprintf(stderr, "usage: %s [--attach-only] [--kv-dtype f32|f16|bf16]\n", argv[0]);
+			return 2;
+		}
 	}
 	char tmp[] = "/tmp/prefixd-share-XXXXXX";
 	struct pfx_error err = { "" };
@@ -170,47 +218,51 @@ int main(int argc, char **argv)
 	int rc = 1;
 	if (td_start(&d, (const char *const[]){ "--memory", "1G", NULL }))
 		goto out;
-	double cold[RUNS] = { 0 }, warm[RUNS] = { 0 }, attached = 0, a;
-	/* The first cold run also publishes the prefix (it goes through the
-	 * daemon with an empty cache); the others run alone. */
-	for (int r = 0; r < RUNS && !attach_only; r++) {
-		cold[r] = ttft(r ? NULL : d.sock, 100 + r, &a);
-		warm[r] = r ? ttft(d.sock, 200 + r, &attached) : 0;
-		if (cold[r] < 0 || warm[r] < 0) {
-			fprintf(stderr, "share: a run failed\n");
+	double a;
+	/* The first cold run of each dtype also publishes the prefix (it goes
+	 * through the daemon with an empty cache); the others run alone. */
+	for (int r = 0; r < RUNS && !attach_only; r++)
+		for (int k = 0; k < ndt; k++) {
+			struct dtype_run *x = &runs[k];
+			x->cold[r] = ttft(r ? NULL : d.sock, 100 + r, x->kv, &a);
+			x->warm[r] = r ? ttft(d.sock, 200 + r, x->kv, &x->attached) : 0;
+			if (x->cold[r] < 0 || x->warm[r] < 0) {
+				fprintf(stderr, "share: a run failed\n");
+				goto stop;
+			}
+		}
+	for (int k = 0; k < ndt; k++) {
+		struct dtype_run *x = &runs[k];
+		if (!attach_only && x->attached != PREFIX) {
+			fprintf(stderr, "share: warm %s runs attached %.0f tokens, not %d\n",
+				pfx_kv_dtype_name(x->kv), x->attached, PREFIX);
 			goto stop;
 		}
+		x->layout = (struct prefixd_layout){
+			.block_tokens = 64,
+			.block_bytes = pfx_kv_bytes_per_token(&sc, x->kv) * 64,
+			.layout = PREFIXD_LAYOUT_F32 + (uint32_t)x->kv,
+		};
+		memset(x->layout.fingerprint, 0xbe, sizeof(x->layout.fingerprint));
+		if (attach_cost(d.sock, &x->layout, x->att))
+			goto stop;
 	}
-	if (!attach_only && attached != PREFIX) {
-		fprintf(stderr, "share: warm runs attached %.0f tokens, not %d\n", attached, PREFIX);
-		goto stop;
-	}
-	double cold_ms = bench_median(cold, RUNS), warm_ms = bench_median(warm + 1, RUNS - 1);
-	struct prefixd_layout l = { .block_tokens = 64, .block_bytes = 2ull * 30 * 3 * 64 * 64 * 4 };
-	memset(l.fingerprint, 0xbe, sizeof(l.fingerprint));
-	struct attach_cost att[SIZES];
-	if (attach_cost(d.sock, &l, att))
-		goto stop;
 	printf("{\n");
-	printf("  \"model\": \"random SmolLM-135M shape (f32), 2 threads, 64-token blocks\",\n");
+	printf("  \"model\": \"random SmolLM-135M shape (f32 weights), 2 threads, 64-token blocks\",\n");
 	printf("  \"prefix_tokens\": %d, \"suffix_tokens\": %d, \"runs\": %d,\n", PREFIX, SUFFIX, RUNS);
-	if (!attach_only) {
-		qsort(cold, RUNS, sizeof(double), cmp_double);
-		qsort(warm + 1, RUNS - 1, sizeof(double), cmp_double);
-		printf("  \"ttft_cold_ms\": %.1f,\n", cold_ms);
-		printf("  \"ttft_warm_ms\": %.1f,\n", warm_ms);
-		printf("  \"warm_speedup\": %.1f,\n", cold_ms / warm_ms);
-		printf("  \"ttft_cold_range_ms\": [%.1f, %.1f],\n", cold[0], cold[RUNS - 1]);
-		printf("  \"ttft_warm_range_ms\": [%.1f, %.1f],\n", warm[1], warm[RUNS - 1]);
+	print_run(&runs[0], attach_only, "");
+	if (ndt == 2) {
+		char sfx[8];
+		snprintf(sfx, sizeof(sfx), "_%s", pfx_kv_dtype_name(runs[1].kv));
+		print_run(&runs[1], attach_only, sfx);
+		if (!attach_only) {
+			printf("  \"warm_ttft%s_vs_f32\": %.3f,\n", sfx,
+			       bench_median(runs[1].warm + 1, RUNS - 1) / bench_median(runs[0].warm + 1, RUNS - 1));
+		}
+		printf("  \"attach_bytes%s_vs_f32\": %.3f,\n", sfx,
+		       (double)runs[1].layout.block_bytes / (double)runs[0].layout.block_bytes);
 	}
-	printf("  \"attach_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n",
-	       att[0].fresh_us, att[1].fresh_us, att[2].fresh_us);
-	printf("  \"attach_growth_256_to_8192\": %.2f,\n", att[2].fresh_us / att[0].fresh_us);
-	printf("  \"attach_mapped_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n",
-	       att[0].mapped_us, att[1].mapped_us, att[2].mapped_us);
-	printf("  \"chain_hash_us\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n",
-	       att[0].chain_us, att[1].chain_us, att[2].chain_us);
-	printf("  \"note\": \"attach_us: MATCH + mapping on a fresh connection, the prompt hashed as it arrived (prefixd_prompt); attach_mapped_us: again on that connection; chain_hash_us: hashing the prompt\"\n");
+	printf("  \"note\": \"attach_us: MATCH + mapping on a fresh connection, the prompt hashed as it arrived (prefixd_prompt); attach_mapped_us: again on that connection; chain_hash_us: hashing the prompt; attach_bytes: the KV an attach maps; _f16/_bf16: that KV dtype, measured in the same rounds as f32 (runs alternating)\"\n");
 	printf("}\n");
 	rc = 0;
 stop:

@@ -20,11 +20,11 @@ static void tokens(int32_t *t, int n, int vocab, uint32_t seed)
 
 /* In the child: load the model, then time the prompt to its first token. */
 static int child(const char *who, const char *model_dir, const char *sock, int prefix, int suffix,
-		 uint32_t suffix_seed, int out)
+		 uint32_t suffix_seed, enum pfx_kv_dtype kv, int out)
 {
 	struct pfx_model *m;
 	struct pfx_error err = { "" }, cerr = { "" };
-	struct pfx_model_opts mo = { .threads = 2 };
+	struct pfx_model_opts mo = { .threads = 2, .kv_dtype = kv };
 	if (pfx_model_load(model_dir, &mo, &m, &err)) {
 		fprintf(stderr, "%s: %s\n", who, err.msg);
 		return 1;
@@ -70,7 +70,7 @@ static int child(const char *who, const char *model_dir, const char *sock, int p
 }
 
 int bench_ttft(const char *who, const char *model_dir, const char *sock, int prefix, int suffix,
-	       uint32_t suffix_seed, struct bench_ttft *out)
+	       uint32_t suffix_seed, enum pfx_kv_dtype kv, struct bench_ttft *out)
 {
 	int p[2];
 	if (pipe(p))
@@ -79,7 +79,7 @@ int bench_ttft(const char *who, const char *model_dir, const char *sock, int pre
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(p[0]);
-		_exit(child(who, model_dir, sock, prefix, suffix, suffix_seed, p[1]));
+		_exit(child(who, model_dir, sock, prefix, suffix, suffix_seed, kv, p[1]));
 	}
 	close(p[1]);
 	ssize_t n = pid < 0 ? -1 : read(p[0], out, sizeof(*out));

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "model.h"
+
 struct bench_ttft {
 	double ms;
 	double attached;  /* prompt tokens attached from the cache */
@@ -19,10 +21,10 @@ struct bench_ttft {
 	double published; /* blocks this run published */
 };
 
-/* Runs prefix + suffix tokens through the model in model_dir, with the
- * daemon at sock (NULL: alone), in a child process. Errors go to stderr
- * after "who: ". 0, or -1 when the run failed. */
+/* Runs prefix + suffix tokens through the model in model_dir, its KV of
+ * dtype kv, with the daemon at sock (NULL: alone), in a child process.
+ * Errors go to stderr after "who: ". 0, or -1 when the run failed. */
 int bench_ttft(const char *who, const char *model_dir, const char *sock, int prefix, int suffix,
-	       uint32_t suffix_seed, struct bench_ttft *out);
+	       uint32_t suffix_seed, enum pfx_kv_dtype kv, struct bench_ttft *out);
 
 #endif
