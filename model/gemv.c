@@ -26,8 +26,11 @@ static float finish(float acc, float beta, const float *y)
 	return beta == 0.0f ? acc : acc + beta * *y;
 }
 
-/* The kernels below are written once for every weight type WT, a constant
- * in each instance (gemv_fn), so the conversion is one instruction a load. */
+/* The kernels below are written once for every weight type WT and row
+ * count T, constants in each instance (gemv_fn), so the conversion is one
+ * instruction a load and the T x 2 accumulators stay in registers (with T
+ * a variable, -O2 kept them on the stack: a load and a store around every
+ * FMA, which 16-bit weights, streaming twice as fast, could not hide). */
 __attribute__((target("avx512f,fma"), always_inline))
 static inline void gemv_avx512(const enum pfx_wtype WT, int T, int n, int k, const void *W,
 			       const float *x, int ldx, float beta, float *y, int ldy)
@@ -35,17 +38,20 @@ static inline void gemv_avx512(const enum pfx_wtype WT, int T, int n, int k, con
 	for (int i = 0; i < n; i++) {
 		size_t r = (size_t)i * k;
 		__m512 acc[GEMV_MAX_T][2];
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			acc[t][0] = acc[t][1] = _mm512_setzero_ps();
 		int j = 0;
 		for (; j + 32 <= k; j += 32) {
 			__m512 w0 = w_load16(W, WT, r + j), w1 = w_load16(W, WT, r + j + 16);
+#pragma GCC unroll 4
 			for (int t = 0; t < T; t++) {
 				const float *xt = x + (size_t)t * ldx + j;
 				acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), acc[t][0]);
 				acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt + 16), acc[t][1]);
 			}
 		}
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			const float *xt = x + (size_t)t * ldx;
 			float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
@@ -65,18 +71,21 @@ static inline void gemv_avx2(const enum pfx_wtype WT, int T, int n, int k, const
 	for (int i = 0; i < n; i++) {
 		size_t r = (size_t)i * k;
 		__m256 acc[GEMV_MAX_T][2];
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			acc[t][0] = acc[t][1] = _mm256_setzero_ps();
 		int j = 0;
 		for (; j + 16 <= k; j += 16) {
 			_mm_prefetch((const char *)W + (r + j) * esz + PREFETCH_BYTES, _MM_HINT_T0);
 			__m256 w0 = w_load8(W, WT, r + j), w1 = w_load8(W, WT, r + j + 8);
+#pragma GCC unroll 4
 			for (int t = 0; t < T; t++) {
 				const float *xt = x + (size_t)t * ldx + j;
 				acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[t][0]);
 				acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), acc[t][1]);
 			}
 		}
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			const float *xt = x + (size_t)t * ldx;
 			__m256 v = _mm256_add_ps(acc[t][0], acc[t][1]);
@@ -109,12 +118,17 @@ static void gemv_scalar(enum pfx_wtype wt, int T, int n, int k, const void *W, c
 typedef void (*gemv_fn)(int T, int n, int k, const void *W, const float *x, int ldx, float beta,
 			float *y, int ldy);
 
-#define GEMV_INSTANCES(isa, isa_target, WT, name)                                                  \
-	__attribute__((target(isa_target))) static void gemv_##isa##_##name(                      \
+#define GEMV_INSTANCES(isa, isa_target, WT, name)                                              \
+	__attribute__((target(isa_target))) static void gemv_##isa##_##name(                  \
 		int T, int n, int k, const void *W, const float *x, int ldx, float beta, float *y, \
 		int ldy)                                                                         \
 	{                                                                                        \
-		gemv_##isa(WT, T, n, k, W, x, ldx, beta, y, ldy);                               \
+		switch (T) {                                                                     \
+		case 1: gemv_##isa(WT, 1, n, k, W, x, ldx, beta, y, ldy); break;                 \
+		case 2: gemv_##isa(WT, 2, n, k, W, x, ldx, beta, y, ldy); break;                 \
+		case 3: gemv_##isa(WT, 3, n, k, W, x, ldx, beta, y, ldy); break;                 \
+		default: gemv_##isa(WT, GEMV_MAX_T, n, k, W, x, ldx, beta, y, ldy); break;        \
+		}                                                                                \
 	}
 GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_F32, f32)
 GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_F16, f16)
