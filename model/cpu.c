@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "cpu.h"
 
+#include <cpuid.h>
 #include <stdlib.h>
 
 static bool turned_off(void)
@@ -18,6 +19,21 @@ bool pfx_cpu_avx512(void)
 	int v = known;
 	if (v < 0) {
 		v = __builtin_cpu_supports("avx512f") && !turned_off();
+		known = v;
+	}
+	return v;
+}
+
+bool pfx_cpu_avx2(void)
+{
+	static _Atomic int known = -1;
+	int v = known;
+	if (v < 0) {
+		/* F16C from CPUID itself: clang's __builtin_cpu_supports does
+		 * not know it. */
+		unsigned a, b, c = 0, d;
+		bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+		v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 		known = v;
 	}
 	return v;

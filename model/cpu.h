@@ -14,6 +14,8 @@
 #include <stdbool.h>
 
 bool pfx_cpu_avx512(void);
+/* AVX2, FMA and F16C: the portable vector paths (decided once). */
+bool pfx_cpu_avx2(void);
 /* Which of them run, and why, for humans: "AVX-512" or "portable (...)". */
 const char *pfx_cpu_kernels(void);
 

@@ -143,11 +143,10 @@ static const gemv_fn gemv_avx2_of[3] = { gemv_avx2_f32, gemv_avx2_f16, gemv_avx2
 void pfx_gemv(int T, int n, int k, struct pfx_wmat W, const float *x, int ldx, float beta,
 	      float *y, int ldy)
 {
-	/* Decided once per process (cpu.h); libgcc caches the AVX2 check. */
+	/* Decided once per process (cpu.h). */
 	if (pfx_cpu_avx512())
 		gemv_avx512_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
-	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		 __builtin_cpu_supports("f16c"))
+	else if (pfx_cpu_avx2())
 		gemv_avx2_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
 	else
 		gemv_scalar(W.type, T, n, k, W.p, x, ldx, beta, y, ldy);

@@ -15,6 +15,7 @@
 
 #include "model_impl.h"
 #include "st_write.h"
+#include "weight.h"
 
 struct pfx_config pfx_config_smollm135m(void)
 {
@@ -56,14 +57,9 @@ static int fill(const struct tensor_desc *d, const char *dtype, uint64_t *rng, v
 		float v = base + scale * uni(rng);
 		if (esz == 4) {
 			memcpy(p + 4 * i, &v, 4);
-		} else if (!strcmp(dtype, "F16")) {
-			_Float16 h = (_Float16)v;
-			memcpy(p + 2 * i, &h, 2);
 		} else {
-			uint32_t u;
-			memcpy(&u, &v, 4);
-			uint16_t b = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-			memcpy(p + 2 * i, &b, 2);
+			uint16_t h = !strcmp(dtype, "F16") ? pfx_f32_to_f16(v) : pfx_f32_to_bf16(v);
+			memcpy(p + 2 * i, &h, 2);
 		}
 	}
 	*out = p;

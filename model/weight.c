@@ -39,12 +39,29 @@ float pfx_bf16_to_f32(uint16_t h)
 	return f;
 }
 
+/* By hand rather than a _Float16 cast: clang 14 (the fuzz build) lowers
+ * that to a libgcc helper it does not link. */
 uint16_t pfx_f32_to_f16(float f)
 {
-	_Float16 h = (_Float16)f;
-	uint16_t u;
-	memcpy(&u, &h, 2);
-	return u;
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint16_t sign = (uint16_t)(x >> 16 & 0x8000);
+	uint32_t ax = x & 0x7fffffffu;
+	if (ax > 0x7f800000u) /* NaN: quiet, keeping the payload's top bits */
+		return (uint16_t)(sign | 0x7e00 | (ax >> 13 & 0x3ff));
+	if (ax >= 0x477ff000u) /* 65520 and up round to infinity */
+		return (uint16_t)(sign | 0x7c00);
+	if (ax >= 0x38800000u) { /* normal: round the mantissa to 10 bits, rebias */
+		uint32_t r = ax + 0xfffu + (ax >> 13 & 1);
+		return (uint16_t)(sign | (r - 0x38000000u) >> 13);
+	}
+	if (ax < 0x33000000u) /* below 2^-25 (a tie at it goes to even: 0) */
+		return sign;
+	/* subnormal: the 24-bit significand in units of 2^-24, rounded */
+	uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
+	uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+	q += rem > half || (rem == half && (q & 1));
+	return (uint16_t)(sign | q);
 }
 
 uint16_t pfx_f32_to_bf16(float f)

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gemm_few.h"
 #include "gemv.h"
@@ -237,4 +238,34 @@ Test(kernels, sixteen_bit_conversions_are_exact)
 	cr_expect_eq(pfx_bf16_to_f32(0xc0a0), -5.0f);
 	cr_expect(isnan(pfx_bf16_to_f32(pfx_f32_to_bf16(NAN))), "NaN stays NaN");
 	cr_expect_eq(pfx_f32_to_f16(1.0f + 0x1p-11f), 0x3c00, "f16 ties round to even");
+}
+
+/* The scalar f32 -> 16-bit conversions against the row conversion (the
+ * CPU's own vcvtps2ph and the integer bf16 rounding with AVX-512), over
+ * bit patterns of every exponent: normals, subnormals, overflow, NaN. */
+Test(kernels, scalar_and_vector_rounding_agree)
+{
+	enum { N = 1 << 16 };
+	static float src[N];
+	static uint16_t got[N];
+	uint32_t seed = 6;
+	for (int i = 0; i < N; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		/* exponents 90..150 (the f16 range and either side), any sign
+		 * and mantissa; every 64th a tie (low 13 bits 0x1000) */
+		uint32_t u = (seed & 0x807fffffu) | (90u + (seed >> 8) % 61) << 23;
+		if (i % 64 == 0)
+			u = (u & ~0x1fffu) | 0x1000u;
+		if (i == 1)
+			u = 0x7fc00001u;
+		memcpy(&src[i], &u, 4);
+	}
+	for (int t = PFX_W_F16; t <= PFX_W_BF16; t++) {
+		pfx_f32_to_wtype((enum pfx_wtype)t, src, N, got);
+		for (int i = 0; i < N; i++) {
+			uint16_t want = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+			cr_assert_eq(got[i], want, "type %d: %a is %#x, not %#x", t, (double)src[i],
+				     got[i], want);
+		}
+	}
 }
