@@ -347,7 +347,11 @@ int main(int argc, char **argv)
 			abort();
 	const char *held = pfx_model_weight_held(m[NATIVE]);
 	double wbytes = weight_bytes_per_token(cfg, held_elem_bytes(held));
-	double bw[ROUNDS], dec[2][ROUNDS], dec_ratio[ROUNDS], dec_speedup[ROUNDS];
+	/* A step also reads the KV of every key it attends to: 513 and 514
+	 * keys, the two steps of a slice (decode_once). */
+	double kvbytes = (double)pfx_kv_bytes_per_token(cfg, pfx_model_kv_dtype(m[NATIVE])) * 513.5;
+	double bytes = wbytes + kvbytes, bytes32 = weight_bytes_per_token(cfg, 4) + kvbytes;
+	double bw[ROUNDS], dec[2][ROUNDS], dec_ratio[ROUNDS], dec_speedup[ROUNDS], dec_ratio32[ROUNDS];
 	double others, steal;
 	bench_cpu_now(&cpu0);
 	for (int r = 0; r < ROUNDS; r++) {
@@ -355,7 +359,8 @@ int main(int argc, char **argv)
 		decode_round(s, tok, l, probe, threads, t, &bw[r]);
 		dec[NATIVE][r] = t[NATIVE];
 		dec[UPCAST][r] = t[UPCAST];
-		dec_ratio[r] = t[NATIVE] / (bw[r] * 1e9 / wbytes);
+		dec_ratio[r] = t[NATIVE] / (bw[r] * 1e9 / bytes);
+		dec_ratio32[r] = t[UPCAST] / (bw[r] * 1e9 / bytes32);
 		dec_speedup[r] = t[NATIVE] / t[UPCAST];
 	}
 	bench_cpu_since(&cpu0, &others, &steal);
@@ -390,14 +395,18 @@ int main(int argc, char **argv)
 	printf("  \"sgemm_gflops\": %.1f,\n  \"sgemm_spread\": %.3f,\n", sg_med, spread(sg, ROUNDS, sg_med));
 	printf("  \"membw_gbs\": %.2f,\n  \"membw_spread\": %.3f,\n", bw_med, spread(bw, ROUNDS, bw_med));
 	printf("  \"weight_bytes_per_token\": %.0f,\n", wbytes);
-	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / wbytes);
+	printf("  \"kv_bytes_per_token\": %.0f,\n", kvbytes);
+	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / bytes);
 	printf("  \"prefill_sgemm_ratio\": %.3f,\n", bench_median(pre_ratio, ROUNDS));
 	printf("  \"decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio, ROUNDS));
+	printf("  \"f32_decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio32, ROUNDS));
 	printf("  \"prefill_other_cpus\": %.2f,\n  \"prefill_steal_cpus\": %.2f,\n", pre_others, pre_steal);
 	printf("  \"decode_other_cpus\": %.2f,\n  \"decode_steal_cpus\": %.2f,\n", others, steal);
 	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime, "
 	       "decode rounds alternate probe passes and decode steps; weight_bytes_per_token counts the matrices at "
-	       "weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; "
+	       "weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; kv_bytes_per_token the KV "
+	       "a decode step reads (its keys at 512 context); decode_bound_tok_s: membw over both; f32_decode_bound_ratio: "
+	       "the upcast load's decode against its own bytes; "
 	       "other_cpus/steal_cpus: CPUs taken by other processes "
 	       "or the hypervisor during the prefill or decode rounds (figures are unreliable when they are not ~0)\",\n");
 	printf("  \"speedup_note\": \"f32_*: the same checkpoint loaded with its weights upcast to f32, run back to back "
