@@ -3,6 +3,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +43,40 @@ struct pfx_model *load_fixture_model_bt(const char *name, int block_tokens)
 struct pfx_model *load_fixture_model(const char *name)
 {
 	return load_fixture_model_bt(name, 0);
+}
+
+struct pfx_model *load_model_opts(const char *dir, const struct pfx_model_opts *o)
+{
+	char path[512];
+	if (strchr(dir, '/'))
+		snprintf(path, sizeof(path), "%s", dir);
+	else
+		snprintf(path, sizeof(path), "%s/%s", fixtures_dir(), dir);
+	struct pfx_error err = { "" };
+	struct pfx_model *m = NULL;
+	int rc = pfx_model_load(path, o, &m, &err);
+	cr_assert_eq(rc, 0, "loading %s: %s", path, err.msg);
+	return m;
+}
+
+void expect_opts_refused(const struct pfx_model_opts *o, const char *why)
+{
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/llama-tiny-gqa", fixtures_dir());
+	struct pfx_model *m = NULL;
+	struct pfx_error err = { "" };
+	cr_expect_eq(pfx_model_load(dir, o, &m, &err), -EINVAL);
+	cr_expect_null(m);
+	cr_expect(strstr(err.msg, why), "%s", err.msg);
+}
+
+int argmax(const float *x, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
 }
 
 static void *expected_raw(const char *name, const char *tensor, enum st_dtype dt, size_t *n)

@@ -21,6 +21,12 @@ struct pfx_model *load_fixture_model(const char *name);
 struct pfx_model *load_model_dir(const char *dir, int threads);
 /* A fixture model with KV blocks of block_tokens tokens. */
 struct pfx_model *load_fixture_model_bt(const char *name, int block_tokens);
+/* The model in dir (a fixture's name, or a path with a '/') loaded with o. */
+struct pfx_model *load_model_opts(const char *dir, const struct pfx_model_opts *o);
+/* Loading a fixture with o must fail with -EINVAL and a message naming why. */
+void expect_opts_refused(const struct pfx_model_opts *o, const char *why);
+/* The first largest of n logits: greedy decoding. */
+int argmax(const float *x, int n);
 /* A tensor of expected.safetensors as a fresh malloc'd copy (aligned). */
 float *expected_f32(const char *name, const char *tensor, size_t *n);
 int32_t *expected_i32(const char *name, const char *tensor, size_t *n);

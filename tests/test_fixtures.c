@@ -124,15 +124,6 @@ static void check_ragged_batch(const char *name)
 	pfx_model_free(m);
 }
 
-static int argmax(const float *x, int n)
-{
-	int best = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
-	return best;
-}
-
 static void check_greedy(const char *name)
 {
 	struct pfx_model *m = load_fixture_model(name);

@@ -30,23 +30,10 @@
 
 static struct pfx_model *load_kv(const char *name, enum pfx_kv_dtype t, int block_tokens)
 {
-	char dir[512];
-	snprintf(dir, sizeof(dir), "%s/%s", fixtures_dir(), name);
 	struct pfx_model_opts o = { .threads = 2, .block_tokens = block_tokens, .kv_dtype = t };
-	struct pfx_error err = { "" };
-	struct pfx_model *m = NULL;
-	cr_assert_eq(pfx_model_load(dir, &o, &m, &err), 0, "loading %s: %s", dir, err.msg);
+	struct pfx_model *m = load_model_opts(name, &o);
 	cr_assert_eq(pfx_model_kv_dtype(m), t);
 	return m;
-}
-
-static int argmax(const float *x, int n)
-{
-	int best = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
-	return best;
 }
 
 /* Uncached, cached split (32 frozen, 16 in one call) and greedy decoding
@@ -143,14 +130,9 @@ Test(kv16, blocks_hold_the_f32_values_rounded)
 
 Test(kv16, an_unknown_kv_dtype_is_refused)
 {
-	char dir[512];
-	snprintf(dir, sizeof(dir), "%s/llama-tiny-gqa", fixtures_dir());
 	struct pfx_model_opts o = { .kv_dtype = (enum pfx_kv_dtype)9 };
-	struct pfx_model *m = NULL;
-	struct pfx_error err = { "" };
-	cr_expect_eq(pfx_model_load(dir, &o, &m, &err), -EINVAL);
-	cr_expect(strstr(err.msg, "KV dtype"), "%s", err.msg);
-	struct cmd_result r = run("info --model %s --kv-dtype f8", dir);
+	expect_opts_refused(&o, "KV dtype");
+	struct cmd_result r = run("info --model %s/llama-tiny-gqa --kv-dtype f8", fixtures_dir());
 	cr_expect_eq(r.status, 2, "%s", r.out);
 	cr_expect(strstr(r.out, "--kv-dtype is f32, f16 or bf16, not 'f8'"), "%s", r.out);
 }

@@ -76,19 +76,7 @@ static const char *write_16bit(const char *src, const char *name, const char *dt
 static struct pfx_model *load_as(const char *dir, enum pfx_weights w)
 {
 	struct pfx_model_opts o = { .threads = 2, .weights = w };
-	struct pfx_error err = { "" };
-	struct pfx_model *m = NULL;
-	cr_assert_eq(pfx_model_load(dir, &o, &m, &err), 0, "loading %s: %s", dir, err.msg);
-	return m;
-}
-
-static int argmax(const float *x, int n)
-{
-	int best = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
-	return best;
+	return load_model_opts(dir, &o);
 }
 
 struct pair {
@@ -246,9 +234,8 @@ Test(weights16, odd_neox_bf16) { check_odd("GPTNeoXForCausalLM", "BF16"); }
 /* An f32 checkpoint is held as before: mapped, whatever the option. */
 Test(weights16, f32_checkpoints_are_held_as_f32)
 {
-	char dir[512];
-	snprintf(dir, sizeof(dir), "%s/llama-tiny-gqa", fixtures_dir());
-	struct pfx_model *a = load_as(dir, PFX_WEIGHTS_NATIVE), *b = load_as(dir, PFX_WEIGHTS_F32);
+	struct pfx_model *a = load_as("llama-tiny-gqa", PFX_WEIGHTS_NATIVE);
+	struct pfx_model *b = load_as("llama-tiny-gqa", PFX_WEIGHTS_F32);
 	cr_expect_str_eq(pfx_model_weight_held(a), "F32");
 	cr_expect_str_eq(pfx_model_weight_held(b), "F32");
 	cr_expect_eq(pfx_model_weight_bytes(a), pfx_model_weight_bytes(b));
@@ -258,12 +245,6 @@ Test(weights16, f32_checkpoints_are_held_as_f32)
 
 Test(weights16, an_unknown_weights_option_is_refused)
 {
-	char dir[512];
-	snprintf(dir, sizeof(dir), "%s/llama-tiny-gqa", fixtures_dir());
 	struct pfx_model_opts o = { .weights = (enum pfx_weights)7 };
-	struct pfx_model *m = NULL;
-	struct pfx_error err = { "" };
-	cr_expect_eq(pfx_model_load(dir, &o, &m, &err), -EINVAL);
-	cr_expect_null(m);
-	cr_expect(strstr(err.msg, "weights"), "%s", err.msg);
+	expect_opts_refused(&o, "weights");
 }
