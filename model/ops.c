@@ -144,7 +144,8 @@ static void steal_rows(const struct steal_ctx *c, int r0, int r1)
 		const struct mm_job *jb = &c->jobs[j];
 		int o0 = r0 - c->start[j], n = (r1 < c->start[j + 1] ? r1 : c->start[j + 1]) - r0;
 		float *y = jb->y + o0;
-		pfx_gemv(c->rows, n, c->in, pfx_wmat_at(jb->w, (size_t)o0 * c->in), c->x, c->ldx, jb->beta, y, jb->ldy);
+		pfx_gemv(c->rows, n, c->in, pfx_wmat_at(jb->w, (size_t)o0 * c->in), c->x, c->ldx,
+			 jb->beta, y, jb->ldy);
 		if (jb->b)
 			for (int r = 0; r < c->rows; r++)
 				for (int i = 0; i < n; i++)
