@@ -4,9 +4,9 @@
 #include <cpuid.h>
 #include <stdlib.h>
 
-static bool turned_off(void)
+static bool turned_off(const char *var)
 {
-	const char *no = getenv("PFX_NO_AVX512");
+	const char *no = getenv(var);
 	return no && *no && *no != '0';
 }
 
@@ -18,7 +18,7 @@ bool pfx_cpu_avx512(void)
 	static _Atomic int known = -1;
 	int v = known;
 	if (v < 0) {
-		v = __builtin_cpu_supports("avx512f") && !turned_off();
+		v = __builtin_cpu_supports("avx512f") && !turned_off("PFX_NO_AVX512");
 		known = v;
 	}
 	return v;
@@ -33,7 +33,8 @@ bool pfx_cpu_avx2(void)
 		 * not know it. */
 		unsigned a, b, c = 0, d;
 		bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-		v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+		v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c &&
+		    !turned_off("PFX_NO_AVX2");
 		known = v;
 	}
 	return v;
@@ -43,6 +44,8 @@ const char *pfx_cpu_kernels(void)
 {
 	if (pfx_cpu_avx512())
 		return "AVX-512";
+	if (!pfx_cpu_avx2())
+		return "portable, plain C (no AVX2 with F16C, or PFX_NO_AVX2 is set)";
 	return __builtin_cpu_supports("avx512f") ? "portable (PFX_NO_AVX512 is set)"
 						 : "portable (no AVX-512 on this CPU)";
 }

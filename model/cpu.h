@@ -14,7 +14,9 @@
 #include <stdbool.h>
 
 bool pfx_cpu_avx512(void);
-/* AVX2, FMA and F16C: the portable vector paths (decided once). */
+/* AVX2, FMA and F16C: the portable vector paths (decided once), unless
+ * PFX_NO_AVX2 is set as PFX_NO_AVX512 is: with both, the plain C paths run,
+ * as on a CPU without either, so that they are tested here too. */
 bool pfx_cpu_avx2(void);
 /* Which of them run, and why, for humans: "AVX-512" or "portable (...)". */
 const char *pfx_cpu_kernels(void);
