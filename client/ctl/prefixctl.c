@@ -264,9 +264,8 @@ static int parse_value(struct ctl_args *a, int code, const char *val)
 	case O_TTL: rc = parse_uint(a, code, val, 1, UINT32_MAX, &v); a->ttl_s = (uint32_t)v; break;
 	case O_WATCH: rc = parse_uint(a, code, val, 1, UINT32_MAX, &v); a->watch_s = (uint32_t)v; break;
 	case O_KV_DTYPE:
-		if (strcmp(val, "f32") && strcmp(val, "f16") && strcmp(val, "bf16"))
+		if (pfx_kv_dtype_parse(val, &a->kv_dtype))
 			rc = ctl_usage(a, "--kv-dtype takes f32, f16 or bf16, not '%s'", val);
-		a->kv_dtype = val;
 		break;
 	case O_BLOCK:
 		rc = parse_uint(a, code, val, 1, PREFIXD_MAX_BLOCK_TOKENS, &v);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h"
 #include "prefixd.h"
 
 enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 }; /* exit statuses */
@@ -51,7 +52,7 @@ struct ctl_args {
 	uint64_t limit, idle_s;
 	uint32_t user, ttl_s, watch_s, block_tokens;
 	const char *model;      /* a fingerprint (ls, evict) or a directory (info) */
-	const char *kv_dtype;   /* info: "f32", "f16" or "bf16"; NULL: f32 */
+	enum pfx_kv_dtype kv_dtype; /* info: the clients' KV dtype (default f32) */
 	const char *id;
 };
 

@@ -118,9 +118,7 @@ static int ask_limits(const struct ctl_args *a, const struct pfx_model *m,
 int cmd_info(const struct ctl_args *a)
 {
 	/* One thread: loading and fingerprinting need no more. */
-	enum pfx_kv_dtype kvt = PFX_KV_F32;
-	if (a->kv_dtype)
-		pfx_kv_dtype_parse(a->kv_dtype, &kvt); /* checked with the options */
+	enum pfx_kv_dtype kvt = a->kv_dtype;
 	struct pfx_model_opts o = { .threads = 1, .block_tokens = (int)a->block_tokens,
 				    .kv_dtype = kvt };
 	struct pfx_error err = { "" };
