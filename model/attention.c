@@ -47,11 +47,16 @@ static int att_rows_per_task(const struct fwd *f)
 	return ATT_CHUNK / G > 0 ? ATT_CHUNK / G : 1;
 }
 
+/* A thread's scores, packed queries and outputs; its KV buffer follows. */
+static size_t rows_floats(const struct fwd *f)
+{
+	return ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+}
+
 size_t att_thread_floats(const struct fwd *f)
 {
-	size_t hd = (size_t)f->c->head_dim;
-	size_t kv = f->m->kv_type == PFX_W_F32 ? 0 : (size_t)f->m->block_tokens * hd;
-	return ATT_CHUNK * (f->score_ld + 2 * hd) + kv;
+	size_t kv = f->m->kv_type == PFX_W_F32 ? 0 : (size_t)f->m->block_tokens * f->c->head_dim;
+	return rows_floats(f) + kv;
 }
 
 float *att_thread_scratch(const struct fwd *f, int thread)
@@ -59,10 +64,10 @@ float *att_thread_scratch(const struct fwd *f, int thread)
 	return f->scores + (size_t)thread * att_thread_floats(f);
 }
 
-/* Where the thread's KV buffer is: after its scores, queries and outputs. */
+/* Where the thread's KV buffer is. */
 static float *kv_buffer(const struct fwd *f, const float *scratch)
 {
-	return (float *)scratch + ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+	return (float *)scratch + rows_floats(f);
 }
 
 /*
