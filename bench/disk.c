@@ -934,7 +934,17 @@ static int lat_session(struct lat_run *r, bool disk)
 	 * publisher's connection right after this one: the other worker. */
 	if (!rc && disk)
 		rc = wait_spilled(&d, LAT_BLOCKS, 60, &s);
-	prefixd_close(c);
+	/* A lease held all along keeps the prompt in memory: nothing touches
+	 * it while the publisher gets going before a phase, and a publisher
+	 * fast enough would otherwise age it out then. */
+	struct prefixd *hold = c;
+	uint64_t held = 0;
+	uint32_t hit = 0;
+	const void *hkv[LAT_BLOCKS];
+	if (!rc && (prefixd_match(hold, t, LAT_BLOCKS, &held, &hit, hkv) || hit != LAT_BLOCKS)) {
+		fail("the latency prompt is not cached: %s", prefixd_errmsg());
+		rc = -1;
+	}
 	c = NULL;
 	if (!rc && (rc = prefixd_connect(d.sock, &l, &c)))
 		fail("connect: %s", prefixd_errmsg());
@@ -963,6 +973,9 @@ static int lat_session(struct lat_run *r, bool disk)
 		waitpid(kid, NULL, 0);
 	}
 	prefixd_close(c);
+	if (held)
+		prefixd_release(hold, held);
+	prefixd_close(hold);
 	free(call.ns);
 	free(sched.ns);
 	munmap(sh, sizeof(*sh));
