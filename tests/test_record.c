@@ -8,6 +8,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -106,6 +108,38 @@ Test(record, sizes)
 	cr_assert_eq(rec_size(UINT32_MAX, UINT64_MAX), 0);
 }
 
+/* The fixed header's fields, (offset, bytes), as the test below reads them. */
+static const unsigned header_fields[][2] = {
+	{ 0, 8 },   { 8, 8 },   { 16, 8 },  { 24, 2 },  { 26, 2 },  { 28, 4 },
+	{ 32, 4 },  { 36, 4 },  { 40, 8 },  { 48, 8 },  { 56, 4 },  { 60, 4 },
+	{ 64, 32 }, { 96, 32 }, { 128, 32 }, { 160, 32 },
+};
+
+/* docs/DESIGN.md's table of the record's fields lists these, in this
+ * order: the page the format is documented on says what the code does. */
+Test(record, design_md_table_is_the_layout)
+{
+	FILE *f = fopen(DESIGN_MD, "r");
+	cr_assert_not_null(f, "cannot open %s", DESIGN_MD);
+	char line[512];
+	bool in_section = false;
+	size_t n = 0, nfields = sizeof(header_fields) / sizeof(header_fields[0]);
+	while (fgets(line, sizeof(line), f) && n < nfields) {
+		if (!strncmp(line, "### Disk records", 16))
+			in_section = true;
+		unsigned off, bytes;
+		if (in_section && sscanf(line, "| %u | %u |", &off, &bytes) == 2) {
+			cr_expect(off == header_fields[n][0] && bytes == header_fields[n][1],
+				  "row %zu of the table: offset %u, %u bytes; the record has %u, %u", n,
+				  off, bytes, header_fields[n][0], header_fields[n][1]);
+			n++;
+		}
+	}
+	fclose(f);
+	cr_assert_eq(n, nfields, "%s: %zu of the record's %zu fields in its table", DESIGN_MD, n,
+		     nfields);
+}
+
 /* Every field where docs/DESIGN.md puts it, checksums computed with
  * libxxhash directly: the format is the documented one, not merely one
  * this encoder and checker agree on. */
@@ -129,6 +163,10 @@ Test(record, layout_is_the_documented_one)
 	cr_assert(!memcmp(b + 96, m.root, 32));
 	cr_assert(!memcmp(b + 128, m.hash, 32));
 	cr_assert(!memcmp(b + 160, m.parent, 32));
+	/* Each field ends where the next begins, the last at the tokens. */
+	for (size_t i = 0; i + 1 < sizeof(header_fields) / sizeof(header_fields[0]); i++)
+		cr_assert_eq(header_fields[i][0] + header_fields[i][1], header_fields[i + 1][0]);
+	cr_assert_eq(header_fields[15][0] + header_fields[15][1], 192);
 	for (int t = 0; t < BT; t++)
 		cr_assert_eq(le(b + 192 + 4 * t, 4), tokens[t]);
 	for (size_t i = 192 + 4 * BT; i < HEAD; i++)
