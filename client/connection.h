@@ -46,5 +46,8 @@ struct prefixd {
  */
 int pd_call(struct prefixd *c, int op, const uint8_t *body, size_t len, int sfd,
 	    uint8_t **rbody, uint32_t *rlen, int *fds, int *nfds);
+/* pd_call with header flags (PD_FLAG_LEASE on a PUBLISH). */
+int pd_call_flags(struct prefixd *c, int op, uint8_t flags, const uint8_t *body, size_t len,
+		  int sfd, uint8_t **rbody, uint32_t *rlen, int *fds, int *nfds);
 
 #endif

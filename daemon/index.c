@@ -1053,27 +1053,59 @@ struct pending {
 };
 
 /*
+ * The lease a PUBLISH asked for (idx_publish_leased): `from`'s blocks, then
+ * chain[0, n), whose leases were taken as they were placed. 0 when the
+ * publish placed nothing or `from` is gone; every lease taken is then
+ * given back.
+ */
+static uint64_t do_lease_chain(struct pd_index *x, uint64_t from, struct entry **chain, uint32_t n)
+{
+	const struct lease *f = from ? *do_lease_slot(x, from) : NULL;
+	uint32_t nf = f ? f->n : 0;
+	struct lease *l = n && (f || !from) ? malloc(sizeof(*l) + (nf + n) * sizeof(l->blocks[0])) : NULL;
+	if (!l) {
+		for (uint32_t i = n; i-- > 0;)
+			lease_drop(x, chain[i]);
+		return 0;
+	}
+	for (uint32_t i = 0; i < nf; i++)
+		lease_add(x, l->blocks[i] = f->blocks[i]);
+	memcpy(l->blocks + nf, chain, n * sizeof(chain[0]));
+	l->n = nf + n;
+	l->id = x->next_lease++;
+	l->next = NULL;
+	*do_lease_slot(x, l->id) = l;
+	x->st.leases++;
+	return l->id;
+}
+
+/*
  * Stores blocks [0, count) after parent, the lock held on entry and
  * released on return: their places are taken under the lock, their bytes
  * copied without it (a 32-block PUBLISH of 2.9 MB blocks held it for
  * 60-80 ms, and every MATCH waited: bench/disk), and they become visible
  * under it again. Stops at the first block that cannot be placed;
- * idx_publish says the rest.
+ * idx_publish says the rest. With lease_out, each block is leased as it
+ * is placed (one already there could otherwise leave while the others
+ * are copied) and what was stored or found is leased after `from`'s.
  */
 static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		      int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
-		      uint32_t *stored, uint32_t *dedup)
+		      uint32_t *stored, uint32_t *dedup, uint64_t from, uint64_t *lease_out)
 {
 	int rc = 0;
 	uint64_t now = now_s();
-	uint32_t n = 0;
+	uint32_t n = 0, placed = 0;
 	struct pending *pend = malloc((count ? count : 1) * sizeof(*pend));
-	if (!pend) {
+	struct entry **chain = lease_out ? malloc((count ? count : 1) * sizeof(*chain)) : NULL;
+	if (!pend || (lease_out && !chain)) {
 		pthread_mutex_unlock(&x->lock);
+		free(pend);
+		free(chain);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < count; i++) {
+	for (uint32_t i = 0; i < count; i++, placed++) {
 		bool there;
 		struct entry *e;
 		rc = do_reserve(x, g, parent, hashes + (size_t)i * IDX_HASH_BYTES,
@@ -1086,6 +1118,8 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 			(*dedup)++;
 		else
 			pend[n++] = (struct pending){ e, e->loc, i };
+		if (chain)
+			lease_add(x, chain[i] = e);
 		parent = e;
 	}
 	pthread_mutex_unlock(&x->lock);
@@ -1096,6 +1130,13 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 	while (filled < n && !(failed = fill(ctx, pend[filled].i, pend[filled].loc)))
 		filled++;
 	hot_lock(x);
+	if (chain) {
+		/* The chain ends before the first block not copied. */
+		uint32_t end = filled < n ? pend[filled].i : placed;
+		for (uint32_t i = placed; i-- > end;)
+			lease_drop(x, chain[i]);
+		*lease_out = do_lease_chain(x, from, chain, end);
+	}
 	for (uint32_t k = 0; k < n; k++) {
 		struct entry *e = pend[k].e;
 		e->restoring = false;
@@ -1121,6 +1162,7 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 		do_remove(x, pend[n - 1].e, true);
 	pthread_mutex_unlock(&x->lock);
 	free(pend);
+	free(chain);
 	return rc ? rc : failed;
 }
 
@@ -1129,7 +1171,18 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup)
 {
+	return idx_publish_leased(x, g, lease, hashes, tokens, count, fill, ctx, stored, dedup,
+				  NULL);
+}
+
+int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
+		       const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
+		       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
+		       uint32_t *stored, uint32_t *dedup, uint64_t *lease_out)
+{
 	*stored = *dedup = 0;
+	if (lease_out)
+		*lease_out = 0;
 	hot_lock(x);
 	do_expire(x);
 	struct entry *parent = NULL;
@@ -1141,7 +1194,8 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		}
 		parent = l->blocks[l->n - 1];
 	}
-	return do_publish(x, g, parent, hashes, tokens, count, fill, ctx, stored, dedup);
+	return do_publish(x, g, parent, hashes, tokens, count, fill, ctx, stored, dedup, lease,
+			  lease_out);
 }
 
 int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
@@ -1154,7 +1208,7 @@ int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *
 		pthread_mutex_unlock(&x->lock);
 		return -ENOENT;
 	}
-	int rc = do_publish(x, g, parent, b->hash, b->tokens, 1, fill, ctx, &stored, &there);
+	int rc = do_publish(x, g, parent, b->hash, b->tokens, 1, fill, ctx, &stored, &there, 0, NULL);
 	*dedup = there;
 	return rc;
 }

@@ -161,6 +161,15 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup);
 
+/* idx_publish, and *lease_out a new lease on the chain from the root to
+ * the last block stored or already there (`lease`'s blocks, then those);
+ * 0 when there is none. A publisher continues from it with its next
+ * blocks, and releases it with idx_release. */
+int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
+		       const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
+		       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
+		       uint32_t *stored, uint32_t *dedup, uint64_t *lease_out);
+
 /* ==== The disk tier ==== */
 
 /* Up to max blocks to write out, oldest published first, each held until

@@ -342,6 +342,10 @@ int req_publish(struct conn *c)
 				    (unsigned long long)m.lease);
 		prev = l->last;
 	}
+	bool leased = c->h.flags & PD_FLAG_LEASE;
+	if (leased && c->nleases >= MAX_LEASES)
+		return conn_fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
+			    MAX_LEASES);
 	uint32_t *owned;
 	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
 	if (!tokens)
@@ -359,20 +363,28 @@ int req_publish(struct conn *c)
 	}
 	struct staging st = { c->fds[0], bb, c->part->store };
 	uint32_t stored, dedup;
-	rc = idx_publish(c->d->idx, c->group, m.lease, m.hashes, tokens, m.count,
-			 fill_from_staging, &st, &stored, &dedup);
+	uint64_t lease = 0;
+	rc = idx_publish_leased(c->d->idx, c->group, m.lease, m.hashes, tokens, m.count,
+				fill_from_staging, &st, &stored, &dedup, leased ? &lease : NULL);
 	free(owned);
 	/* A validated memfd: closing it cannot block, and it must not
 	 * outlive the request (reaper.h is for descriptors of any kind). */
 	close(c->fds[0]);
 	c->nfds = 0;
-	if (rc == -EIO)
-		return conn_fail(c, PD_E_MALFORMED, "the staging memory shrank while it was read: %u of %u blocks stored",
-				 stored + dedup, m.count);
 	uint32_t stop = !rc ? PD_STOP_NONE
 		      : rc == -EEXIST ? PD_STOP_COLLISION
 		      : rc == -ENOSPC ? PD_STOP_BUDGET
 		      : rc == -EDQUOT ? PD_STOP_QUOTA : PD_STOP_MAX + 1;
+	/* The chain's last block is the last stored or found: a failed copy
+	 * (the errors below) ends it sooner, and its lease goes. */
+	if (lease && (rc == -EIO || stop > PD_STOP_MAX ||
+		      add_lease(c, lease, m.hashes + (size_t)(stored + dedup - 1) * PD_HASH_SIZE))) {
+		idx_release(c->d->idx, lease);
+		lease = 0;
+	}
+	if (rc == -EIO)
+		return conn_fail(c, PD_E_MALFORMED, "the staging memory shrank while it was read: %u of %u blocks stored",
+				 stored + dedup, m.count);
 	if (stop > PD_STOP_MAX)
 		return conn_fail(c, PD_E_INTERNAL, "%s", strerror(-rc));
 	static struct pd_log_limit cut;
@@ -381,9 +393,10 @@ int req_publish(struct conn *c)
 			       (int)c->cred.pid, (unsigned)c->cred.uid, stored + dedup, m.count,
 			       stop == PD_STOP_BUDGET ? "memory budget" : "user's quota");
 	/* A collision stops a publish too: the client has lost nothing. */
-	struct pd_publish_reply r = { stored, dedup, stop };
-	uint8_t *b = conn_reply(c, PD_OK, PD_PUBLISH_REPLY_SIZE);
-	return b && pd_publish_reply_encode(&r, b, PD_PUBLISH_REPLY_SIZE) == PD_PUBLISH_REPLY_SIZE ? 0 : -1;
+	struct pd_publish_reply r = { stored, dedup, stop, lease };
+	size_t n = leased ? PD_PUBLISH_LEASE_REPLY_SIZE : PD_PUBLISH_REPLY_SIZE;
+	uint8_t *b = conn_reply(c, PD_OK, n);
+	return b && pd_publish_reply_encode(&r, leased, b, n) == n ? 0 : -1;
 }
 
 void req_end(struct conn *c)

@@ -353,13 +353,16 @@ int pd_release_decode(const uint8_t *body, size_t len, struct pd_release *m)
 	return rd_done(&r) || !m->lease ? PD_E_MALFORMED : 0;
 }
 
-size_t pd_publish_reply_encode(const struct pd_publish_reply *m, uint8_t *out, size_t cap)
+size_t pd_publish_reply_encode(const struct pd_publish_reply *m, bool leased, uint8_t *out,
+			       size_t cap)
 {
 	struct wr w = { out, cap, 0, 0 };
 	wr_le(&w, m->stored, 4);
 	wr_le(&w, m->deduplicated, 4);
 	wr_le(&w, m->stop, 4);
 	wr_le(&w, 0, 4);
+	if (leased)
+		wr_le(&w, m->lease, 8);
 	return wr_done(&w);
 }
 
@@ -370,6 +373,7 @@ int pd_publish_reply_decode(const uint8_t *body, size_t len, struct pd_publish_r
 	m->deduplicated = rd_u32(&r);
 	m->stop = rd_u32(&r);
 	uint32_t pad = rd_u32(&r);
+	m->lease = len == PD_PUBLISH_LEASE_REPLY_SIZE ? rd_u64(&r) : 0;
 	return rd_done(&r) || pad || m->stop > PD_STOP_MAX ? PD_E_MALFORMED : 0;
 }
 

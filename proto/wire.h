@@ -8,6 +8,7 @@
 #ifndef PD_WIRE_H
 #define PD_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,7 +55,8 @@ enum pd_op {
 enum pd_flag {
 	PD_FLAG_REPLY = 1u << 0,
 	PD_FLAG_NOREPLY = 1u << 1,  /* RELEASE only: the client does not wait */
-	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY,
+	PD_FLAG_LEASE = 1u << 2,    /* PUBLISH only: lease the chain published */
+	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY | PD_FLAG_LEASE,
 };
 
 /* Reply status; non-zero replies carry an error body (a message). */
@@ -79,6 +81,7 @@ enum pd_size {
 	PD_MATCH_REPLY_FIXED = 16,
 	PD_RELEASE_SIZE = 8,
 	PD_PUBLISH_REPLY_SIZE = 16,
+	PD_PUBLISH_LEASE_REPLY_SIZE = 24, /* to a PUBLISH with PD_FLAG_LEASE */
 	PD_STATS_REPLY_FIXED = 8,
 	PD_USAGE_SIZE = 96,          /* a STATS reply's row */
 	PD_LIST_SIZE = 56,
@@ -189,6 +192,8 @@ enum pd_stop {
 struct pd_publish_reply {
 	uint32_t stored, deduplicated;
 	uint32_t stop;           /* enum pd_stop */
+	uint64_t lease;          /* PD_FLAG_LEASE: the chain through the last block
+				    stored or already there; 0 if none */
 };
 
 /* STATS reply: counters (PREFIXD_COUNTERS order), then one row of usage
@@ -371,7 +376,9 @@ size_t pd_match_reply_encode(uint64_t lease, uint32_t hit, const struct pd_place
 			     size_t cap);
 size_t pd_release_encode(const struct pd_release *m, uint8_t *out, size_t cap);
 size_t pd_publish_encode(const struct pd_publish *m, uint32_t block_tokens, uint8_t *out, size_t cap);
-size_t pd_publish_reply_encode(const struct pd_publish_reply *m, uint8_t *out, size_t cap);
+/* leased: the 24-byte reply to a PUBLISH with PD_FLAG_LEASE. */
+size_t pd_publish_reply_encode(const struct pd_publish_reply *m, bool leased, uint8_t *out,
+			       size_t cap);
 /* rows: nrows usages (the body is PD_STATS_REPLY_FIXED + 8 x PD_STATS_COUNT
  * + nrows x PD_USAGE_SIZE bytes). */
 size_t pd_stats_reply_encode(const uint64_t v[PD_STATS_COUNT], const struct pd_usage *rows,

@@ -150,6 +150,21 @@ Test(hostile, a_malformed_header_closes_only_that_connection)
 	close(fd);
 }
 
+Test(hostile, the_lease_flag_on_anything_but_publish_closes_the_connection)
+{
+	int fd = raw_connect();
+	hello(fd);
+	/* A RELEASE of lease 1, header and body in one write: the daemon
+	 * closes on the header, and a second write could meet the close. */
+	uint8_t frame[PD_HDR_SIZE + 8] = { 0 };
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_RELEASE, PD_FLAG_LEASE, 0, 1, 8 };
+	pd_hdr_encode(&h, frame);
+	frame[PD_HDR_SIZE] = 1;
+	cr_assert_eq(send(fd, frame, sizeof(frame), MSG_NOSIGNAL), (ssize_t)sizeof(frame));
+	expect_closed(fd);
+	close(fd);
+}
+
 Test(hostile, garbage_bytes_close_the_connection)
 {
 	int fd = raw_connect();

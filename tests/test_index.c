@@ -1047,3 +1047,94 @@ Test(index, evicting_a_chain_above_a_hollow_block_takes_both)
 	idx_group_put(x, g);
 	idx_free(x);
 }
+
+static uint32_t publish_leased(struct pd_index *x, struct store *s, struct idx_group *r,
+			       uint64_t lease, const struct prompt *p, uint32_t from, uint32_t n,
+			       int *rc, uint64_t *out)
+{
+	struct fill_ctx f = { s, p->tags + from };
+	uint32_t stored, dedup;
+	*rc = idx_publish_leased(x, r, lease, p->hashes + from * 32, p->tokens + from * B, n, fill,
+				 &f, &stored, &dedup, out);
+	return stored + dedup;
+}
+
+static struct idx_stats stats_of(struct pd_index *x)
+{
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	return st;
+}
+
+/* A publish in parts (libprefixd's, for a staging area smaller than the
+ * prefix): each part continues the lease the last one took on the chain,
+ * which keeps every block published so far from eviction. */
+Test(index, a_publish_leases_its_chain_for_the_next_part)
+{
+	struct store s;
+	struct pd_index *x = start(&s, 6, 32);
+	struct prompt a, b;
+	make_prompt(&a, 1, 6, 0, 0);
+	make_prompt(&b, 2, 4, 0, 0);
+	int rc;
+	uint64_t l1, l2, l3, lease;
+	cr_assert_eq(publish_leased(x, &s, root1, 0, &a, 0, 2, &rc, &l1), 2);
+	cr_assert(!rc && l1);
+	cr_assert_eq(publish_leased(x, &s, root1, l1, &a, 2, 2, &rc, &l2), 2);
+	cr_assert(!rc && l2 && l2 != l1);
+	cr_expect_eq(idx_release(x, l1), 0);
+	cr_expect_eq(stats_of(x).leased_bytes, 4, "the second lease holds blocks 0-3");
+	/* Another prompt cannot take them: it gets the 2 free slots only. */
+	cr_expect_eq(publish(x, &s, root1, 0, &b, 0, 4, &rc), 2);
+	cr_expect_eq(rc, -ENOSPC);
+	/* The last part evicts b's blocks, and its lease holds all six. */
+	cr_assert_eq(publish_leased(x, &s, root1, l2, &a, 4, 2, &rc, &l3), 2);
+	cr_assert(!rc && l3);
+	cr_expect_eq(idx_release(x, l2), 0);
+	cr_expect_eq(stats_of(x).leased_bytes, 6);
+	cr_expect_eq(stats_of(x).leases, 1);
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, root1, &a, &lease, locs), 6);
+	for (int i = 0; i < 6; i++)
+		cr_expect_eq(s.owner[locs[i].offset], a.tags[i], "block %d", i);
+	idx_release(x, lease);
+	cr_expect_eq(idx_release(x, l3), 0);
+	cr_expect_eq(stats_of(x).leased_bytes, 0, "nothing stays leased");
+	cr_expect_eq(stats_of(x).leases, 0);
+	finish(x);
+}
+
+/* What a leased publish found already there is in its chain too; a part
+ * that stops early leases only what it stored; nothing placed, no lease;
+ * an unknown lease to continue is refused. */
+Test(index, a_leased_publish_covers_exactly_what_was_stored_or_found)
+{
+	struct store s;
+	struct pd_index *x = start(&s, 4, 32);
+	struct prompt a, b;
+	make_prompt(&a, 1, 6, 0, 0);
+	make_prompt(&b, 2, 4, 0, 0);
+	int rc;
+	uint64_t l, hold;
+	cr_assert_eq(publish(x, &s, root1, 0, &a, 0, 2, &rc), 2);
+	/* Blocks 0-1 are there, 2-3 fill the store, 4 finds no slot: every
+	 * other block is held by this very publish. */
+	cr_expect_eq(publish_leased(x, &s, root1, 0, &a, 0, 5, &rc, &l), 4);
+	cr_expect_eq(rc, -ENOSPC);
+	cr_assert_neq(l, 0);
+	cr_expect_eq(stats_of(x).leased_bytes, 4, "blocks 0-3: found and stored");
+	cr_expect_eq(publish(x, &s, root1b, 0, &b, 0, 1, &rc), 0, "all four are leased");
+	cr_expect_eq(rc, -ENOSPC);
+	/* Continuing it stops at once: nothing placed, no lease. */
+	cr_expect_eq(publish_leased(x, &s, root1, l, &a, 4, 2, &rc, &hold), 0);
+	cr_expect_eq(rc, -ENOSPC);
+	cr_expect_eq(hold, 0);
+	cr_expect_eq(stats_of(x).leases, 1);
+	cr_expect_eq(idx_release(x, l), 0);
+	cr_expect_eq(stats_of(x).leased_bytes, 0);
+	cr_expect_eq(publish_leased(x, &s, root1, 12345, &a, 4, 1, &rc, &hold), 0);
+	cr_expect_eq(rc, -ENOENT);
+	cr_expect_eq(hold, 0);
+	cr_expect_eq(stats_of(x).leases, 0);
+	finish(x);
+}

@@ -210,8 +210,10 @@ static void publish_reply(const uint8_t *p, size_t n)
 	check_rc(rc);
 	if (rc)
 		return;
-	FUZZ_CHECK(m.stop <= PD_STOP_MAX && n == PD_PUBLISH_REPLY_SIZE);
-#define ENC(out, cap) pd_publish_reply_encode(&m, out, cap)
+	bool leased = n == PD_PUBLISH_LEASE_REPLY_SIZE;
+	FUZZ_CHECK(m.stop <= PD_STOP_MAX && (leased || n == PD_PUBLISH_REPLY_SIZE));
+	FUZZ_CHECK(leased || !m.lease);
+#define ENC(out, cap) pd_publish_reply_encode(&m, leased, out, cap)
 	ROUND_TRIP(p, n, ENC);
 #undef ENC
 }

@@ -111,9 +111,12 @@ static void gen_wire(void)
 
 	struct pd_publish publish = { 77, 2, hashes + 2 * PD_HASH_SIZE, tokens + 32 };
 	wire("publish", FW_PUBLISH, 4, pd_publish_encode(&publish, 4, body, sizeof(body)));
-	struct pd_publish_reply publish_reply = { 1, 0, PD_STOP_COLLISION };
+	struct pd_publish_reply publish_reply = { 1, 0, PD_STOP_COLLISION, 0 };
 	wire("publish-reply", FW_PUBLISH_REPLY, 0,
-	     pd_publish_reply_encode(&publish_reply, body, sizeof(body)));
+	     pd_publish_reply_encode(&publish_reply, false, body, sizeof(body)));
+	struct pd_publish_reply leased_reply = { 2, 1, PD_STOP_NONE, 78 };
+	wire("publish-reply-leased", FW_PUBLISH_REPLY, 0,
+	     pd_publish_reply_encode(&leased_reply, true, body, sizeof(body)));
 
 	uint64_t v[PD_STATS_COUNT];
 	for (int i = 0; i < PD_STATS_COUNT; i++)
@@ -183,7 +186,7 @@ static void gen_wire(void)
 	frame(PD_OP_HELLO, 0, 0, 1, pd_hello_encode(&hello, body, sizeof(body)));
 	match.count = 2;
 	frame(PD_OP_MATCH, 0, 0, 2, pd_match_encode(&match, 4, body, sizeof(body)));
-	frame(PD_OP_PUBLISH, 0, 0, 3, pd_publish_encode(&publish, 4, body, sizeof(body)));
+	frame(PD_OP_PUBLISH, PD_FLAG_LEASE, 0, 3, pd_publish_encode(&publish, 4, body, sizeof(body)));
 	frame(PD_OP_RELEASE, PD_FLAG_NOREPLY, 0, 4, pd_release_encode(&release, body, sizeof(body)));
 	frame(PD_OP_STATS, 0, 0, 5, 0);
 	frame(PD_OP_LIST, 0, 0, 6, pd_list_encode(&list, body, sizeof(body)));
@@ -199,7 +202,7 @@ static void gen_wire(void)
 	frame(PD_OP_MATCH, PD_FLAG_REPLY, 0, 2,
 	      pd_match_reply_encode(77, 2, places, 1, arenas, body, sizeof(body)));
 	frame(PD_OP_PUBLISH, PD_FLAG_REPLY, 0, 3,
-	      pd_publish_reply_encode(&publish_reply, body, sizeof(body)));
+	      pd_publish_reply_encode(&publish_reply, false, body, sizeof(body)));
 	frame(PD_OP_STATS, PD_FLAG_REPLY, 0, 5, pd_stats_reply_encode(v, usage, 1, body, sizeof(body)));
 	frame(PD_OP_LIST, PD_FLAG_REPLY, 0, 6, pd_list_reply_encode(0, rows, 1, body, sizeof(body)));
 	frame(PD_OP_EVICT, PD_FLAG_REPLY, 0, 7, pd_evict_reply_encode(&evict_reply, body, sizeof(body)));
