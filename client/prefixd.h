@@ -125,9 +125,11 @@ int prefixd_release(struct prefixd *c, uint64_t lease);
  * first `first` blocks must be the ones `lease` holds (first == 0 and
  * lease == 0 to start at the prompt's beginning). The daemon copies the
  * bytes; blocks another client published first are counted in *dedup.
- * Returns 0 with stored + dedup < n when the daemon stopped early at a
- * block whose key another prompt holds (a hash collision; nothing wrong
- * was stored). -ENOSPC (the daemon's memory budget) or -EDQUOT (this
+ * More than 8 MiB of blocks go in parts through one 8 MiB staging area,
+ * each part continuing the last through a lease of its own (released
+ * before this returns), so the call's memory stays small. Returns 0 with
+ * stored + dedup < n when the daemon stopped early at a block whose key
+ * another prompt holds (a hash collision; nothing wrong was stored). -ENOSPC (the daemon's memory budget) or -EDQUOT (this
  * user's quota) when it stopped because every block that could make room
  * is leased or pinned: *stored and *dedup then say what it did before,
  * and prefixd_errmsg() why.
