@@ -1215,12 +1215,17 @@ int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *
 
 /* ==== The disk tier ==== */
 
-uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max)
+uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
+			uint64_t max_bytes)
 {
 	uint32_t n = 0;
+	uint64_t bytes = 0;
 	pthread_mutex_lock(&x->lock);
 	while (n < max && x->dirty.oldest) {
 		struct entry *e = x->dirty.oldest;
+		if (n && (bytes >= max_bytes || e->g->store.record_bytes > max_bytes - bytes))
+			break;
+		bytes += e->g->store.record_bytes;
 		if (do_disk_room(x, e->g->store.record_bytes))
 			break; /* the disk holds what memory holds too: wait */
 		do_undirty(x, e);

@@ -172,11 +172,13 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
 
 /* ==== The disk tier ==== */
 
-/* Up to max blocks to write out, oldest published first, each held until
- * idx_spilled; and the disk budget charged for them (the least recently
- * used blocks held only on disk go to make room; a block that cannot fit
- * stays in memory only). */
-uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max);
+/* Up to max blocks to write out, oldest published first, as many as
+ * max_bytes of records hold (one at least), each held until idx_spilled;
+ * and the disk budget charged for them (the least recently used blocks
+ * held only on disk go to make room; a block that cannot fit stays in
+ * memory only). */
+uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
+			uint64_t max_bytes);
 /* rc 0: the block's record is on disk. -ENOSPC: not written, try again
  * later. Anything else: not written, and not tried again. */
 void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc);

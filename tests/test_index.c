@@ -752,7 +752,7 @@ static struct pd_index *tiered(struct store *s, int cap, uint64_t disk_budget, s
 static uint32_t write_all(struct pd_index *x, int rc)
 {
 	struct idx_block b[64];
-	uint32_t n = idx_spill_take(x, b, 64);
+	uint32_t n = idx_spill_take(x, b, 64, UINT64_MAX);
 	for (uint32_t i = 0; i < n; i++) {
 		b[i].sum = 1000 + i;
 		idx_spilled(x, &b[i], rc);
@@ -920,7 +920,7 @@ Test(index, a_block_removed_while_it_is_written_goes_when_the_writer_is_done)
 	int rc;
 	publish(x, &s, g, 0, &a, 0, 2, &rc);
 	struct idx_block b[2];
-	cr_assert_eq(idx_spill_take(x, b, 2), 2);
+	cr_assert_eq(idx_spill_take(x, b, 2, UINT64_MAX), 2);
 	struct pd_evict all = { .by = PD_EVICT_ALL };
 	struct pd_evict_reply r;
 	cr_assert_eq(idx_evict(x, &all, &r), 0);
@@ -1137,4 +1137,27 @@ Test(index, a_leased_publish_covers_exactly_what_was_stored_or_found)
 	cr_expect_eq(hold, 0);
 	cr_expect_eq(stats_of(x).leases, 0);
 	finish(x);
+}
+
+/* The writer takes a batch by bytes too: as many records as fit, one at
+ * least, oldest first. */
+Test(index, a_spill_batch_holds_at_most_its_bytes)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 8, 100, &g);
+	struct prompt a;
+	make_prompt(&a, 1, 5, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 5, &rc), 5);
+	struct idx_block b[8];
+	cr_expect_eq(idx_spill_take(x, b, 8, 2), 2, "records of 1 byte, 2 bytes a batch");
+	cr_expect_eq(idx_spill_take(x, b + 2, 8, 0), 1, "one record even past the bytes");
+	cr_expect_eq(idx_spill_take(x, b + 3, 1, UINT64_MAX), 1, "and never more than max");
+	cr_expect_eq(idx_dirty(x), 1);
+	for (uint32_t i = 0; i < 4; i++)
+		idx_spilled(x, &b[i], 0);
+	cr_expect_eq(write_all(x, 0), 1);
+	idx_group_put(x, g);
+	idx_free(x);
 }
