@@ -35,10 +35,11 @@
 
 /* Records written by one submission: enough to keep a disk's queue busy,
  * few enough that a stop waits for little; and at most SPILL_BYTES of
- * them (one record at least). Each batch's completions come together, and
- * 32 SmolLM-sized records (94 MB) at once put MATCH p99 while spilling at
- * 346-755 us where 4 (12 MB) gave 150-203, at the same 1.0-1.2 GB/s
- * (bench/disk, interleaved runs; idle 13-25 us). */
+ * them (one record at least). A batch's writes and completions come
+ * together: 32 SmolLM-sized records (94 MB) at once put MATCH p99 while
+ * spilling at 346-755 us, batches of 4 (12 MB) at 150-203 and of 8 MiB
+ * (2) at 125-146, all at 1.0-1.2 GB/s (bench/disk, runs interleaved;
+ * idle 13-25 us). */
 #define SPILL_BATCH 32
 #define SPILL_BYTES ((uint64_t)8 << 20)
 /* Records read by one submission of a restore (two reads each). */
