@@ -50,10 +50,11 @@
  *    of 32 blocks each) so that the tier writes records all along:
  *    "spilling" whenever fewer than 96 blocks wait to be written (as fast
  *    as the tier takes them), "flat_out" without a pause (blocks not yet
- *    written are evicted unwritten). The control, "publishing_no_disk": a
- *    daemon without --disk-dir, as many publishes a second as while
- *    spilling: what publishing alone costs a MATCH (a PUBLISH copies its
- *    blocks under the index lock). Medians over rounds of each phase's
+ *    written are evicted unwritten), "spilling_1gbs" one prefix every
+ *    94 ms (1 GB/s: what the tier costs a MATCH per byte, whatever its
+ *    top speed). The control, "publishing_no_disk": a daemon without
+ *    --disk-dir, as many publishes a second as while spilling: what
+ *    publishing alone costs a MATCH. Medians over rounds of each phase's
  *    percentiles (target: spilling <= 2 x idle).
  *  - restart_ms: from fork+exec of prefixd on a directory of 10,000
  *    records (4-token blocks of 8 KiB), stopped gracefully before, its
@@ -819,8 +820,8 @@ static int probe(struct prefixd *c, const uint32_t *t, double seconds, struct be
 	return 0;
 }
 
-enum { PH_IDLE, PH_PACED, PH_FLAT, PH_CONTROL, NPHASES };
-static const char *const phase_names[NPHASES] = { "idle", "spilling", "flat_out",
+enum { PH_IDLE, PH_PACED, PH_FLAT, PH_RATED, PH_CONTROL, NPHASES };
+static const char *const phase_names[NPHASES] = { "idle", "spilling", "flat_out", "spilling_1gbs",
 						  "publishing_no_disk" };
 
 /* Figures of one phase, per round. */
@@ -849,7 +850,9 @@ static int lat_phase(struct lat_run *r, const struct test_daemon *d, struct pref
 	} else {
 		/* The publisher gets going (and the tier with it). */
 		uint64_t b0 = atomic_load(&sh->blocks);
-		atomic_store(&sh->interval_ns, (uint64_t)(r->pub_interval_s * 1e9));
+		/* The rated phase: one prefix every (its bytes / 1 GB/s). */
+		double every = ph == PH_RATED ? (double)PREFIX_BLOCKS * KV_BYTES / 1e9 : r->pub_interval_s;
+		atomic_store(&sh->interval_ns, (uint64_t)(every * 1e9));
 		atomic_store(&sh->mode, ph == PH_PACED ? PUB_PACED : ph == PH_FLAT ? PUB_FLAT : PUB_RATE);
 		for (int i = 0; i < 2000 && atomic_load(&sh->blocks) == b0; i++)
 			usleep(1000);
@@ -886,7 +889,7 @@ static int lat_phase(struct lat_run *r, const struct test_daemon *d, struct pref
 	r->evictions[ph] += s1.evictions - s0.evictions;
 	r->published[ph] += atomic_load(&sh->blocks) - b0;
 	r->publishes[ph] += np;
-	if ((ph == PH_PACED || ph == PH_FLAT) && s1.spills == s0.spills) {
+	if (ph != PH_IDLE && ph != PH_CONTROL && s1.spills == s0.spills) {
 		fail("no record was written during the %s phase", phase_names[ph]);
 		return -1;
 	}
@@ -1229,6 +1232,7 @@ static void print_latency(const struct lat_run *lr, struct verdict *v)
 	num(0, (double)lr->spills[PH_PACED], "spills_during");
 	num(2, v->spill_vs_idle = ratio(p99[PH_PACED], p99[PH_IDLE]), "match_p99_spilling_vs_idle");
 	num(2, ratio(p99[PH_FLAT], p99[PH_IDLE]), "match_p99_flat_out_vs_idle");
+	num(2, ratio(p99[PH_RATED], p99[PH_IDLE]), "match_p99_spilling_1gbs_vs_idle");
 	num(2, ratio(p99[PH_PACED], p99[PH_CONTROL]), "match_p99_spilling_vs_publishing_no_disk");
 	num(0, 1e6 / PROBE_US, "match_probes_per_s");
 	num(0, n, "latency_rounds");
@@ -1282,7 +1286,7 @@ static bool print_json(const char *parent, const char *fs, const struct restore_
 	printf("  \"target\": {\"restore_ratio\": %.1f, \"ttft_ratio\": %.0f, \"match_p99_spilling_vs_idle\": %.1f},\n",
 	       TARGET_RESTORE_RATIO, TARGET_TTFT_RATIO, TARGET_SPILL_P99);
 	printf("  \"target_met\": %s,\n", met ? "true" : "false");
-	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting; publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
+	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting; spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
 	       PROBE_US, PACED_PENDING, RESTART_RECORDS);
 	printf("}\n");
 	if (!met)

@@ -920,3 +920,76 @@ Test(disk, an_import_that_files_blocks_of_another_size_under_a_root_is_not_store
 	prefixd_close(c);
 	stop();
 }
+
+/* Records in the directory whose files were made after t (their birth
+ * time), and all of them. */
+static int records_born_after(const struct statx_timestamp *t, int *all)
+{
+	DIR *d = opendir(disk);
+	cr_assert(d);
+	int n = 0;
+	*all = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		size_t k = strlen(e->d_name);
+		if (k < 4 || strcmp(e->d_name + k - 4, ".rec"))
+			continue;
+		struct statx st;
+		if (statx(dirfd(d), e->d_name, 0, STATX_BTIME, &st))
+			continue; /* deleted meanwhile */
+		cr_assert(st.stx_mask & STATX_BTIME, "the file system keeps birth times");
+		(*all)++;
+		n += st.stx_btime.tv_sec > t->tv_sec ||
+		     (st.stx_btime.tv_sec == t->tv_sec && st.stx_btime.tv_nsec > t->tv_nsec);
+	}
+	closedir(d);
+	return n;
+}
+
+Test(disk, new_records_take_over_the_files_of_records_that_left)
+{
+	/* Room for 40 records; 80 written. */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(40 * REC_BYTES));
+	const char *args[] = { "--memory", "64K", "--disk-budget", budget, NULL };
+	start(args);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 10; k++) {
+		publish(c, k, 4);
+		wait_spilled(4 + 4 * k);
+	}
+	/* The budget is full: from now on, a file made is one too many. */
+	struct statx now;
+	char mark[PATH_MAX + 16];
+	snprintf(mark, sizeof(mark), "%s/mark", disk);
+	write_all(mark, (const uint8_t *)"", 0);
+	cr_assert_eq(statx(AT_FDCWD, mark, 0, STATX_BTIME, &now), 0);
+	unlink(mark);
+	for (uint32_t k = 10; k < 20; k++) {
+		publish(c, k, 4);
+		wait_spilled(4 + 4 * k);
+	}
+	struct prefixd_stats s = wait_spilled(80);
+	cr_expect_gt(s.disk_evictions, 0);
+	int all, made = records_born_after(&now.stx_btime, &all);
+	/* A record of its own for each would be 40 new files; a batch may
+	 * make one before the deletions that make room for it. */
+	cr_expect_eq(all, 40);
+	cr_expect_leq(made, 4, "%d of the last 40 records got new files", made);
+	prefixd_close(c);
+	stop();
+	/* Every record written over is whole: all of them read back. */
+	start(args);
+	c = client();
+	uint32_t hits = 0, bad = 0;
+	for (uint32_t k = 10; k < 20; k++) {
+		struct got g = match(c, k, 4);
+		hits += g.hit;
+		bad += g.bad;
+	}
+	cr_expect_eq(hits, 40, "the last 10 prompts come back from disk");
+	cr_expect_eq(bad, 0);
+	cr_expect_eq(stats().disk_corrupt, 0);
+	cr_expect_eq(count_files(".tmp"), 0);
+	prefixd_close(c);
+	stop();
+}
