@@ -127,12 +127,15 @@ int prefixd_release(struct prefixd *c, uint64_t lease);
  * bytes; blocks another client published first are counted in *dedup.
  * More than 8 MiB of blocks go in parts through one 8 MiB staging area,
  * each part continuing the last through a lease of its own (released
- * before this returns), so the call's memory stays small. Returns 0 with
- * stored + dedup < n when the daemon stopped early at a block whose key
- * another prompt holds (a hash collision; nothing wrong was stored). -ENOSPC (the daemon's memory budget) or -EDQUOT (this
- * user's quota) when it stopped because every block that could make room
- * is leased or pinned: *stored and *dedup then say what it did before,
- * and prefixd_errmsg() why.
+ * before this returns), so the call's memory stays small; such a publish
+ * needs one of the connection's lease slots free (the daemon allows 1024
+ * leases a connection). Returns 0 with stored + dedup < n when the daemon
+ * stopped early at a block whose key another prompt holds (a hash
+ * collision; nothing wrong was stored). -ENOSPC (the daemon's memory
+ * budget) or -EDQUOT (this user's quota) when it stopped because every
+ * block that could make room is leased or pinned. On any error *stored
+ * and *dedup say what the parts before it did (blocks first .. first +
+ * stored + dedup - 1 are in the cache), and prefixd_errmsg() why.
  */
 int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
 		    uint32_t n, const void *const *kv, uint32_t *stored, uint32_t *dedup);

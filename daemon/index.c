@@ -943,9 +943,16 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	struct lease **pp = do_lease_slot(x, lease), *l = *pp;
 	if (l) {
 		*pp = l->next;
-		/* Leaf first: each block then enters the LRU after its child. */
-		for (uint32_t i = l->n; i-- > 0;)
-			lease_drop(x, l->blocks[i]);
+		/* Leaf first: each block then enters the LRU after its child.
+		 * One left hollow while leased (a fill that failed after a
+		 * publish found it) goes with its lease: its ancestors are
+		 * still leased here, so a removal stops below them. */
+		for (uint32_t i = l->n; i-- > 0;) {
+			struct entry *e = l->blocks[i];
+			lease_drop(x, e);
+			if (hollow(e) && removable(e))
+				do_remove(x, e, true);
+		}
 		x->st.leases--;
 	}
 	pthread_mutex_unlock(&x->lock);
@@ -1015,7 +1022,6 @@ static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *par
 	}
 	if (e && (e->resident || e->restoring)) {
 		*dedup = true;
-		x->st.dedup++;
 		do_touch(x, e, now);
 		*out = e;
 		return 0;
@@ -1046,10 +1052,10 @@ static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *par
 	return 0;
 }
 
-struct pending {
-	struct entry *e;
+/* A block a PUBLISH placed: found there, or `mine` to fill at loc. */
+struct placed {
 	struct idx_loc loc;
-	uint32_t i;
+	bool mine, filled;
 };
 
 /*
@@ -1079,91 +1085,134 @@ static uint64_t do_lease_chain(struct pd_index *x, uint64_t from, struct entry *
 	return l->id;
 }
 
+/* Copies the blocks of [0, *end) that are mine and not yet filled, in
+ * order, without the lock (held on entry and on return). A failed copy
+ * ends the run there: *end and *end_rc say where and why. */
+static void do_fill(struct pd_index *x, struct placed *p, uint32_t *end, int *end_rc,
+		    int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx)
+{
+	pthread_mutex_unlock(&x->lock);
+	for (uint32_t i = 0; i < *end; i++) {
+		if (!p[i].mine || p[i].filled)
+			continue;
+		int rc = fill(ctx, i, p[i].loc);
+		if (rc) {
+			*end = i;
+			*end_rc = rc;
+			break;
+		}
+		p[i].filled = true;
+	}
+	hot_lock(x);
+}
+
 /*
  * Stores blocks [0, count) after parent, the lock held on entry and
  * released on return: their places are taken under the lock, their bytes
  * copied without it (a 32-block PUBLISH of 2.9 MB blocks held it for
  * 60-80 ms, and every MATCH waited: bench/disk), and they become visible
- * under it again. Stops at the first block that cannot be placed;
- * idx_publish says the rest. With lease_out, each block is leased as it
- * is placed (one already there could otherwise leave while the others
- * are copied) and what was stored or found is leased after `from`'s.
+ * under it again. The publish ends at the first block that cannot be
+ * placed or copied; what it placed past there is undone. Every block
+ * found is leased while the lock is out, so it stays; with lease_out,
+ * the chain up to the end is leased after `from`'s.
+ *
+ * A block found while another publish or a restore still fills it counts
+ * as found; if that fill failed by the time the lock is back, the block
+ * is hollow and this publish fills it with its own bytes instead (its
+ * blocks below would otherwise hang under a hole no MATCH crosses).
  */
 static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		      int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		      uint32_t *stored, uint32_t *dedup, uint64_t from, uint64_t *lease_out)
 {
-	int rc = 0;
 	uint64_t now = now_s();
-	uint32_t n = 0, placed = 0;
-	struct pending *pend = malloc((count ? count : 1) * sizeof(*pend));
-	struct entry **chain = lease_out ? malloc((count ? count : 1) * sizeof(*chain)) : NULL;
-	if (!pend || (lease_out && !chain)) {
+	uint32_t placed = 0;
+	struct placed *p = calloc(count ? count : 1, sizeof(*p));
+	struct entry **chain = malloc((count ? count : 1) * sizeof(*chain));
+	if (!p || !chain) {
 		pthread_mutex_unlock(&x->lock);
-		free(pend);
+		free(p);
 		free(chain);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < count; i++, placed++) {
+	int end_rc = 0;
+	for (struct entry *at = parent; placed < count; placed++) {
 		bool there;
 		struct entry *e;
-		rc = do_reserve(x, g, parent, hashes + (size_t)i * IDX_HASH_BYTES,
-				tokens + (size_t)i * x->block_tokens, now, &e, &there);
-		if (rc == -ENOSPC || rc == -EDQUOT)
-			x->st.refused_blocks += count - i;
-		if (rc)
+		end_rc = do_reserve(x, g, at, hashes + (size_t)placed * IDX_HASH_BYTES,
+				    tokens + (size_t)placed * x->block_tokens, now, &e, &there);
+		if (end_rc == -ENOSPC || end_rc == -EDQUOT)
+			x->st.refused_blocks += count - placed;
+		if (end_rc)
 			break;
-		if (there)
-			(*dedup)++;
-		else
-			pend[n++] = (struct pending){ e, e->loc, i };
-		if (chain)
-			lease_add(x, chain[i] = e);
-		parent = e;
+		p[placed] = (struct placed){ e->loc, !there, false };
+		lease_add(x, chain[placed] = e);
+		at = e;
 	}
-	pthread_mutex_unlock(&x->lock);
-	/* Copied before they are visible: nobody can match a half block. A
-	 * failed copy ends the run there (filled = the blocks kept). */
-	int failed = 0;
-	uint32_t filled = 0;
-	while (filled < n && !(failed = fill(ctx, pend[filled].i, pend[filled].loc)))
-		filled++;
-	hot_lock(x);
-	if (chain) {
-		/* The chain ends before the first block not copied. */
-		uint32_t end = filled < n ? pend[filled].i : placed;
-		for (uint32_t i = placed; i-- > end;)
-			lease_drop(x, chain[i]);
-		*lease_out = do_lease_chain(x, from, chain, end);
+	uint32_t end = placed;
+	for (bool retake = true; retake;) {
+		do_fill(x, p, &end, &end_rc, fill, ctx);
+		retake = false;
+		for (uint32_t i = 0; i < end; i++) {
+			if (p[i].mine || !hollow(chain[i]))
+				continue;
+			bool there;
+			struct entry *e;
+			int rc = do_reserve(x, g, i ? chain[i - 1] : parent,
+					    hashes + (size_t)i * IDX_HASH_BYTES,
+					    tokens + (size_t)i * x->block_tokens, now, &e, &there);
+			if (rc) {
+				end = i;
+				end_rc = rc;
+				break;
+			}
+			if (!there) {
+				p[i] = (struct placed){ e->loc, true, false };
+				retake = true;
+			}
+		}
 	}
-	for (uint32_t k = 0; k < n; k++) {
-		struct entry *e = pend[k].e;
+	for (uint32_t i = 0; i < placed; i++) {
+		struct entry *e = chain[i];
+		if (!p[i].mine) {
+			*dedup += i < end;
+			x->st.dedup += i < end;
+			continue;
+		}
 		e->restoring = false;
 		g->user->bytes -= g->store.slot_bytes;
-		if (k < filled) {
-			do_reside(x, e, pend[k].loc);
+		if (i < end) {
+			do_reside(x, e, p[i].loc);
 			if (!e->disk)
 				do_dirty(x, e);
 			do_touch(x, e, now);
 			x->st.published++;
 			(*stored)++;
 		} else {
-			g->store.free(g->store.ctx, pend[k].loc, true);
+			g->store.free(g->store.ctx, p[i].loc, true);
 		}
 		do_update(x, e);
 		if (e->parent)
 			do_update(x, e->parent);
 	}
+	for (uint32_t i = placed; i-- > end;)
+		lease_drop(x, chain[i]);
+	if (lease_out) {
+		*lease_out = do_lease_chain(x, from, chain, end);
+	} else {
+		for (uint32_t i = end; i-- > 0;)
+			lease_drop(x, chain[i]);
+	}
 	/* What failed leaves nothing behind. The blocks form one chain, so
 	 * removing its last takes the hollow ones above with it (only the
-	 * last can be a leaf; the others are not touched after it). */
-	if (n && hollow(pend[n - 1].e) && removable(pend[n - 1].e))
-		do_remove(x, pend[n - 1].e, true);
+	 * last can be a leaf). */
+	if (placed > end && hollow(chain[placed - 1]) && removable(chain[placed - 1]))
+		do_remove(x, chain[placed - 1], true);
 	pthread_mutex_unlock(&x->lock);
-	free(pend);
+	free(p);
 	free(chain);
-	return rc ? rc : failed;
+	return end_rc;
 }
 
 int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,

@@ -150,11 +150,13 @@ int idx_release(struct pd_index *x, uint64_t lease);
  * For each block already present with the same tokens and parent, counts a
  * dedup; otherwise takes a slot (evicting as needed) and calls
  * fill(ctx, i, loc), without the index lock, to copy its bytes before it
- * becomes visible (all the publish's blocks at once). Stops at
- * the first block that cannot be placed: -ENOSPC when the budget is full of
- * leased or pinned blocks, -EDQUOT when the user's quota is, -EEXIST when
- * its key is taken by another prompt (a collision), -ENOENT for an unknown
- * lease, fill's error. *stored and *dedup count what was done before.
+ * becomes visible (all the publish's blocks at once). Ends at the first
+ * block that cannot be placed or copied, with its error: -ENOSPC when the
+ * budget is full of leased or pinned blocks, -EDQUOT when the user's quota
+ * is, -EEXIST when its key is taken by another prompt (a collision),
+ * fill's error; -ENOENT for an unknown lease. *stored and *dedup count the
+ * blocks before the end, which are all there now: blocks [0, *stored +
+ * *dedup) of the chain.
  */
 int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,

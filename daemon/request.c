@@ -375,9 +375,9 @@ int req_publish(struct conn *c)
 		      : rc == -EEXIST ? PD_STOP_COLLISION
 		      : rc == -ENOSPC ? PD_STOP_BUDGET
 		      : rc == -EDQUOT ? PD_STOP_QUOTA : PD_STOP_MAX + 1;
-	/* The chain's last block is the last stored or found: a failed copy
-	 * (the errors below) ends it sooner, and its lease goes. */
-	if (lease && (rc == -EIO || stop > PD_STOP_MAX ||
+	/* The lease ends at block stored + dedup - 1 (idx_publish); a
+	 * publish that fails the connection (the errors below) gives it back. */
+	if (lease && (stop > PD_STOP_MAX ||
 		      add_lease(c, lease, m.hashes + (size_t)(stored + dedup - 1) * PD_HASH_SIZE))) {
 		idx_release(c->d->idx, lease);
 		lease = 0;

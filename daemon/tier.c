@@ -7,10 +7,12 @@
  * were written whole are then renamed into place. Restores run in the
  * thread of the MATCH that needs them, with a ring of their own.
  *
- * Deletions (the index's drop callback, under its lock) only queue a name;
- * the writer unlinks them before it takes the next batch, so a record
- * deleted and then written again under the same name is never lost to a
- * late unlink.
+ * Deletions (the index's drop callback, under its lock) only queue a name.
+ * The writer takes a batch, then the deletions queued so far: their files
+ * become the batch's records (renamed to a record's temporary name and
+ * written over in place), and those left are unlinked before the batch's
+ * renames, so a record deleted and then written again under the same name
+ * is never lost to a late unlink.
  */
 #include "tier.h"
 
@@ -227,7 +229,7 @@ static void forget_drop(struct pd_tier *t, uint32_t ns, const uint8_t *hash)
 	pthread_mutex_unlock(&t->mu);
 }
 
-static void unlink_drops(struct pd_tier *t, struct drop *d, size_t n)
+static void unlink_drops(struct pd_tier *t, const struct drop *d, size_t n)
 {
 	char name[TIER_NAME_MAX];
 	for (size_t i = 0; i < n; i++) {
@@ -256,8 +258,11 @@ static int recycled(struct pd_tier *t, struct recycle *r, const char *tmp, struc
 	while (r && r->next < r->n) {
 		const struct drop *d = &r->d[r->next++];
 		tier_name(d->ns, d->hash, ".rec", name);
-		if (renameat(t->dirfd, name, t->dirfd, tmp))
-			continue; /* never written, or gone */
+		if (renameat(t->dirfd, name, t->dirfd, tmp)) {
+			if (errno != ENOENT) /* it must go all the same */
+				unlink_drops(t, d, 1);
+			continue; /* ENOENT: never written, or gone */
+		}
 		struct stat st;
 		s->fd = openat(t->dirfd, tmp, O_WRONLY | O_CLOEXEC | O_DIRECT);
 		if (s->fd < 0 && errno == EINVAL)

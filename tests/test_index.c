@@ -6,6 +6,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1160,4 +1162,130 @@ Test(index, a_spill_batch_holds_at_most_its_bytes)
 	cr_expect_eq(write_all(x, 0), 1);
 	idx_group_put(x, g);
 	idx_free(x);
+}
+
+/*
+ * Two publishes of one chain at once: the first has placed its blocks and
+ * copies them without the lock while the second finds them. The first's
+ * copy is held at `gate` until the test lets it go, and then fails or not.
+ */
+struct racer {
+	struct pd_index *x;
+	struct store *s;
+	const struct prompt *p;
+	uint32_t n;
+	bool leased, fails;
+	sem_t in, go;          /* the copy has begun; it may go on */
+	bool waited;
+	int rc;
+	uint32_t stored, dedup;
+	uint64_t lease;
+};
+
+static int racer_fill(void *ctx, uint32_t i, struct idx_loc loc)
+{
+	struct racer *r = ctx;
+	if (!r->waited) {
+		r->waited = true;
+		sem_post(&r->in);
+		sem_wait(&r->go);
+	}
+	if (r->fails)
+		return -EIO;
+	r->s->owner[loc.offset] = r->p->tags[i];
+	return 0;
+}
+
+static void *racer_run(void *arg)
+{
+	struct racer *r = arg;
+	r->rc = idx_publish_leased(r->x, root1, 0, r->p->hashes, r->p->tokens, r->n, racer_fill, r,
+				   &r->stored, &r->dedup, r->leased ? &r->lease : NULL);
+	sem_post(&r->in); /* done, with nothing of its own to copy perhaps */
+	return NULL;
+}
+
+static void racer_start(struct racer *r, pthread_t *t, struct pd_index *x, struct store *s,
+			const struct prompt *p, uint32_t n, bool leased, bool fails)
+{
+	*r = (struct racer){ .x = x, .s = s, .p = p, .n = n, .leased = leased, .fails = fails };
+	sem_init(&r->in, 0, 0);
+	sem_init(&r->go, 0, 0);
+	cr_assert_eq(pthread_create(t, NULL, racer_run, r), 0);
+	sem_wait(&r->in);
+}
+
+static void racer_end(struct racer *r, pthread_t t)
+{
+	sem_post(&r->go);
+	pthread_join(t, NULL);
+	sem_destroy(&r->in);
+	sem_destroy(&r->go);
+}
+
+Test(index, a_publish_fills_the_blocks_of_another_whose_copy_failed)
+{
+	struct store s;
+	struct pd_index *x = start(&s, 16, 32);
+	struct prompt p;
+	make_prompt(&p, 1, 4, 0, 0);
+	struct racer a, b;
+	pthread_t ta, tb;
+	racer_start(&a, &ta, x, &s, &p, 2, false, true);
+	/* b finds blocks 0 and 1 still being copied by a, places 2 and 3, and
+	 * waits in its copy until a has failed. */
+	racer_start(&b, &tb, x, &s, &p, 4, true, false);
+	racer_end(&a, ta);
+	cr_expect_eq(a.rc, -EIO);
+	cr_expect_eq(a.stored + a.dedup, 0);
+	racer_end(&b, tb);
+	cr_expect_eq(b.rc, 0);
+	cr_expect_eq(b.stored, 4, "b copied a's two blocks as well as its own (got %u)", b.stored);
+	cr_expect_eq(b.dedup, 0);
+	cr_expect_neq(b.lease, 0);
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 4, "the whole chain is served");
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(s.owner[locs[i].offset], p.tags[i], "block %d holds its bytes", i);
+	idx_release(x, lease);
+	idx_release(x, b.lease);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.blocks, 4);
+	cr_expect_eq(s.used, 4, "one slot each, none leaked");
+	finish(x);
+}
+
+Test(index, a_lease_on_blocks_whose_copy_failed_takes_them_when_it_ends)
+{
+	struct store s;
+	struct pd_index *x = start(&s, 2, 32);
+	struct prompt p, q;
+	make_prompt(&p, 1, 2, 0, 0);
+	make_prompt(&q, 2, 2, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, root1, 0, &p, 0, 1, &rc), 1);
+	struct racer a, b;
+	pthread_t ta, tb;
+	racer_start(&a, &ta, x, &s, &p, 2, false, true);
+	/* b finds block 0 there and block 1 being copied by a: it has nothing
+	 * to copy and ends at once, leasing both; a's failure then leaves
+	 * block 1 hollow, under b's lease. */
+	racer_start(&b, &tb, x, &s, &p, 2, true, false);
+	cr_expect_eq(b.dedup, 2);
+	racer_end(&a, ta);
+	racer_end(&b, tb);
+	cr_expect_eq(a.rc, -EIO);
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 1, "a hollow block is never served");
+	idx_release(x, lease);
+	cr_expect_eq(idx_release(x, b.lease), 0);
+	/* Block 1 left with the lease: block 0 is a leaf again, and makes
+	 * room for another prompt in the two slots there are. */
+	cr_expect_eq(publish(x, &s, root1, 0, &q, 0, 2, &rc), 2, "q stored whole (rc %d)", rc);
+	cr_expect_eq(match(x, root1, &q, &lease, locs), 2);
+	idx_release(x, lease);
+	finish(x);
 }
