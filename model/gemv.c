@@ -13,6 +13,7 @@
 #include "gemv.h"
 
 #include "cpu.h"
+#include "vec_avx2.h"
 #include "wload.h"
 
 #include <immintrin.h>
@@ -396,6 +397,10 @@ void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, floa
 		dots_avx512(G, n, d, q, ldq, K, scale, s, lds);
 		return;
 	}
+	if (pfx_cpu_avx2()) {
+		pfx_dots_avx2(G, n, d, q, ldq, K, scale, s, lds);
+		return;
+	}
 	for (int t = 0; t < n; t++)
 		for (int g = 0; g < G; g++) {
 			float acc = 0;
@@ -411,6 +416,10 @@ void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, flo
 		axpys_avx512(G, n, d, p, ldp, V, o, ldo);
 		return;
 	}
+	if (pfx_cpu_avx2()) {
+		pfx_axpys_avx2(G, n, d, p, ldp, V, o, ldo);
+		return;
+	}
 	for (int g = 0; g < G; g++)
 		for (int t = 0; t < n; t++)
 			for (int j = 0; j < d; j++)
@@ -421,6 +430,8 @@ float pfx_exp_sum(float *x, int n, float *max_out)
 {
 	if (pfx_cpu_avx512())
 		return exp_sum_avx512(x, n, max_out);
+	if (pfx_cpu_avx2())
+		return pfx_exp_sum_avx2(x, n, max_out);
 	float mx = -INFINITY, sum = 0;
 	for (int i = 0; i < n; i++)
 		mx = x[i] > mx ? x[i] : mx;
@@ -460,6 +471,10 @@ void pfx_silu_mul(float *y, const float *up, int n)
 {
 	if (pfx_cpu_avx512()) {
 		silu_mul_avx512(y, up, n);
+		return;
+	}
+	if (pfx_cpu_avx2()) {
+		pfx_silu_mul_avx2(y, up, n);
 		return;
 	}
 	for (int i = 0; i < n; i++)

@@ -111,6 +111,45 @@ static void from_f32_avx512(enum pfx_wtype t, const float *src, size_t n, void *
 	}
 }
 
+__attribute__((target("avx2,f16c")))
+static void to_f32_avx2(struct pfx_wmat w, size_t n, float *d)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(d + i, w_load8(w.p, w.type, i));
+	for (; i < n; i++)
+		d[i] = w_elem(w.p, w.type, i);
+}
+
+/* 8 floats as 16-bit values of type t, rounded as the scalar functions do. */
+__attribute__((target("avx2,f16c"), always_inline))
+static inline __m128i to16_avx2(__m256 v, enum pfx_wtype t)
+{
+	if (t == PFX_W_F16)
+		return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256i u = _mm256_castps_si256(v);
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+	/* NaN: the top half, made quiet. Signed compares: abs(u) is below 2^31. */
+	__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+					 _mm256_set1_epi32(0x7f800000));
+	__m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+	r = _mm256_blendv_epi8(r, q, nan);
+	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+__attribute__((target("avx2,f16c")))
+static void from_f32_avx2(enum pfx_wtype t, const float *src, size_t n, void *dst)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)((uint16_t *)dst + i), to16_avx2(_mm256_loadu_ps(src + i), t));
+	for (; i < n; i++) {
+		uint16_t h = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+		memcpy((uint16_t *)dst + i, &h, 2);
+	}
+}
+
 void pfx_f32_to_wtype(enum pfx_wtype t, const float *src, size_t n, void *dst)
 {
 	if (t == PFX_W_F32) {
@@ -119,6 +158,10 @@ void pfx_f32_to_wtype(enum pfx_wtype t, const float *src, size_t n, void *dst)
 	}
 	if (pfx_cpu_avx512()) {
 		from_f32_avx512(t, src, n, dst);
+		return;
+	}
+	if (pfx_cpu_avx2()) {
+		from_f32_avx2(t, src, n, dst);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -135,6 +178,10 @@ void pfx_wmat_to_f32(struct pfx_wmat w, size_t n, float *dst)
 	}
 	if (pfx_cpu_avx512()) {
 		to_f32_avx512(w, n, dst);
+		return;
+	}
+	if (pfx_cpu_avx2()) {
+		to_f32_avx2(w, n, dst);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)

@@ -269,3 +269,85 @@ Test(kernels, scalar_and_vector_rounding_agree)
 		}
 	}
 }
+
+/* Decode attention: scores of G heads over n keys of d dims, and their
+ * weighted sum of values, for head counts, key counts and widths with
+ * tails of every vector form (AVX-512 16, AVX2 8). */
+Test(kernels, attention_products_equal_the_plain_sums)
+{
+	enum { MAXG = 5, MAXN = 35, MAXD = 70, LDQ = MAXD + 1, LDS = MAXN + 3, LDO = MAXD + 2 };
+	static float q[MAXG * LDQ], K[MAXN * MAXD], s[MAXG * LDS], o[MAXG * LDO], o0[MAXG * LDO];
+	uint32_t seed = 9;
+	for (int G = 1; G <= MAXG; G++)
+		for (int n = 1; n <= MAXN; n += 2)
+			for (int d = 1; d <= MAXD; d += (d < 20 ? 1 : 7)) {
+				for (int i = 0; i < MAXG * LDQ; i++)
+					q[i] = val(&seed);
+				for (int i = 0; i < n * d; i++)
+					K[i] = val(&seed);
+				for (int i = 0; i < MAXG * LDO; i++)
+					o[i] = o0[i] = val(&seed);
+				memset(s, 0, sizeof(s));
+				pfx_dots(G, n, d, q, LDQ, K, 0.5f, s, LDS);
+				/* The scores as weights: K stands in for V. */
+				pfx_axpys(G, n, d, s, LDS, K, o, LDO);
+				for (int g = 0; g < G; g++) {
+					for (int t = 0; t < n; t++) {
+						double want = 0;
+						for (int j = 0; j < d; j++)
+							want += (double)q[g * LDQ + j] * K[t * d + j];
+						cr_assert(fabs(s[g * LDS + t] - 0.5 * want) <= 1e-5 * (1 + d),
+							  "dots G=%d n=%d d=%d: s[%d][%d] = %g, not %g", G, n, d,
+							  g, t, s[g * LDS + t], 0.5 * want);
+					}
+					for (int j = 0; j < LDO; j++) {
+						double want = o0[g * LDO + j];
+						for (int t = 0; t < n && j < d; t++)
+							want += (double)s[g * LDS + t] * K[t * d + j];
+						cr_assert(fabs(o[g * LDO + j] - want) <= 1e-5 * (1 + n * d),
+							  "axpys G=%d n=%d d=%d: o[%d][%d] = %g, not %g", G, n, d,
+							  g, j, o[g * LDO + j], want);
+					}
+				}
+			}
+}
+
+/* exp and its sum after the max (a softmax's numerators), and SiLU(y) * up,
+ * for every length up to two vectors and a tail, over inputs from -100 to
+ * 100, with what lies past the end untouched. */
+Test(kernels, exponentials_equal_the_plain_ones)
+{
+	enum { MAXN = 40 };
+	float x[MAXN + 1], x0[MAXN + 1], y[MAXN + 1], up[MAXN + 1];
+	uint32_t seed = 3;
+	for (int n = 1; n <= MAXN; n++)
+		for (int scale = 1; scale <= 100; scale *= 10) {
+			for (int i = 0; i <= MAXN; i++) {
+				x[i] = x0[i] = val(&seed) * (float)scale;
+				up[i] = val(&seed);
+			}
+			memcpy(y, x, sizeof(x));
+			float mx;
+			float sum = pfx_exp_sum(x, n, &mx);
+			double want_mx = -INFINITY, want_sum = 0;
+			for (int i = 0; i < n; i++)
+				want_mx = fmax(want_mx, x0[i]);
+			for (int i = 0; i < n; i++) {
+				double e = exp(x0[i] - want_mx);
+				want_sum += e;
+				cr_assert(fabs(x[i] - e) <= 2e-7 + 1e-6 * e, "exp n=%d: x[%d] = %g, not %g", n,
+					  i, x[i], e);
+			}
+			cr_assert_eq(mx, (float)want_mx, "max n=%d", n);
+			cr_assert(fabs(sum - want_sum) <= 1e-6 * want_sum * n, "sum n=%d: %g, not %g", n,
+				  sum, want_sum);
+			cr_assert_eq(x[n], x0[n], "exp_sum n=%d wrote past the end", n);
+			pfx_silu_mul(y, up, n);
+			for (int i = 0; i < n; i++) {
+				double v = x0[i], want = v / (1 + exp(-v)) * up[i];
+				cr_assert(fabs(y[i] - want) <= 1e-6 * (1 + fabs(want)),
+					  "silu n=%d: y[%d] = %g, not %g (x %g)", n, i, y[i], want, v);
+			}
+			cr_assert_eq(y[n], x0[n], "silu_mul n=%d wrote past the end", n);
+		}
+}
