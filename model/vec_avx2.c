@@ -78,8 +78,11 @@ AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const floa
 				acc[t] = _mm256_setzero_ps();
 			for (int j = 0; j < whole; j += 8) {
 				__m256 qv = _mm256_loadu_ps(qg + j);
-				for (int t = 0; t < 8; t++)
+				for (int t = 0; t < 8; t++) {
+					if (g == 0 && j % 16 == 0) /* the next 8 keys, a line each */
+						_mm_prefetch((const char *)(k + (size_t)(8 + t) * d + j), _MM_HINT_T0);
 					acc[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)t * d + j), acc[t]);
+				}
 			}
 			if (whole < d) {
 				__m256 qv = _mm256_maskload_ps(qg + whole, m);
@@ -109,8 +112,12 @@ AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const floa
 /*
  * GN heads (a constant once inlined) x 32 dims of output in registers
  * while V's rows stream by: 4 GN accumulators, a row's 4 vectors and the
- * GN weights fit AVX2's 16 registers for GN up to 2.
+ * GN weights fit AVX2's 16 registers for GN up to 2. Rows AXPYS_AHEAD
+ * ahead are prefetched, as in gemv.c's AVX-512 form (V comes in runs of
+ * one block, each a new stream for the hardware prefetcher).
  */
+#define AXPYS_AHEAD 16
+
 AVX2 __attribute__((always_inline)) static inline void
 axpys_block(const int GN, int n, int d, int j0, const float *p, int ldp, const float *V, float *o,
 	    int ldo)
@@ -124,6 +131,10 @@ axpys_block(const int GN, int n, int d, int j0, const float *p, int ldp, const f
 			acc[g][c] = _mm256_maskload_ps(o + (size_t)g * ldo + j0 + 8 * c, m[c]);
 	for (int t = 0; t < n; t++) {
 		const float *v = V + (size_t)t * d + j0;
+		if (t + AXPYS_AHEAD < n)
+			for (int c = 0; c < 4; c += 2)
+				if (j0 + 8 * c < d)
+					_mm_prefetch((const char *)(v + AXPYS_AHEAD * (size_t)d + 8 * c), _MM_HINT_T0);
 		__m256 vv[4];
 		for (int c = 0; c < 4; c++)
 			vv[c] = _mm256_maskload_ps(v + 8 * c, m[c]);
