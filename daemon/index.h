@@ -107,7 +107,8 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
  * then written out after they are published (idx_spill_take), evicted
  * from memory once written, and restored by MATCH. */
 void idx_set_tier(struct pd_index *x, const struct idx_tier *tier);
-/* Frees every block through its store. Groups must have been put. */
+/* Frees every block through its store, unpunched (the stores go next).
+ * Groups must have been put. */
 void idx_free(struct pd_index *x);
 
 /* The group of a root, made on first use, with the model's fingerprint
