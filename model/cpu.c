@@ -54,6 +54,6 @@ const char *pfx_cpu_kernels(void)
 		return "AVX-512";
 	if (!pfx_cpu_avx2())
 		return "portable, plain C (no AVX2 with F16C, or PFX_NO_AVX2 is set)";
-	return __builtin_cpu_supports("avx512f") ? "portable (PFX_NO_AVX512 is set)"
-						 : "portable (no AVX-512 on this CPU)";
+	return __builtin_cpu_supports("avx512f") ? "AVX2 (PFX_NO_AVX512 is set)"
+						 : "AVX2 (no AVX-512 on this CPU)";
 }

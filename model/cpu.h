@@ -18,7 +18,8 @@ bool pfx_cpu_avx512(void);
  * PFX_NO_AVX2 is set as PFX_NO_AVX512 is: with both, the plain C paths run,
  * as on a CPU without either, so that they are tested here too. */
 bool pfx_cpu_avx2(void);
-/* Which of them run, and why, for humans: "AVX-512" or "portable (...)". */
+/* Which of them run, and why, for humans: "AVX-512", "AVX2 (...)" or
+ * "portable, plain C (...)". */
 const char *pfx_cpu_kernels(void);
 
 #endif

@@ -111,8 +111,8 @@ Test(cli, info_says_when_the_own_kernels_are_turned_off)
 	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, __builtin_cpu_supports("avx512f")
-					? "own kernels      portable (PFX_NO_AVX512 is set)"
-					: "own kernels      portable (no AVX-512 on this CPU)"),
+					? "own kernels      AVX2 (PFX_NO_AVX512 is set)"
+					: "own kernels      AVX2 (no AVX-512 on this CPU)"),
 		  "%s", r.out);
 }
 
