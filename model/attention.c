@@ -8,12 +8,13 @@
  * values are one product each per KV block, by gemm_few_t on the block in
  * place (sgemm without AVX-512).
  * A single new row (decode) is bound by reading the KV, so its tasks are
- * (session, KV head, range of keys): every query head that shares the KV
- * head is served by one pass over its blocks (grouped-query attention
- * reads each block once, not once per query head), and splitting the keys
- * gives every thread work even when there are fewer KV heads than threads.
- * Each such task leaves a partial softmax (max, sum, unnormalised output),
- * and the partials of one head are merged after the parallel loop. The
+ * (session, range of whole blocks of keys), every head in each: a block's
+ * keys and values of one layer are read once, front to back, for all the
+ * query heads (grouped-query attention reads each block once, not once per
+ * query head), and splitting the keys gives every thread work whatever the
+ * number of heads. Each such task keeps a softmax per head online (running
+ * max, sum, unnormalised output), and the partials of one head are merged
+ * after the parallel loop. The
  * decode tasks use gemv.c's vector kernels rather than sgemm, whose set-up
  * on G-row products (3 for SmolLM) cost more than the arithmetic: with the
  * KV in cache, attention at 512 keys of context takes 0.6-0.7 ms per token
@@ -31,12 +32,17 @@
 /* Keys per decode task at least; fewer are not worth a task of their own. */
 #define MIN_SPLIT_KEYS 128
 
+/* Key ranges of a decode row: a few per thread, so that a thread the
+ * machine holds up does not hold up the step; whole blocks each. */
 static int decode_splits(const struct fwd *f, size_t keys)
 {
-	int threads = pfx_pool_threads(f->m->pool), nkv = f->c->n_kv_heads;
-	int want = (2 * threads + nkv - 1) / nkv;
-	int most = (int)(keys / MIN_SPLIT_KEYS);
-	return want < most ? want : (most > 1 ? most : 1);
+	size_t B = (size_t)f->m->block_tokens, blocks = (keys + B - 1) / B;
+	size_t want = 2 * (size_t)pfx_pool_threads(f->m->pool), most = keys / MIN_SPLIT_KEYS;
+	if (want > most)
+		want = most;
+	if (want > blocks)
+		want = blocks;
+	return want > 1 ? (int)want : 1;
 }
 
 /* New rows per prefill task: its G query heads' rows fill one score
@@ -47,10 +53,13 @@ static int att_rows_per_task(const struct fwd *f)
 	return ATT_CHUNK / G > 0 ? ATT_CHUNK / G : 1;
 }
 
-/* A thread's scores, packed queries and outputs; its KV buffer follows. */
+/* A thread's scores, packed queries and outputs (prefill), or the scores
+ * of every query head on one run of keys (decode); its KV buffer follows. */
 static size_t rows_floats(const struct fwd *f)
 {
-	return ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+	size_t prefill = ATT_CHUNK * (f->score_ld + 2 * (size_t)f->c->head_dim);
+	size_t decode = (size_t)f->c->n_heads * (size_t)f->m->block_tokens;
+	return prefill > decode ? prefill : decode;
 }
 
 size_t att_thread_floats(const struct fwd *f)
@@ -95,12 +104,13 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 	for (int i = 0; i < nitems; i++) {
 		size_t n = items[i].n;
 		if (n == 1) {
-			int keys = (int)items[i].s->len + 1, ns = decode_splits(f, (size_t)keys);
-			for (int h = 0; h < c->n_kv_heads; h++)
-				for (int s = 0; s < ns; s++, t++)
-					if (tasks)
-						tasks[t] = (struct att_task){ i, h, keys * s / ns,
-									      keys * (s + 1) / ns, s, ns };
+			int B = f->m->block_tokens, keys = (int)items[i].s->len + 1;
+			int ns = decode_splits(f, (size_t)keys), blocks = (keys + B - 1) / B;
+			for (int s = 0; s < ns; s++, t++) {
+				int k0 = blocks * s / ns * B, k1 = blocks * (s + 1) / ns * B;
+				if (tasks)
+					tasks[t] = (struct att_task){ i, 0, k0, k1 < keys ? k1 : keys, s, ns };
+			}
 			continue;
 		}
 		/* Equal chunks: 32 rows in 16 + 16, not 21 + 11, keep the
@@ -236,11 +246,10 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 		prefill_rows(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
 }
 
-/* Partial results of one decode task for one query head: (max, sum, out). */
-static float *partial(const struct fwd *f, int task, int g)
+/* Partial results of one decode task for query head h: (max, sum, out). */
+static float *partial(const struct fwd *f, int task, int h)
 {
-	int G = f->c->n_heads / f->c->n_kv_heads;
-	return f->partials + ((size_t)task * G + g) * (f->c->head_dim + 2);
+	return f->partials + ((size_t)task * f->c->n_heads + h) * (f->c->head_dim + 2);
 }
 
 /* Keys [j, k1) of a task: the first run lies inside one block. */
@@ -252,33 +261,68 @@ static const float *run(const struct fwd *f, const struct pfx_session *s, int kv
 	return kv_run(f, s->blocks[j / B]->data, kv, head, off, *kb, buf);
 }
 
-/* One new row, a KV head and a range of keys, for all its query heads:
- * one pass over the keys for the G heads' scores, then one over the
- * values, a run of keys inside one block at a time. */
+/*
+ * Folds the scores of one run of keys into a head's partial softmax
+ * (online softmax): the scores become their weights relative to the
+ * running max, and what was summed before is scaled down when the max
+ * grows.
+ */
+static void fold_run(float *p, float *score, int n, int hd)
+{
+	float mx, sum = pfx_exp_sum(score, n, &mx);
+	if (mx > p[0]) {
+		float w = expf(p[0] - mx); /* 0 for the first run */
+		p[0] = mx;
+		p[1] = p[1] * w + sum;
+		for (int d = 0; d < hd; d++)
+			p[2 + d] *= w;
+	} else {
+		float w = expf(mx - p[0]);
+		p[1] += sum * w;
+		for (int t = 0; t < n; t++)
+			score[t] *= w;
+	}
+}
+
+/*
+ * One new row and a range of keys, for every head: block after block, the
+ * scores of all query heads on the block's keys, then their weighted sum
+ * of its values. A block holds a layer's keys of every KV head, then its
+ * values, one after the other: this reads them in that order, one
+ * sequential run of 2 x kv_heads x B x head_dim values a block, where a
+ * pass per KV head over its keys and then over its values started a new
+ * stream every B x head_dim values and read the KV at about half the
+ * bandwidth the weights stream at (perf of a decode step).
+ */
 static void decode_task(struct fwd *f, const struct att_task *a, int task, int thread)
 {
 	const struct pfx_config *c = f->c;
 	const struct pfx_session *s = f->items[a->item].s;
-	int hd = c->head_dim, G = c->n_heads / c->n_kv_heads;
-	size_t ld = f->score_ld;
-	float *S = att_thread_scratch(f, thread); /* (G, ld) */
-	const float *q = f->q + (size_t)f->item_row[a->item] * c->n_heads * hd + (size_t)a->head * G * hd;
+	int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, G = nh / nkv;
+	int B = f->m->block_tokens, kb = 0;
+	float *S = att_thread_scratch(f, thread); /* (nh, B): query head h's scores at h * B */
+	float *buf = kv_buffer(f, S);
+	const float *q = f->q + (size_t)f->item_row[a->item] * nh * hd;
 	float scale = 1.0f / sqrtf((float)hd);
-	int k0 = a->r0, k1 = a->r1, kb;
-	float *out = partial(f, task, 0) + 2; /* (G, head_dim) at stride head_dim + 2 */
 
-	for (int j = k0; j < k1; j += kb) {
-		const float *K = run(f, s, 0, a->head, j, k1, &kb, kv_buffer(f, S));
-		pfx_dots(G, kb, hd, q, hd, K, scale, S + (j - k0), (int)ld);
-	}
-	for (int g = 0; g < G; g++) {
-		float *p = partial(f, task, g);
-		p[1] = pfx_exp_sum(S + (size_t)g * ld, k1 - k0, &p[0]);
+	for (int h = 0; h < nh; h++) {
+		float *p = partial(f, task, h);
+		p[0] = -INFINITY;
+		p[1] = 0.0f;
 		memset(p + 2, 0, (size_t)hd * sizeof(float));
 	}
-	for (int j = k0; j < k1; j += kb) {
-		const float *V = run(f, s, 1, a->head, j, k1, &kb, kv_buffer(f, S));
-		pfx_axpys(G, kb, hd, S + (j - k0), (int)ld, V, out, hd + 2);
+	for (int j = a->r0; j < a->r1; j += kb) {
+		for (int h = 0; h < nkv; h++) {
+			const float *K = run(f, s, 0, h, j, a->r1, &kb, buf);
+			pfx_dots(G, kb, hd, q + (size_t)h * G * hd, hd, K, scale, S + (size_t)h * G * B, B);
+		}
+		for (int h = 0; h < nh; h++)
+			fold_run(partial(f, task, h), S + (size_t)h * B, kb, hd);
+		for (int h = 0; h < nkv; h++) {
+			const float *V = run(f, s, 1, h, j, a->r1, &kb, buf);
+			pfx_axpys(G, kb, hd, S + (size_t)h * G * B, B, V, partial(f, task, h * G) + 2,
+				  hd + 2);
+		}
 	}
 }
 
@@ -296,19 +340,19 @@ static void att_task(void *ctx, int t, int thread)
 static void merge_partials(struct fwd *f)
 {
 	const struct pfx_config *c = f->c;
-	int hd = c->head_dim, G = c->n_heads / c->n_kv_heads, qd = c->n_heads * hd;
+	int hd = c->head_dim, qd = c->n_heads * hd;
 	for (int t = 0; t < f->ntasks; t++) {
 		const struct att_task *a = &f->tasks[t];
 		if (!a->nsplit || a->split)
 			continue;
-		for (int g = 0; g < G; g++) {
+		for (int h = 0; h < c->n_heads; h++) {
 			float mx = -INFINITY, sum = 0;
 			for (int s = 0; s < a->nsplit; s++)
-				mx = fmaxf(mx, partial(f, t + s, g)[0]);
-			float *o = f->att + (size_t)f->item_row[a->item] * qd + ((size_t)a->head * G + g) * hd;
+				mx = fmaxf(mx, partial(f, t + s, h)[0]);
+			float *o = f->att + (size_t)f->item_row[a->item] * qd + (size_t)h * hd;
 			memset(o, 0, (size_t)hd * sizeof(float));
 			for (int s = 0; s < a->nsplit; s++) {
-				const float *p = partial(f, t + s, g);
+				const float *p = partial(f, t + s, h);
 				float w = expf(p[0] - mx);
 				sum += w * p[1];
 				for (int d = 0; d < hd; d++)

@@ -12,8 +12,8 @@
 #define ATT_CHUNK 64 /* query rows per attention task */
 
 /* Prefill (nsplit 0): KV head `head`, rows [r0, r1) of the item's new
- * tokens. Decode (nsplit > 0): KV head `head`, keys [r0, r1), part `split`
- * of nsplit. See attention.c. */
+ * tokens. Decode (nsplit > 0): every head, keys [r0, r1), part `split` of
+ * nsplit. See attention.c. */
 struct att_task {
 	int item;
 	int head;
@@ -41,7 +41,7 @@ struct fwd {
 	struct att_task *tasks;
 	int ntasks;
 	float *scores;         /* per thread: att_thread_scratch() */
-	float *partials;       /* (ntasks, heads per KV head, head_dim + 2) */
+	float *partials;       /* (ntasks, heads, head_dim + 2): decode tasks' softmax parts */
 	float *xt;             /* per thread, xt_floats each: gemm_few.h's x transposed (ops.c) */
 	size_t xt_floats;
 	unsigned *xt_call;     /* per thread: the op_matmul call whose x its xt holds */
