@@ -10,7 +10,7 @@
 
 #include <errno.h>
 #include <string.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 static const uint8_t rec_magic[8] = { 'P', 'F', 'X', 'D', 'R', 'E', 'C', 0 };
 

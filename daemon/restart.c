@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "groups.h"
 #include "record.h"
