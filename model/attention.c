@@ -34,9 +34,8 @@
 
 /* Key ranges of a decode row: a few per thread, so that a thread the
  * machine holds up does not hold up the step; whole blocks each. */
-static int decode_splits(const struct fwd *f, size_t keys)
+static int decode_splits(const struct fwd *f, size_t keys, size_t blocks)
 {
-	size_t B = (size_t)f->m->block_tokens, blocks = (keys + B - 1) / B;
 	size_t want = 2 * (size_t)pfx_pool_threads(f->m->pool), most = keys / MIN_SPLIT_KEYS;
 	if (want > most)
 		want = most;
@@ -105,7 +104,7 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 		size_t n = items[i].n;
 		if (n == 1) {
 			int B = f->m->block_tokens, keys = (int)items[i].s->len + 1;
-			int ns = decode_splits(f, (size_t)keys), blocks = (keys + B - 1) / B;
+			int blocks = (keys + B - 1) / B, ns = decode_splits(f, (size_t)keys, (size_t)blocks);
 			for (int s = 0; s < ns; s++, t++) {
 				int k0 = blocks * s / ns * B, k1 = blocks * (s + 1) / ns * B;
 				if (tasks)
