@@ -186,52 +186,91 @@ static __m512 exp512(__m512 x)
 }
 
 /*
- * The horizontal sums of 16 vectors as one vector (lane i: the sum of v[i]),
- * in 45 shuffles and adds where 16 separate reductions take ~150: first
- * pairs of 128-bit lanes, then the 4 floats left inside each lane.
+ * The horizontal sums of 8 vectors as one 8-float vector (lane i: the sum
+ * of v[i]): pairs within 128-bit lanes, then across them.
  */
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 hsum16(const __m512 v[16])
+static inline __m256 hsum8(const __m512 v[8])
 {
-	__m512 u[4];
-	for (int i = 0; i < 4; i++) {
-		/* keys i, i + 4, i + 8, i + 12 end up in 128-bit lanes 0..3 */
-		const __m512 a = v[i], b = v[i + 4], c = v[i + 8], d = v[i + 12];
-		__m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
-		__m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
-		u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
-	}
-	__m512 p = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
-	__m512 q = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
-	return _mm512_add_ps(_mm512_shuffle_ps(p, q, 0x44), _mm512_shuffle_ps(p, q, 0xee));
+	__m512 p[4];
+#pragma GCC unroll 4
+	for (int i = 0; i < 4; i++)
+		p[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+				     _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+	/* each 128-bit lane: partial sums of v0..v3, then of v4..v7 */
+	__m512 a = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], 0x44), _mm512_shuffle_ps(p[0], p[1], 0xee));
+	__m512 b = _mm512_add_ps(_mm512_shuffle_ps(p[2], p[3], 0x44), _mm512_shuffle_ps(p[2], p[3], 0xee));
+	/* 128-bit lanes: a0 + a2, a1 + a3, b0 + b2, b1 + b3 */
+	__m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+	__m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(x, x, 0x08), _mm512_shuffle_f32x4(x, x, 0x0d));
+	return _mm512_castps512_ps256(y);
 }
 
-/* Scores of one head for keys in runs of 16, whose reductions hsum16 shares. */
+/*
+ * Scores of GB (a constant once inlined, at most DOTS_HEADS) query heads
+ * on 8 keys of d = 16 x dc dims: each line of the keys is loaded once, for
+ * all GB heads (the queries are read from L1). A kernel that passed over
+ * the keys once per query head read them from memory at half the rate of
+ * the values: the passes after the first wait on the same missing lines
+ * and fill the reorder buffer, so the loads of the next keys issue late
+ * (one thread, keys not in cache, SmolLM's 3 heads of 64 dims: 14-16 GB/s
+ * against 31 GB/s for this one).
+ */
+#define DOTS_KEYS 8
+#define DOTS_HEADS 3
+
+__attribute__((target("avx512f,fma"), always_inline))
+static inline void dots_keys(const int GB, int dc, const float *q, int ldq, const float *k,
+			     float scale, float *s, int lds)
+{
+	const int d = 16 * dc;
+	__m512 acc[DOTS_HEADS][DOTS_KEYS];
+#pragma GCC unroll 3
+	for (int g = 0; g < GB; g++)
+#pragma GCC unroll 8
+		for (int t = 0; t < DOTS_KEYS; t++)
+			acc[g][t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+	for (int t = 0; t < DOTS_KEYS; t++)
+		for (int c = 0; c < dc; c++) {
+			__m512 kv = _mm512_loadu_ps(k + (size_t)t * d + 16 * c);
+#pragma GCC unroll 3
+			for (int g = 0; g < GB; g++)
+				acc[g][t] = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q + (size_t)g * ldq + 16 * c),
+							    acc[g][t]);
+		}
+#pragma GCC unroll 3
+	for (int g = 0; g < GB; g++)
+		_mm256_storeu_ps(s + (size_t)g * lds, _mm256_mul_ps(_mm256_set1_ps(scale), hsum8(acc[g])));
+}
+
+typedef void (*dots_fn)(int dc, const float *q, int ldq, const float *k, float scale, float *s,
+			int lds);
+#define DOTS(GB)                                                                               \
+	__attribute__((target("avx512f,fma"))) static void dots_keys_##GB(                    \
+		int dc, const float *q, int ldq, const float *k, float scale, float *s, int lds) \
+	{                                                                                      \
+		dots_keys(GB, dc, q, ldq, k, scale, s, lds);                                   \
+	}
+DOTS(1)
+DOTS(2)
+DOTS(3)
+
+/* Scores of G query heads on n keys: runs of DOTS_KEYS keys for heads of a
+ * multiple of 16 dims, one key at a time for the rest. */
 __attribute__((target("avx512f,fma")))
 static void dots_avx512(int G, int n, int d, const float *q, int ldq, const float *K, float scale,
 			float *s, int lds)
 {
+	static const dots_fn fn[DOTS_HEADS] = { dots_keys_1, dots_keys_2, dots_keys_3 };
 	int t0 = 0;
-	for (; t0 + 16 <= n; t0 += 16) {
-		const float *k = K + (size_t)t0 * d;
-		for (int g = 0; g < G; g++) {
-			const float *qg = q + (size_t)g * ldq;
-			__m512 acc[16];
-			for (int t = 0; t < 16; t++)
-				acc[t] = _mm512_setzero_ps();
-			for (int j = 0; j < d; j += 16) {
-				__mmask16 m = tail_mask(d - j);
-				__m512 qv = _mm512_maskz_loadu_ps(m, qg + j);
-				for (int t = 0; t < 16; t++) {
-					if (g == 0) /* the next 16 keys, while these compute */
-						_mm_prefetch((const char *)(k + (size_t)(16 + t) * d + j), _MM_HINT_T0);
-					acc[t] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, k + (size_t)t * d + j), acc[t]);
-				}
+	if (d % 16 == 0)
+		for (; t0 + DOTS_KEYS <= n; t0 += DOTS_KEYS)
+			for (int g0 = 0; g0 < G; g0 += DOTS_HEADS) {
+				int gb = G - g0 < DOTS_HEADS ? G - g0 : DOTS_HEADS;
+				fn[gb - 1](d / 16, q + (size_t)g0 * ldq, ldq, K + (size_t)t0 * d, scale,
+					   s + (size_t)g0 * lds + t0, lds);
 			}
-			_mm512_storeu_ps(s + (size_t)g * lds + t0,
-					 _mm512_mul_ps(_mm512_set1_ps(scale), hsum16(acc)));
-		}
-	}
 	for (int t = t0; t < n; t++) {
 		const float *k = K + (size_t)t * d;
 		for (int g = 0; g < G; g++) {
@@ -253,7 +292,10 @@ static void dots_avx512(int G, int n, int d, const float *q, int ldq, const floa
  * GN has a function of its own (axpys_fn): with the four inlined into one,
  * the register allocator kept the accumulators on the stack, and the
  * values took twice as long as reading them (2 threads at 768 keys of the
- * SmolLM shape). Rows 16 ahead are prefetched: V is read in runs of one
+ * SmolLM shape). The loops over heads and columns are unrolled by pragma:
+ * without it gcc 12 stored all 16 accumulators to the stack after every
+ * key, and the kernel computed 26 GB/s of values in cache instead of 65
+ * (one thread). Rows 16 ahead are prefetched: V is read in runs of one
  * block (64 keys, 16 KiB), each a new stream for the hardware prefetcher
  * (1.2-1.3 -> 1.0 ms for those keys' values, one thread).
  */
@@ -265,28 +307,37 @@ static inline void axpys_block(const int GN, int n, int d, int j0, const float *
 {
 	__m512 acc[4][4];
 	__mmask16 m[4];
+#pragma GCC unroll 4
 	for (int c = 0; c < 4; c++)
 		m[c] = j0 + 16 * c < d ? tail_mask(d - j0 - 16 * c) : 0;
+#pragma GCC unroll 4
 	for (int g = 0; g < GN; g++)
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			acc[g][c] = _mm512_maskz_loadu_ps(m[c], o + (size_t)g * ldo + j0 + 16 * c);
 	for (int t = 0; t < n; t++) {
 		const float *v = V + (size_t)t * d + j0;
 		if (t + AXPYS_AHEAD < n)
+#pragma GCC unroll 4
 			for (int c = 0; c < 4; c++)
 				if (m[c])
 					_mm_prefetch((const char *)(v + AXPYS_AHEAD * (size_t)d + 16 * c),
 						     _MM_HINT_T0);
 		__m512 vv[4];
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			vv[c] = _mm512_maskz_loadu_ps(m[c], v + 16 * c);
+#pragma GCC unroll 4
 		for (int g = 0; g < GN; g++) {
 			__m512 w = _mm512_set1_ps(p[(size_t)g * ldp + t]);
+#pragma GCC unroll 4
 			for (int c = 0; c < 4; c++)
 				acc[g][c] = _mm512_fmadd_ps(w, vv[c], acc[g][c]);
 		}
 	}
+#pragma GCC unroll 4
 	for (int g = 0; g < GN; g++)
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			_mm512_mask_storeu_ps(o + (size_t)g * ldo + j0 + 16 * c, m[c], acc[g][c]);
 }
