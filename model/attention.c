@@ -245,10 +245,25 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 		prefill_rows(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
 }
 
+/* Floats between the partials of one decode task and the next: tasks on
+ * different threads write theirs as they go, so a cache line between them
+ * would travel from core to core; a line's worth of gap past a whole number
+ * of lines keeps them apart however the buffer is aligned. */
+static size_t partials_stride(const struct fwd *f)
+{
+	size_t floats = (size_t)f->c->n_heads * (f->c->head_dim + 2);
+	return (floats + 15) / 16 * 16 + 16;
+}
+
+size_t att_partials_floats(const struct fwd *f, int ntasks)
+{
+	return (size_t)ntasks * partials_stride(f);
+}
+
 /* Partial results of one decode task for query head h: (max, sum, out). */
 static float *partial(const struct fwd *f, int task, int h)
 {
-	return f->partials + ((size_t)task * f->c->n_heads + h) * (f->c->head_dim + 2);
+	return f->partials + (size_t)task * partials_stride(f) + (size_t)h * (f->c->head_dim + 2);
 }
 
 /* Keys [j, k1) of a task: the first run lies inside one block. */

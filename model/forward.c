@@ -96,7 +96,7 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 			return -ENOMEM;
 		f->cap_tasks = (size_t)ntasks;
 	}
-	size_t np = (size_t)ntasks * c->n_heads * (c->head_dim + 2);
+	size_t np = att_partials_floats(f, ntasks);
 	if (np > f->cap_partials) {
 		if (grow(&f->partials, np * sizeof(float)))
 			return -ENOMEM;

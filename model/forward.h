@@ -41,7 +41,7 @@ struct fwd {
 	struct att_task *tasks;
 	int ntasks;
 	float *scores;         /* per thread: att_thread_scratch() */
-	float *partials;       /* (ntasks, heads, head_dim + 2): decode tasks' softmax parts */
+	float *partials;       /* per decode task, heads x (head_dim + 2): softmax parts (attention.c) */
 	float *xt;             /* per thread, xt_floats each: gemm_few.h's x transposed (ops.c) */
 	size_t xt_floats;
 	unsigned *xt_call;     /* per thread: the op_matmul call whose x its xt holds */
@@ -76,6 +76,8 @@ void op_store_kv(struct fwd *f, int layer);
 /* A thread's attention scratch: ATT_CHUNK x (score_ld + 2 head_dim) floats,
  * and a block's K or V of one head as f32 when the KV is 16-bit. */
 size_t att_thread_floats(const struct fwd *f);
+/* Floats of the decode tasks' partial softmaxes (f->partials). */
+size_t att_partials_floats(const struct fwd *f, int ntasks);
 float *att_thread_scratch(const struct fwd *f, int thread);
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
 	     struct att_task *tasks);
