@@ -394,6 +394,18 @@ int main(int argc, char **argv)
 	printf("  \"prefill_gflops\": %.1f,\n", pre_gf);
 	printf("  \"sgemm_gflops\": %.1f,\n  \"sgemm_spread\": %.3f,\n", sg_med, spread(sg, ROUNDS, sg_med));
 	printf("  \"membw_gbs\": %.2f,\n  \"membw_spread\": %.3f,\n", bw_med, spread(bw, ROUNDS, bw_med));
+	/* Round by round: the machine's bandwidth moves between states within
+	 * minutes, and a median hides which rounds ran in which. */
+	const char *names[3] = { "membw_gbs", "tok_s", "f32_tok_s" };
+	const double *vals[3] = { bw, dec[NATIVE], dec[UPCAST] };
+	printf("  \"decode_rounds\": {");
+	for (int k = 0; k < 3; k++) {
+		printf("%s\"%s\": [", k ? ", " : "", names[k]);
+		for (int r = 0; r < ROUNDS; r++)
+			printf("%s%.1f", r ? ", " : "", vals[k][r]);
+		printf("]");
+	}
+	printf("},\n");
 	printf("  \"weight_bytes_per_token\": %.0f,\n", wbytes);
 	printf("  \"kv_bytes_per_token\": %.0f,\n", kvbytes);
 	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / bytes);
@@ -405,7 +417,7 @@ int main(int argc, char **argv)
 	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime, "
 	       "decode rounds alternate probe passes and decode steps; weight_bytes_per_token counts the matrices at "
 	       "weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; kv_bytes_per_token the KV "
-	       "a decode step reads (its keys at 512 context); decode_bound_tok_s: membw over both; f32_decode_bound_ratio: "
+	       "a decode step reads (its keys at 512 context); decode_bound_tok_s: membw over both; decode_rounds: each round's probe and decode figures, in order; f32_decode_bound_ratio: "
 	       "the upcast load's decode against its own bytes; "
 	       "other_cpus/steal_cpus: CPUs taken by other processes "
 	       "or the hypervisor during the prefill or decode rounds (figures are unreliable when they are not ~0)\",\n");
