@@ -366,6 +366,20 @@ int main(int argc, char **argv)
 	bench_cpu_since(&cpu0, &others, &steal);
 	for (int j = 0; j < 2; j++)
 		pfx_session_free(s[j]);
+	/* Round by round, before the medians sort them: the machine's bandwidth
+	 * moves between states within minutes, and a median hides which rounds
+	 * ran in which. */
+	char rounds[1024];
+	const char *names[3] = { "membw_gbs", "tok_s", "f32_tok_s" };
+	const double *vals[3] = { bw, dec[NATIVE], dec[UPCAST] };
+	size_t at = (size_t)snprintf(rounds, sizeof(rounds), "{");
+	for (int k = 0; k < 3; k++) {
+		at += (size_t)snprintf(rounds + at, sizeof(rounds) - at, "%s\"%s\": [", k ? ", " : "", names[k]);
+		for (int r = 0; r < ROUNDS; r++)
+			at += (size_t)snprintf(rounds + at, sizeof(rounds) - at, "%s%.1f", r ? ", " : "", vals[k][r]);
+		at += (size_t)snprintf(rounds + at, sizeof(rounds) - at, "]");
+	}
+	snprintf(rounds + at, sizeof(rounds) - at, "}");
 	double sg_med = bench_median(sg, ROUNDS), bw_med = bench_median(bw, ROUNDS);
 	double dec_med = bench_median(dec[NATIVE], ROUNDS), dec_sp = spread(dec[NATIVE], ROUNDS, dec_med);
 	double pre_gf = flops512 / (512 / pre_med[NATIVE][1]) / 1e9;
@@ -394,18 +408,7 @@ int main(int argc, char **argv)
 	printf("  \"prefill_gflops\": %.1f,\n", pre_gf);
 	printf("  \"sgemm_gflops\": %.1f,\n  \"sgemm_spread\": %.3f,\n", sg_med, spread(sg, ROUNDS, sg_med));
 	printf("  \"membw_gbs\": %.2f,\n  \"membw_spread\": %.3f,\n", bw_med, spread(bw, ROUNDS, bw_med));
-	/* Round by round: the machine's bandwidth moves between states within
-	 * minutes, and a median hides which rounds ran in which. */
-	const char *names[3] = { "membw_gbs", "tok_s", "f32_tok_s" };
-	const double *vals[3] = { bw, dec[NATIVE], dec[UPCAST] };
-	printf("  \"decode_rounds\": {");
-	for (int k = 0; k < 3; k++) {
-		printf("%s\"%s\": [", k ? ", " : "", names[k]);
-		for (int r = 0; r < ROUNDS; r++)
-			printf("%s%.1f", r ? ", " : "", vals[k][r]);
-		printf("]");
-	}
-	printf("},\n");
+	printf("  \"decode_rounds\": %s,\n", rounds);
 	printf("  \"weight_bytes_per_token\": %.0f,\n", wbytes);
 	printf("  \"kv_bytes_per_token\": %.0f,\n", kvbytes);
 	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / bytes);
