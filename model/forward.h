@@ -73,8 +73,9 @@ void op_rope(struct fwd *f, float *x, int nheads);
 /* Copies this layer's new K/V rows into the sessions' blocks. */
 void op_store_kv(struct fwd *f, int layer);
 /* Fills tasks (if non-NULL) for the batch; returns how many there are. */
-/* A thread's attention scratch: ATT_CHUNK x (score_ld + 2 head_dim) floats,
- * and a block's K or V of one head as f32 when the KV is 16-bit. */
+/* A thread's attention scratch: ATT_CHUNK x (score_ld + 2 head_dim) floats
+ * (prefill) or heads x block_tokens (decode), whichever is more, and a
+ * block's K or V of one head as f32 when the KV is 16-bit. */
 size_t att_thread_floats(const struct fwd *f);
 /* Floats of the decode tasks' partial softmaxes (f->partials). */
 size_t att_partials_floats(const struct fwd *f, int ntasks);
