@@ -47,15 +47,6 @@ AVX2 static __m256 exp256(__m256 x)
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-/* Lane i: the sum of v[i]'s lanes. */
-AVX2 static inline __m256 hsum8(const __m256 v[8])
-{
-	__m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
-	__m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
-	__m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
 AVX2 static float hsum(__m256 v)
 {
 	__m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -63,37 +54,88 @@ AVX2 static float hsum(__m256 v)
 	return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const float *K, float scale,
-			float *s, int lds)
+/* Lanes 0..3: the sums of v[0..3]'s lanes. */
+AVX2 static inline __m128 hsum4(const __m256 v[4])
+{
+	__m256 u = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+	return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+/*
+ * Scores of GB (a constant once inlined, at most DOTS_HEADS) query heads on
+ * DOTS_KEYS keys: each piece of a key is loaded once for all GB heads, as
+ * in gemv.c's AVX-512 form, whose notes say why (a pass over the keys per
+ * head read them at half the rate). 12 accumulators, a piece of a key and
+ * the same piece of 3 queries fill AVX2's 16 registers. Each line
+ * of the keys is prefetched into L2 DOTS_AHEAD bytes ahead, as there.
+ */
+#define DOTS_HEADS 3
+#define DOTS_KEYS 4
+#define DOTS_AHEAD 4096
+
+AVX2 __attribute__((always_inline)) static inline void
+dots_keys(const int GB, int d, const float *q, int ldq, const float *k, float scale, float *s,
+	  int lds)
 {
 	const __m256i m = tail8(d % 8);
 	const int whole = d - d % 8;
-	int t0 = 0;
-	for (; t0 + 8 <= n; t0 += 8) {
-		const float *k = K + (size_t)t0 * d;
-		for (int g = 0; g < G; g++) {
-			const float *qg = q + (size_t)g * ldq;
-			__m256 acc[8];
-			for (int t = 0; t < 8; t++)
-				acc[t] = _mm256_setzero_ps();
-			for (int j = 0; j < whole; j += 8) {
-				__m256 qv = _mm256_loadu_ps(qg + j);
-				for (int t = 0; t < 8; t++) {
-					if (g == 0 && j % 16 == 0) /* the next 8 keys, a line each */
-						_mm_prefetch((const char *)(k + (size_t)(8 + t) * d + j), _MM_HINT_T0);
-					acc[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)t * d + j), acc[t]);
-				}
-			}
-			if (whole < d) {
-				__m256 qv = _mm256_maskload_ps(qg + whole, m);
-				for (int t = 0; t < 8; t++)
-					acc[t] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + (size_t)t * d + whole, m),
-								 acc[t]);
-			}
-			_mm256_storeu_ps(s + (size_t)g * lds + t0,
-					 _mm256_mul_ps(_mm256_set1_ps(scale), hsum8(acc)));
+	__m256 acc[DOTS_HEADS][DOTS_KEYS];
+#pragma GCC unroll 3
+	for (int g = 0; g < GB; g++)
+#pragma GCC unroll 4
+		for (int t = 0; t < DOTS_KEYS; t++)
+			acc[g][t] = _mm256_setzero_ps();
+	for (int j = 0; j < whole; j += 8) {
+#pragma GCC unroll 4
+		for (int t = 0; t < DOTS_KEYS; t++) {
+			const float *kt = k + (size_t)t * d + j;
+			if (j % 16 == 0)
+				_mm_prefetch((const char *)kt + DOTS_AHEAD, _MM_HINT_T1);
+			__m256 kv = _mm256_loadu_ps(kt);
+#pragma GCC unroll 3
+			for (int g = 0; g < GB; g++)
+				acc[g][t] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * ldq + j), kv,
+							    acc[g][t]);
 		}
 	}
+	if (whole < d)
+#pragma GCC unroll 4
+		for (int t = 0; t < DOTS_KEYS; t++) {
+			__m256 kv = _mm256_maskload_ps(k + (size_t)t * d + whole, m);
+#pragma GCC unroll 3
+			for (int g = 0; g < GB; g++)
+				acc[g][t] = _mm256_fmadd_ps(_mm256_maskload_ps(q + (size_t)g * ldq + whole, m),
+							    kv, acc[g][t]);
+		}
+#pragma GCC unroll 3
+	for (int g = 0; g < GB; g++)
+		_mm_storeu_ps(s + (size_t)g * lds, _mm_mul_ps(_mm_set1_ps(scale), hsum4(acc[g])));
+}
+
+#define DOTS_INSTANCE(GB)                                                                     \
+	AVX2 static void dots_keys_##GB(int d, const float *q, int ldq, const float *k,         \
+					float scale, float *s, int lds)                          \
+	{                                                                                        \
+		dots_keys(GB, d, q, ldq, k, scale, s, lds);                                      \
+	}
+DOTS_INSTANCE(1)
+DOTS_INSTANCE(2)
+DOTS_INSTANCE(3)
+
+AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const float *K, float scale,
+			float *s, int lds)
+{
+	typedef void (*dots_fn)(int, const float *, int, const float *, float, float *, int);
+	static const dots_fn fn[DOTS_HEADS] = { dots_keys_1, dots_keys_2, dots_keys_3 };
+	const __m256i m = tail8(d % 8);
+	const int whole = d - d % 8;
+	int t0 = 0;
+	for (; t0 + DOTS_KEYS <= n; t0 += DOTS_KEYS)
+		for (int g0 = 0; g0 < G; g0 += DOTS_HEADS) {
+			int gb = G - g0 < DOTS_HEADS ? G - g0 : DOTS_HEADS;
+			fn[gb - 1](d, q + (size_t)g0 * ldq, ldq, K + (size_t)t0 * d, scale,
+				   s + (size_t)g0 * lds + t0, lds);
+		}
 	for (int t = t0; t < n; t++) {
 		const float *k = K + (size_t)t * d;
 		for (int g = 0; g < G; g++) {
@@ -110,64 +152,87 @@ AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const floa
 }
 
 /*
- * GN heads (a constant once inlined) x 32 dims of output in registers
- * while V's rows stream by: 4 GN accumulators, a row's 4 vectors and the
- * GN weights fit AVX2's 16 registers for GN up to 2. Rows AXPYS_AHEAD
- * ahead are prefetched, as in gemv.c's AVX-512 form (V comes in runs of
- * one block, each a new stream for the hardware prefetcher).
+ * GN heads (a constant once inlined, at most AXPYS_HEADS) x 32 dims of
+ * output in registers while rows of V stream by: 12 accumulators, a piece
+ * of the row and its 3 weights fill AVX2's 16 registers. The loops are unrolled by pragma so the
+ * accumulators stay in registers: without it gcc kept them in memory and
+ * stored them after every row, as gemv.c's notes tell of the AVX-512 form.
+ * TAIL (a constant) masks the dims past d. Rows AXPYS_AHEAD ahead are
+ * prefetched, as there (V comes in runs of one block, each a new stream for
+ * the hardware prefetcher).
  */
+#define AXPYS_HEADS 3
+#define AXPYS_ROWS 16 /* rows a call: both 32-dim halves of them while in L1 */
 #define AXPYS_AHEAD 16
 
 AVX2 __attribute__((always_inline)) static inline void
-axpys_block(const int GN, int n, int d, int j0, const float *p, int ldp, const float *V, float *o,
-	    int ldo)
+axpys_block(const int GN, const int TAIL, int n, int d, int j0, const float *p, int ldp,
+	    const float *V, int vend, float *o, int ldo)
 {
-	__m256 acc[2][4];
+	__m256 acc[AXPYS_HEADS][4];
 	__m256i m[4];
+#pragma GCC unroll 4
 	for (int c = 0; c < 4; c++)
 		m[c] = tail8(d - j0 - 8 * c);
+#pragma GCC unroll 3
 	for (int g = 0; g < GN; g++)
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			acc[g][c] = _mm256_maskload_ps(o + (size_t)g * ldo + j0 + 8 * c, m[c]);
 	for (int t = 0; t < n; t++) {
 		const float *v = V + (size_t)t * d + j0;
-		if (t + AXPYS_AHEAD < n)
+		if (t + AXPYS_AHEAD < vend)
+#pragma GCC unroll 2
 			for (int c = 0; c < 4; c += 2)
-				if (j0 + 8 * c < d)
-					_mm_prefetch((const char *)(v + AXPYS_AHEAD * (size_t)d + 8 * c), _MM_HINT_T0);
-		__m256 vv[4];
-		for (int c = 0; c < 4; c++)
-			vv[c] = _mm256_maskload_ps(v + 8 * c, m[c]);
-		for (int g = 0; g < GN; g++) {
-			__m256 w = _mm256_broadcast_ss(p + (size_t)g * ldp + t);
-			for (int c = 0; c < 4; c++)
-				acc[g][c] = _mm256_fmadd_ps(w, vv[c], acc[g][c]);
+				_mm_prefetch((const char *)(v + AXPYS_AHEAD * (size_t)d + 8 * c), _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			__m256 vv = TAIL ? _mm256_maskload_ps(v + 8 * c, m[c]) : _mm256_loadu_ps(v + 8 * c);
+#pragma GCC unroll 3
+			for (int g = 0; g < GN; g++)
+				acc[g][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)g * ldp + t), vv,
+							    acc[g][c]);
 		}
 	}
+#pragma GCC unroll 3
 	for (int g = 0; g < GN; g++)
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			_mm256_maskstore_ps(o + (size_t)g * ldo + j0 + 8 * c, m[c], acc[g][c]);
 }
 
-AVX2 static void axpys_1(int n, int d, int j0, const float *p, int ldp, const float *V, float *o,
-			 int ldo)
-{
-	axpys_block(1, n, d, j0, p, ldp, V, o, ldo);
-}
+typedef void (*axpys_fn)(int n, int d, int j0, const float *p, int ldp, const float *V, int vend,
+			 float *o, int ldo);
 
-AVX2 static void axpys_2(int n, int d, int j0, const float *p, int ldp, const float *V, float *o,
-			 int ldo)
-{
-	axpys_block(2, n, d, j0, p, ldp, V, o, ldo);
-}
+#define AXPYS_INSTANCE(GN, TAIL)                                                               \
+	AVX2 static void axpys_##GN##_##TAIL(int n, int d, int j0, const float *p, int ldp,     \
+					      const float *V, int vend, float *o, int ldo)       \
+	{                                                                                        \
+		axpys_block(GN, TAIL, n, d, j0, p, ldp, V, vend, o, ldo);                        \
+	}
+AXPYS_INSTANCE(1, 0)
+AXPYS_INSTANCE(2, 0)
+AXPYS_INSTANCE(3, 0)
+AXPYS_INSTANCE(1, 1)
+AXPYS_INSTANCE(2, 1)
+AXPYS_INSTANCE(3, 1)
 
-/* More heads, or wider ones, take further passes over V (by then in cache). */
+/* V is read in order, AXPYS_ROWS rows at a time for all 32-dim pieces of
+ * them; more than AXPYS_HEADS heads take further passes (by then in cache). */
 void pfx_axpys_avx2(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
 {
-	for (int g0 = 0; g0 < G; g0 += 2)
-		for (int j0 = 0; j0 < d; j0 += 32)
-			(G - g0 >= 2 ? axpys_2 : axpys_1)(n, d, j0, p + (size_t)g0 * ldp, ldp, V,
-							 o + (size_t)g0 * ldo, ldo);
+	static const axpys_fn fn[2][AXPYS_HEADS] = { { axpys_1_0, axpys_2_0, axpys_3_0 },
+						     { axpys_1_1, axpys_2_1, axpys_3_1 } };
+	for (int g0 = 0; g0 < G; g0 += AXPYS_HEADS) {
+		int gn = G - g0 < AXPYS_HEADS ? G - g0 : AXPYS_HEADS;
+		for (int t0 = 0; t0 < n; t0 += AXPYS_ROWS) {
+			int rows = n - t0 < AXPYS_ROWS ? n - t0 : AXPYS_ROWS;
+			for (int j0 = 0; j0 < d; j0 += 32)
+				fn[d - j0 < 32][gn - 1](rows, d, j0, p + (size_t)g0 * ldp + t0, ldp,
+							V + (size_t)t0 * d, n - t0,
+							o + (size_t)g0 * ldo, ldo);
+		}
+	}
 }
 
 AVX2 float pfx_exp_sum_avx2(float *x, int n, float *max_out)

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "gemm_few.h"
 #include "gemv.h"
@@ -311,6 +313,34 @@ Test(kernels, attention_products_equal_the_plain_sums)
 					}
 				}
 			}
+}
+
+/* The same kernels on keys that end where an unmapped page begins: a tail
+ * read past the last key's last dim would fault, which the sums above, on
+ * keys inside a larger array, cannot see. */
+Test(kernels, attention_products_never_read_past_the_keys)
+{
+	enum { MAXG = 4, MAXN = 9, MAXD = 70, LD = MAXD + 1 };
+	long page = sysconf(_SC_PAGESIZE);
+	char *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			 -1, 0);
+	cr_assert(map != MAP_FAILED);
+	cr_assert(!mprotect(map + page, (size_t)page, PROT_NONE));
+	static float q[MAXG * LD], s[MAXG * LD], o[MAXG * LD];
+	uint32_t seed = 5;
+	for (int i = 0; i < MAXG * LD; i++)
+		q[i] = val(&seed);
+	for (int d = 1; d <= MAXD; d += (d < 20 ? 1 : 7))
+		for (int n = 1; n <= MAXN; n += 2) {
+			float *K = (float *)(map + page) - (size_t)n * d; /* ends at the guard page */
+			for (int i = 0; i < n * d; i++)
+				K[i] = val(&seed);
+			for (int G = 1; G <= MAXG; G++) {
+				pfx_dots(G, n, d, q, LD, K, 1.0f, s, LD);
+				pfx_axpys(G, n, d, s, LD, K, o, LD);
+			}
+		}
+	munmap(map, 2 * (size_t)page);
 }
 
 /* exp and its sum after the max (a softmax's numerators), and SiLU(y) * up,
