@@ -200,6 +200,8 @@ void ckpt_close(struct ckpt *c)
 const char *ckpt_dir(const struct ckpt *c) { return c->dir; }
 json_object *ckpt_config(const struct ckpt *c) { return c->config; }
 const char *ckpt_source(const struct ckpt *c) { return c->source; }
+size_t ckpt_nfiles(const struct ckpt *c) { return c->nfiles; }
+const struct st_file *ckpt_file(const struct ckpt *c, size_t i) { return c->files[i]; }
 
 const struct st_tensor *ckpt_find(const struct ckpt *c, const char *name, const char **file)
 {

@@ -24,6 +24,9 @@ json_object *ckpt_config(const struct ckpt *c);
  * file's path. NULL if no file has it. */
 const struct st_tensor *ckpt_find(const struct ckpt *c, const char *name,
 				  const char **file);
+/* The safetensors files, i < ckpt_nfiles(c). */
+size_t ckpt_nfiles(const struct ckpt *c);
+const struct st_file *ckpt_file(const struct ckpt *c, size_t i);
 /* A name for error messages: the single file or the index. */
 const char *ckpt_source(const struct ckpt *c);
 

@@ -9,6 +9,7 @@
 
 #include "blas.h"
 #include "forward.h"
+#include "hugepages.h"
 #include "model_impl.h"
 
 static const struct arch *const arches[] = { &arch_llama, &arch_neox };
@@ -33,13 +34,13 @@ static enum pfx_wtype wtype_of(enum st_dtype d)
 /* A buffer the model owns until pfx_model_free; NULL when out of memory. */
 static void *own(struct pfx_model *m, size_t bytes)
 {
-	void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
+	struct owned *owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
 	if (!owned)
 		return NULL;
 	m->owned = owned;
-	void *p = malloc(bytes ? bytes : 1);
+	void *p = huge_alloc(bytes); /* streamed once a token, as the mapping is */
 	if (p)
-		owned[m->nowned++] = p;
+		owned[m->nowned++] = (struct owned){ p, bytes };
 	return p;
 }
 
@@ -49,6 +50,7 @@ static const float *to_f32(struct binder *b, const struct st_tensor *t)
 	size_t n = (size_t)st_numel(t);
 	if (t->dtype == ST_F32 && ((uintptr_t)t->data & 3) == 0) {
 		b->m->weight_bytes += t->nbytes;
+		b->m->weights_mapped = true;
 		return t->data;
 	}
 	float *dst = own(b->m, n * sizeof(float));
@@ -201,6 +203,8 @@ struct pfx_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int6
 				return (struct pfx_wmat){ 0 };
 			}
 			w.p = memcpy(copy, t->data, t->nbytes);
+		} else {
+			m->weights_mapped = true;
 		}
 		m->weight_bytes += t->nbytes;
 		m->held16 = true;
@@ -388,7 +392,7 @@ void pfx_model_free(struct pfx_model *m)
 	fwd_scratch_free(m->scratch);
 	pfx_pool_free(m->pool);
 	for (size_t i = 0; i < m->nowned; i++)
-		free(m->owned[i]);
+		free(m->owned[i].p);
 	free(m->owned);
 	free(m->w.layers);
 	free(m->inv_freq);
@@ -405,6 +409,49 @@ int pfx_model_block_tokens(const struct pfx_model *m) { return m->block_tokens; 
 const char *pfx_model_weight_dtype(const struct pfx_model *m) { return m->weight_dtype; }
 const char *pfx_model_weight_held(const struct pfx_model *m) { return m->weight_held; }
 size_t pfx_model_weight_bytes(const struct pfx_model *m) { return m->weight_bytes; }
+
+size_t pfx_model_weight_huge_bytes(const struct pfx_model *m)
+{
+	size_t nfiles = m->weights_mapped ? ckpt_nfiles(m->ckpt) : 0, n = 0;
+	struct huge_range *r = malloc((nfiles + m->nowned + 1) * sizeof(*r));
+	if (!r)
+		return 0;
+	for (size_t i = 0; i < nfiles; i++) {
+		const struct st_file *f = ckpt_file(m->ckpt, i);
+		r[n++] = (struct huge_range){ (uintptr_t)st_map(f), (uintptr_t)st_map(f) + st_size(f) };
+	}
+	for (size_t i = 0; i < m->nowned; i++)
+		if (m->owned[i].bytes >= HUGE_PAGE_BYTES)
+			r[n++] = (struct huge_range){ (uintptr_t)m->owned[i].p,
+						      (uintptr_t)m->owned[i].p + m->owned[i].bytes };
+	size_t bytes = huge_bytes_mapped(r, n);
+	free(r);
+	/* The mapping also holds the header and any tensor left unused. */
+	return bytes < m->weight_bytes ? bytes : m->weight_bytes;
+}
+
+int pfx_checkpoint_recache(const char *dir, struct pfx_error *err)
+{
+	struct ckpt *c;
+	int rc = ckpt_open(dir, &c, err);
+	if (rc)
+		return rc;
+	size_t n = ckpt_nfiles(c);
+	char **paths = calloc(n, sizeof(*paths));
+	for (size_t i = 0; paths && i < n; i++)
+		if (!(paths[i] = strdup(st_path(ckpt_file(c, i)))))
+			rc = pfx_errorf(err, -ENOMEM, "out of memory");
+	if (!paths)
+		rc = pfx_errorf(err, -ENOMEM, "out of memory");
+	/* Unmapped first: pages this process maps would stay cached. */
+	ckpt_close(c);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = huge_drop_cached(paths[i], err);
+	for (size_t i = 0; paths && i < n; i++)
+		free(paths[i]);
+	free(paths);
+	return rc;
+}
 
 void pfx_model_fingerprint_hex(const struct pfx_model *m, char out[2 * PFX_FINGERPRINT_BYTES + 1])
 {

@@ -102,6 +102,18 @@ const char *pfx_model_weight_dtype(const struct pfx_model *m);
 const char *pfx_model_weight_held(const struct pfx_model *m);
 /* Bytes of all weights as held (mapped from the file or allocated). */
 size_t pfx_model_weight_bytes(const struct pfx_model *m);
+/* How many of those bytes the kernel maps with 2 MiB pages (from
+ * /proc/self/smaps; 0 where it cannot be read). Decode streams every
+ * weight each token and reads 2 MiB pages faster: a checkpoint written or
+ * copied a moment ago sits in the page cache in the small pages its writer
+ * made, which pfx_checkpoint_recache lets the next load replace. */
+size_t pfx_model_weight_huge_bytes(const struct pfx_model *m);
+/* Writes back and drops the page cache of dir's checkpoint files, so that
+ * the next load reads them in again, into 2 MiB pages where the kernel and
+ * file system can (transparent huge pages, large folios). Pages another
+ * process maps stay as they are. Costs one read of the files from disk.
+ * 0, or -errno with err saying which file and why. */
+int pfx_checkpoint_recache(const char *dir, struct pfx_error *err);
 
 /* KV cache bytes one token costs: 2 x layers x kv_heads x head_dim x 4 (f32)
  * or 2 (f16, bf16). */

@@ -86,13 +86,19 @@ int cfg_act(json_object *cfg, const char *key, const char *dflt, enum pfx_act *o
 int cfg_parse_common(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
 void cfg_write_common(const struct pfx_config *c, const char *model_type, json_object *cfg);
 
+struct owned {
+	void *p;
+	size_t bytes;
+};
+
 struct pfx_model {
 	struct pfx_config cfg;
 	const struct arch *arch;
 	struct ckpt *ckpt;            /* keeps the weights held as stored mapped */
 	struct weights w;
-	void **owned;                 /* (nowned) upcast or realigned weights */
+	struct owned *owned;          /* (nowned) upcast or realigned weights */
 	size_t nowned;
+	bool weights_mapped;          /* some weight is held in the checkpoint's mapping */
 	int64_t params;
 	size_t weight_bytes;          /* as held */
 	enum pfx_weights weights;     /* as asked */

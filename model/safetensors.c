@@ -14,6 +14,7 @@
  * buffers we ignore, and only a tensor that is actually used must be known.
  */
 #include "safetensors.h"
+#include "hugepages.h"
 #include "json_buf.h"
 
 #include <errno.h>
@@ -245,7 +246,7 @@ int st_open(const char *path, struct st_file **out, struct pfx_error *err)
 				path, f->size);
 		goto fail;
 	}
-	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	f->map = huge_map_file(fd, f->size);
 	close(fd);
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
@@ -305,6 +306,8 @@ void st_close(struct st_file *f)
 }
 
 const char *st_path(const struct st_file *f) { return f->path; }
+const void *st_map(const struct st_file *f) { return f->map; }
+size_t st_size(const struct st_file *f) { return f->size; }
 size_t st_count(const struct st_file *f) { return f->count; }
 const struct st_tensor *st_at(const struct st_file *f, size_t i) { return &f->tensors[i]; }
 

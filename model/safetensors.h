@@ -41,6 +41,9 @@ int st_open(const char *path, struct st_file **out, struct pfx_error *err);
 void st_close(struct st_file *f);
 
 const char *st_path(const struct st_file *f);
+/* The whole file, mapped read-only at a 2 MiB boundary (hugepages.h). */
+const void *st_map(const struct st_file *f);
+size_t st_size(const struct st_file *f);
 size_t st_count(const struct st_file *f);
 const struct st_tensor *st_at(const struct st_file *f, size_t i);
 /* NULL when the file has no tensor of that name. */
