@@ -14,6 +14,7 @@
  */
 #include <cblas.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,17 +228,23 @@ static const char usage[] =
 	"  --model DIR  run the checkpoint in DIR instead of a random SmolLM-135M-shaped one\n"
 	"  --dtype T    the random model's weight dtype (default f32); not with --model,\n"
 	"               whose checkpoint runs in its own dtype\n"
+	"  --as-written run the random model from the page cache its writing left (small\n"
+	"               pages, as a checkpoint downloaded a moment ago) instead of reading\n"
+	"               it in again first (prefix-run recache); a --model checkpoint runs\n"
+	"               from the page cache as found\n"
 	"Either way the weights are also run upcast to f32, for the speedups.\n";
 
 int main(int argc, char **argv)
 {
 	const char *model = NULL, *dtype_opt = NULL, *dtype = "F32";
 	int threads = 2, block = 0, c;
+	bool as_written = false;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "block-tokens", required_argument, NULL, 'b' },
+		{ "as-written", no_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -250,6 +257,8 @@ int main(int argc, char **argv)
 			threads = atoi(optarg);
 		else if (c == 'b')
 			block = atoi(optarg);
+		else if (c == 'w')
+			as_written = true;
 		else {
 			fputs(usage, c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
@@ -263,6 +272,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "forward: --dtype must be bf16, f16 or f32, not '%s'\n", dtype_opt);
 		return 2;
 	}
+	if (as_written && model) {
+		fprintf(stderr, "forward: --as-written is for the random model; a --model checkpoint "
+				"runs from the page cache as found\n");
+		return 2;
+	}
 	if (dtype_opt && model) {
 		fprintf(stderr, "forward: --dtype sets the dtype of the random model; a --model "
 				"checkpoint runs in its own dtype (drop --dtype)\n");
@@ -272,7 +286,8 @@ int main(int argc, char **argv)
 	struct pfx_error err = { "" };
 	if (!model) {
 		struct pfx_config sc = pfx_config_smollm135m();
-		if (!mkdtemp(tmp) || pfx_random_checkpoint(tmp, &sc, dtype, 1, &err)) {
+		if (!mkdtemp(tmp) || pfx_random_checkpoint(tmp, &sc, dtype, 1, &err) ||
+		    (!as_written && pfx_checkpoint_recache(tmp, &err))) {
 			fprintf(stderr, "forward: cannot write the random model: %s\n", err.msg);
 			return 1;
 		}
@@ -394,6 +409,9 @@ int main(int argc, char **argv)
 	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m[NATIVE]));
 	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m[NATIVE]));
 	printf("  \"blas_core\": \"%s\",\n", pfx_blas_corename());
+	printf("  \"page_cache\": \"%s\",\n", model != tmp ? "as found" : as_written ? "as written" : "recached");
+	printf("  \"weights_huge_bytes\": %zu,\n  \"f32_weights_huge_bytes\": %zu,\n",
+	       pfx_model_weight_huge_bytes(m[NATIVE]), pfx_model_weight_huge_bytes(m[UPCAST]));
 	printf("  \"prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n", pre_med[NATIVE][0],
 	       pre_med[NATIVE][1], pre_med[NATIVE][2]);
 	printf("  \"prefill_spread\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", sp[0], sp[1],
@@ -422,6 +440,9 @@ int main(int argc, char **argv)
 	       "weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; kv_bytes_per_token the KV "
 	       "a decode step reads (its keys at 512 context); decode_bound_tok_s: membw over both; decode_rounds: each round's probe and decode figures, in order; f32_decode_bound_ratio: "
 	       "the upcast load's decode against its own bytes; "
+	       "page_cache: recached (the random model's files dropped from the page cache after writing and read in again "
+	       "by the load, as prefix-run recache does), as written (--as-written) or as found (--model); "
+	       "*weights_huge_bytes: the weights' bytes in 2 MiB pages; "
 	       "other_cpus/steal_cpus: CPUs taken by other processes "
 	       "or the hypervisor during the prefill or decode rounds (figures are unreliable when they are not ~0)\",\n");
 	printf("  \"speedup_note\": \"f32_*: the same checkpoint loaded with its weights upcast to f32, run back to back "

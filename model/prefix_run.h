@@ -43,6 +43,7 @@ struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int 
 void report_prefill(const struct pfx_prefill_info *info, const struct pfx_error *cache_err);
 
 int cmd_info(struct run_args *a);
+int cmd_recache(struct run_args *a);
 int cmd_logits(struct run_args *a);
 int cmd_generate(struct run_args *a);
 int cmd_demo(struct run_args *a);

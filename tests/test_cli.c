@@ -100,7 +100,7 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 	const char *want[] = { "LlamaForCausalLM", "key/value heads 2", "fingerprint",
 			       "KV per token     512 bytes", "KV for 512        262144 bytes",
 			       "KV for 2048       1048576 bytes", "KV for 8192       4194304 bytes",
-			       "BLAS kernels", "own kernels" };
+			       "BLAS kernels", "own kernels", "in 2 MiB pages   " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "info lacks '%s':\n%s", want[i], r.out);
 }
@@ -145,6 +145,9 @@ Test(cli, errors_are_clear)
 		{ "info --model M --block-tokens 3", 2, "power of two" },
 		{ "info --model M --threads 0", 2, "--threads" },
 		{ "info --model M --bogus", 2, "unknown option" },
+		{ "recache", 2, "--model is required" },
+		{ "recache --model /nonexistent", 1, "prefix-run recache: /nonexistent" },
+		{ "recache --model M --block-tokens 64", 2, "not an option of 'recache'" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char args[512];
@@ -462,7 +465,7 @@ Test(cli, tokens_from_standard_input)
 
 Test(cli, a_command_with_help_prints_its_own_help)
 {
-	const char *cmds[] = { "info", "logits", "generate", "demo", "warm", "random-model" };
+	const char *cmds[] = { "info", "recache", "logits", "generate", "demo", "warm", "random-model" };
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		char want[64];
 		snprintf(want, sizeof(want), "usage: prefix-run %s ", cmds[i]);
@@ -486,8 +489,15 @@ Test(cli, a_command_with_help_prints_its_own_help)
 	cr_expect(strstr(r.out, "commands:"), "%s", r.out);
 	r = run("help frobnicate");
 	cr_expect_eq(r.status, 2, "%s", r.out);
-	cr_expect(strstr(r.out, "unknown command 'frobnicate' (info, logits, generate, demo, random-model, warm;"),
+	cr_expect(strstr(r.out, "unknown command 'frobnicate' (info, recache, logits, generate, demo, random-model, warm;"),
 		  "%s", r.out);
+}
+
+Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
+{
+	struct cmd_result r = run("recache --model %s/llama-tiny-gqa", fixtures_dir());
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, " of the weights' ") && strstr(r.out, " in 2 MiB pages\n"), "%s", r.out);
 }
 
 Test(cli, random_model_refuses_a_directory_that_is_not_empty)
