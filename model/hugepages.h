@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The weights in 2 MiB pages. Decode streams every weight once a token, and
- * on the development machine it read ~15% faster from a checkpoint whose
- * page cache sat in 2 MiB folios, mapped by PMDs, than from one in small
- * folios (docs/DESIGN.md, "Huge pages"). Whether a file's page cache is in
+ * on the development machine it ran faster from a checkpoint whose page
+ * cache sat in 2 MiB folios, mapped by PMDs, than from one in small folios
+ * (docs/DESIGN.md, "Huge pages"). Whether a file's page cache is in
  * large folios is decided when the pages are read in: readahead into a
  * mapping advised MADV_HUGEPAGE makes 2 MiB ones, while a file written a
  * moment ago keeps the folios its writer made. These helpers map and
