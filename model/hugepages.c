@@ -46,10 +46,11 @@ void *huge_alloc(size_t bytes)
 {
 	if (bytes < HUGE_PAGE_BYTES)
 		return malloc(bytes ? bytes : 1);
-	size_t n = round_up(bytes, HUGE_PAGE_BYTES);
-	void *p = aligned_alloc(HUGE_PAGE_BYTES, n);
+	void *p = aligned_alloc(HUGE_PAGE_BYTES, round_up(bytes, HUGE_PAGE_BYTES));
+	/* Only the whole huge pages: a huge page over the tail would hold up
+	 * to 2 MiB less a byte that nothing uses. */
 	if (p)
-		(void)madvise(p, n, MADV_HUGEPAGE);
+		(void)madvise(p, bytes / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES, MADV_HUGEPAGE);
 	return p;
 }
 

@@ -26,8 +26,9 @@
  * MAP_FAILED with errno set on failure; munmap(p, size) releases it. */
 void *huge_map_file(int fd, size_t size);
 
-/* bytes of anonymous memory, 2 MiB-aligned and advised MADV_HUGEPAGE when
- * they span at least one huge page; NULL when out of memory. free() it. */
+/* bytes of anonymous memory; from 2 MiB on, 2 MiB-aligned with its whole
+ * huge pages advised MADV_HUGEPAGE (the tail stays in small pages). NULL
+ * when out of memory. free() it. */
 void *huge_alloc(size_t bytes);
 
 struct huge_range {
