@@ -107,7 +107,8 @@ static const char help_recache[] =
 	"the files; pages another process maps stay as they are. Prints how many of\n"
 	"the weights' bytes are in 2 MiB pages afterwards (info prints it too).\n"
 	"\n"
-	MODEL_HELP COMMON_HELP;
+	MODEL_HELP
+	"  --threads N        threads that read the weights in (default: all CPUs)\n";
 
 static const char help_logits[] =
 	"usage: prefix-run logits --model DIR --tokens IDS --out FILE.npy [--split K]\n"
