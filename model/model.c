@@ -439,14 +439,12 @@ int pfx_checkpoint_recache(const char *dir, struct pfx_error *err)
 	size_t n = ckpt_nfiles(c);
 	char **paths = calloc(n, sizeof(*paths));
 	for (size_t i = 0; paths && i < n; i++)
-		if (!(paths[i] = strdup(st_path(ckpt_file(c, i)))))
-			rc = pfx_errorf(err, -ENOMEM, "out of memory");
-	if (!paths)
-		rc = pfx_errorf(err, -ENOMEM, "out of memory");
+		paths[i] = strdup(st_path(ckpt_file(c, i)));
 	/* Unmapped first: pages this process maps would stay cached. */
 	ckpt_close(c);
 	for (size_t i = 0; !rc && i < n; i++)
-		rc = huge_drop_cached(paths[i], err);
+		rc = paths && paths[i] ? huge_drop_cached(paths[i], err)
+				       : pfx_errorf(err, -ENOMEM, "out of memory");
 	for (size_t i = 0; paths && i < n; i++)
 		free(paths[i]);
 	free(paths);
