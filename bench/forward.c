@@ -288,7 +288,7 @@ int main(int argc, char **argv)
 		struct pfx_config sc = pfx_config_smollm135m();
 		if (!mkdtemp(tmp) || pfx_random_checkpoint(tmp, &sc, dtype, 1, &err) ||
 		    (!as_written && pfx_checkpoint_recache(tmp, &err))) {
-			fprintf(stderr, "forward: cannot write the random model: %s\n", err.msg);
+			fprintf(stderr, "forward: cannot write or read in the random model: %s\n", err.msg);
 			return 1;
 		}
 		model = tmp;

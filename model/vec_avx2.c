@@ -154,9 +154,10 @@ AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const floa
 /*
  * GN heads (a constant once inlined, at most AXPYS_HEADS) x 32 dims of
  * output in registers while rows of V stream by: 12 accumulators, a piece
- * of the row and its 3 weights fill AVX2's 16 registers. The loops are unrolled by pragma so the
- * accumulators stay in registers: without it gcc kept them in memory and
- * stored them after every row, as gemv.c's notes tell of the AVX-512 form.
+ * of the row and its 3 weights fill AVX2's 16 registers. The loops are
+ * unrolled by pragma so the accumulators stay in registers: without it gcc
+ * kept them in memory and stored them after every row, as gemv.c's notes
+ * tell of the AVX-512 form.
  * TAIL (a constant) masks the dims past d. Rows AXPYS_AHEAD ahead are
  * prefetched, as there (V comes in runs of one block, each a new stream for
  * the hardware prefetcher).
