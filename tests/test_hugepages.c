@@ -155,6 +155,28 @@ static void need_a_disk_file_system(const char *dir)
 		cr_skip_test("%s is in memory: its pages cannot be dropped", dir);
 }
 
+/* Read in by the mapping itself, front to back, rather than by whoever
+ * touches it first (the load's hashing threads, which left part of a
+ * checkpoint in small folios). */
+Test(hugepages, mapping_a_file_reads_all_of_it_in)
+{
+	need_a_disk_file_system("/tmp");
+	size_t bytes = 3 * HUGE_PAGE_BYTES + 12345;
+	char *path = write_file(bytes);
+	struct pfx_error err;
+	cr_assert_eq(huge_drop_cached(path, &err), 0, "%s", err.msg);
+	cr_assert_eq(resident_pages(path), 0, "the file is still cached");
+	int fd = open(path, O_RDONLY);
+	void *p = huge_map_file(fd, bytes);
+	close(fd);
+	cr_assert(p != MAP_FAILED, "%s", strerror(errno));
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	cr_expect_eq(resident_pages(path), (bytes + page - 1) / page);
+	munmap(p, bytes);
+	unlink(path);
+	free(path);
+}
+
 Test(hugepages, a_checkpoint_written_a_moment_ago_leaves_the_page_cache)
 {
 	need_a_disk_file_system("/tmp");
