@@ -5,8 +5,9 @@
  * cache sat in 2 MiB folios, mapped by PMDs, than from one in small folios
  * (docs/DESIGN.md, "Huge pages"). Whether a file's page cache is in
  * large folios is decided when the pages are read in: readahead into a
- * mapping advised MADV_HUGEPAGE makes 2 MiB ones, while a file written a
- * moment ago keeps the folios its writer made. These helpers map and
+ * mapping advised MADV_HUGEPAGE makes 2 MiB ones when it reads the file
+ * front to back (not when threads fault it in here and there), while a
+ * file written a moment ago keeps the folios its writer made. These helpers map and
  * allocate so that the kernel can use 2 MiB pages, count how many it did,
  * and drop a file's cached pages so that the next load reads them in again.
  */
@@ -21,9 +22,11 @@
 
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
-/* fd's first size bytes, read-only and private, at a 2 MiB-aligned address
- * and advised MADV_HUGEPAGE (advice a kernel without THP ignores). Returns
- * MAP_FAILED with errno set on failure; munmap(p, size) releases it. */
+/* fd's first size bytes, read-only and private, at a 2 MiB-aligned address,
+ * advised MADV_HUGEPAGE and read in at once, front to back
+ * (MADV_POPULATE_READ): both advice, which a kernel without THP, or before
+ * 5.14, ignores. Returns MAP_FAILED with errno set on failure;
+ * munmap(p, size) releases it. */
 void *huge_map_file(int fd, size_t size);
 
 /* bytes of anonymous memory; from 2 MiB on, 2 MiB-aligned with its whole
