@@ -43,7 +43,8 @@ void *huge_map_file(int fd, size_t size)
 	 * readahead fills the page cache in 2 MiB folios. Left to the load's
 	 * hashing, two threads faulting in tensors at both ends left 12% of a
 	 * checkpoint in small folios, and bf16 decode ran 6-7% slower in the
-	 * development machine's fast state (docs/DESIGN.md, "Huge pages").
+	 * development machine's fast state (docs/DESIGN.md, "All of the
+	 * checkpoint in 2 MiB pages").
 	 * Also advice: a kernel before 5.14 refuses it, and the hashing then
 	 * reads the file in as before. */
 	(void)madvise(p, size, MADV_POPULATE_READ);

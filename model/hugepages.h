@@ -7,9 +7,10 @@
  * large folios is decided when the pages are read in: readahead into a
  * mapping advised MADV_HUGEPAGE makes 2 MiB ones when it reads the file
  * front to back (not when threads fault it in here and there), while a
- * file written a moment ago keeps the folios its writer made. These helpers map and
- * allocate so that the kernel can use 2 MiB pages, count how many it did,
- * and drop a file's cached pages so that the next load reads them in again.
+ * file written a moment ago keeps the folios its writer made. These
+ * helpers map and allocate so that the kernel can use 2 MiB pages, count
+ * how many it did, and drop a file's cached pages so that the next load
+ * reads them in again.
  */
 #ifndef PFX_HUGEPAGES_H
 #define PFX_HUGEPAGES_H
