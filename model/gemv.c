@@ -546,3 +546,25 @@ void pfx_silu_mul(float *y, const float *up, int n)
 	for (int i = 0; i < n; i++)
 		y[i] = y[i] / (1.0f + expf(-y[i])) * up[i];
 }
+
+/*
+ * Over eight running sums: with one, the chain of dependent adds made a
+ * norm of one decode row (hidden 576) take 0.95-1.04 us, with eight
+ * 0.62-0.68 (AMD EPYC, timed op by op). A decode step runs 61 such norms
+ * on one thread while the other waits.
+ */
+double pfx_row_sum(const float *x, int n, double shift, bool square)
+{
+	double s[8] = { 0 };
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++) {
+			double v = x[i + k] - shift;
+			s[k] += square ? v * v : v;
+		}
+	for (int k = 0; i < n; i++, k++) {
+		double v = x[i] - shift;
+		s[k] += square ? v * v : v;
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}

@@ -8,6 +8,8 @@
 #ifndef PFX_GEMV_H
 #define PFX_GEMV_H
 
+#include <stdbool.h>
+
 #include "weight.h"
 
 #define GEMV_MAX_T 4
@@ -38,5 +40,8 @@ float pfx_exp_sum(float *x, int n, float *max_out);
 void pfx_softmax_cols(float *S, int n, int ld, const int *valid, float *inv);
 /* y[i] = silu(y[i]) * up[i]: SwiGLU's activation. */
 void pfx_silu_mul(float *y, const float *up, int n);
+/* The sum of (x[i] - shift) squared for i < n, or of x[i] - shift when
+ * square is false, in double: the norms' mean and variance. */
+double pfx_row_sum(const float *x, int n, double shift, bool square);
 
 #endif

@@ -274,29 +274,6 @@ static int row_tasks(const struct fwd *f)
 	return (f->T + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
 }
 
-/*
- * The sum of (x[i] - shift) squared, or of x[i] - shift when square is
- * false, in double over eight running sums: with one, the chain of
- * dependent adds made a norm of one decode row (hidden 576) take 0.95-1.04
- * us, with eight 0.62-0.68 (AMD EPYC, timed op by op). A decode step runs
- * 61 such norms on one thread while the other waits.
- */
-static double sum_row(const float *x, int n, double shift, bool square)
-{
-	double s[8] = { 0 };
-	int i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int k = 0; k < 8; k++) {
-			double v = x[i + k] - shift;
-			s[k] += square ? v * v : v;
-		}
-	for (int k = 0; i < n; i++, k++) {
-		double v = x[i] - shift;
-		s[k] += square ? v * v : v;
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
 static void norm_task(void *ctx, int t, int thread)
 {
 	struct rows_ctx *c = ctx;
@@ -308,13 +285,13 @@ static void norm_task(void *ctx, int t, int thread)
 		const float *x = c->x + (size_t)r * H;
 		float *y = c->y + (size_t)r * H;
 		if (cfg->norm == PFX_NORM_RMS) {
-			double ss = sum_row(x, H, 0.0, true);
+			double ss = pfx_row_sum(x, H, 0.0, true);
 			float inv = (float)(1.0 / sqrt(ss / H + cfg->norm_eps));
 			for (int i = 0; i < H; i++)
 				y[i] = c->w[i] * (x[i] * inv);
 		} else {
-			double mean = sum_row(x, H, 0.0, false) / H;
-			double var = sum_row(x, H, mean, true);
+			double mean = pfx_row_sum(x, H, 0.0, false) / H;
+			double var = pfx_row_sum(x, H, mean, true);
 			float inv = (float)(1.0 / sqrt(var / H + cfg->norm_eps));
 			float mu = (float)mean;
 			for (int i = 0; i < H; i++)

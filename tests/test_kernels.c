@@ -382,3 +382,28 @@ Test(kernels, exponentials_equal_the_plain_ones)
 			cr_assert_eq(y[n], x0[n], "silu_mul n=%d wrote past the end", n);
 		}
 }
+
+/* The norms' sums, for every length up to five runs of eight and a tail,
+ * with and without a shift and a square. */
+Test(kernels, row_sums_equal_the_plain_ones)
+{
+	enum { MAXN = 41 };
+	float x[MAXN];
+	uint32_t seed = 5;
+	for (int i = 0; i < MAXN; i++)
+		x[i] = val(&seed) * 10.0f;
+	for (int n = 0; n <= MAXN; n++)
+		for (int square = 0; square < 2; square++)
+			for (double shift = -0.5; shift <= 0.5; shift += 0.5) {
+				double want = 0, mag = 0;
+				for (int i = 0; i < n; i++) {
+					double v = x[i] - shift;
+					want += square ? v * v : v;
+					mag += fabs(square ? v * v : v);
+				}
+				double got = pfx_row_sum(x, n, shift, square);
+				cr_assert(fabs(got - want) <= 1e-12 * (1 + mag),
+					  "n=%d square=%d shift=%g: %.17g, not %.17g", n, square, shift, got,
+					  want);
+			}
+}
