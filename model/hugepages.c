@@ -39,16 +39,19 @@ void *huge_map_file(int fd, size_t size)
 	if (end < r + span)
 		munmap(end, (size_t)(r + span - end));
 	(void)madvise(p, size, MADV_HUGEPAGE); /* advice: without THP, 4 KiB pages */
-	/* Reads the whole file in now, front to back on this thread, so that
-	 * readahead fills the page cache in 2 MiB folios. Left to the load's
-	 * hashing, two threads faulting in tensors at both ends left 12% of a
-	 * checkpoint in small folios, and bf16 decode ran 6-7% slower in the
-	 * development machine's fast state (docs/DESIGN.md, "All of the
-	 * checkpoint in 2 MiB pages").
-	 * Also advice: a kernel before 5.14 refuses it, and the hashing then
-	 * reads the file in as before. */
-	(void)madvise(p, size, MADV_POPULATE_READ);
 	return p;
+}
+
+void huge_read_in(const void *p, size_t size)
+{
+	/* Front to back on this thread, so that readahead fills the page cache
+	 * in 2 MiB folios. Left to the load's hashing, two threads faulting in
+	 * tensors at both ends left 12% of a checkpoint in small folios, and
+	 * bf16 decode ran 6-7% slower in the development machine's fast state
+	 * (docs/DESIGN.md, "All of the checkpoint in 2 MiB pages"). Advice: a
+	 * kernel before 5.14 refuses it, and whoever touches the pages first
+	 * reads them in as before. */
+	(void)madvise((void *)p, size, MADV_POPULATE_READ);
 }
 
 void *huge_alloc(size_t bytes)

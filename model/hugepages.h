@@ -23,12 +23,14 @@
 
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
-/* fd's first size bytes, read-only and private, at a 2 MiB-aligned address,
- * advised MADV_HUGEPAGE and read in at once, front to back
- * (MADV_POPULATE_READ): both advice, which a kernel without THP, or before
- * 5.14, ignores. Returns MAP_FAILED with errno set on failure;
- * munmap(p, size) releases it. */
+/* fd's first size bytes, read-only and private, at a 2 MiB-aligned address
+ * and advised MADV_HUGEPAGE (advice a kernel without THP ignores). Returns
+ * MAP_FAILED with errno set on failure; munmap(p, size) releases it. */
 void *huge_map_file(int fd, size_t size);
+/* Reads the size bytes of a mapping from huge_map_file in now, front to
+ * back (MADV_POPULATE_READ: advice a kernel before 5.14 ignores), so that
+ * pages not yet cached go into 2 MiB folios. */
+void huge_read_in(const void *p, size_t size);
 
 /* bytes of anonymous memory; from 2 MiB on, 2 MiB-aligned with its whole
  * huge pages advised MADV_HUGEPAGE (the tail stays in small pages). NULL

@@ -372,6 +372,9 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	/* As transformers computes it, in float32: 1 / base^(2j / dim). */
 	for (int j = 0; j < m->cfg.rotary_dim / 2; j++)
 		m->inv_freq[j] = 1.0f / powf(m->cfg.rope_base, (float)(2 * j) / (float)m->cfg.rotary_dim);
+	/* Before binding and hashing touch it: see huge_read_in. */
+	for (size_t i = 0; i < ckpt_nfiles(m->ckpt); i++)
+		huge_read_in(st_map(ckpt_file(m->ckpt, i)), st_size(ckpt_file(m->ckpt, i)));
 	if ((rc = m->arch->bind(&b, &m->cfg, &m->w)))
 		goto fail;
 	if ((rc = fingerprint(m, &b, err)))

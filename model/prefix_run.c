@@ -108,7 +108,7 @@ static const char help_recache[] =
 	"the weights' bytes are in 2 MiB pages afterwards (info prints it too).\n"
 	"\n"
 	MODEL_HELP
-	"  --threads N        threads that read the weights in (default: all CPUs)\n";
+	"  --threads N        threads that hash the weights (default: all CPUs)\n";
 
 static const char help_logits[] =
 	"usage: prefix-run logits --model DIR --tokens IDS --out FILE.npy [--split K]\n"

@@ -155,10 +155,10 @@ static void need_a_disk_file_system(const char *dir)
 		cr_skip_test("%s is in memory: its pages cannot be dropped", dir);
 }
 
-/* Read in by the mapping itself, front to back, rather than by whoever
- * touches it first (the load's hashing threads, which left part of a
- * checkpoint in small folios). */
-Test(hugepages, mapping_a_file_reads_all_of_it_in)
+/* Read in front to back at once, rather than by whoever touches it first
+ * (the load's hashing threads, which left part of a checkpoint in small
+ * folios); mapping it alone reads nothing. */
+Test(hugepages, reading_a_mapping_in_makes_all_of_it_resident)
 {
 	need_a_disk_file_system("/tmp");
 	size_t bytes = 3 * HUGE_PAGE_BYTES + 12345;
@@ -170,6 +170,8 @@ Test(hugepages, mapping_a_file_reads_all_of_it_in)
 	void *p = huge_map_file(fd, bytes);
 	close(fd);
 	cr_assert(p != MAP_FAILED, "%s", strerror(errno));
+	cr_expect_eq(resident_pages(path), 0, "mapping read the file in");
+	huge_read_in(p, bytes);
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	cr_expect_eq(resident_pages(path), (bytes + page - 1) / page);
 	munmap(p, bytes);
