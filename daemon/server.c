@@ -383,7 +383,8 @@ int server_run(const struct server_cfg *cfg)
 	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid(),
 			    .lim = { cfg->quota, cfg->pin_max, cfg->memory, cfg->disk_budget },
 			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000,
-			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000 };
+			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000,
+			    .shared = cfg->shared };
 	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
 		pd_err("cannot set up admission");
 		return 1;
