@@ -42,10 +42,8 @@ static bool may_steer(struct conn *c, uint32_t ns)
 static int not_theirs(struct conn *c, const char *what, uint32_t ns)
 {
 	if (ns == PD_NS_SHARED)
-		return conn_fail(c, PD_E_DENIED, "%s: uid %u may not %s the shared namespace (only root, the daemon's user (uid %u)%s)",
-				 what, (unsigned)c->cred.uid,
-				 !strcmp(what, "listing") ? "see" : "steer", (unsigned)c->d->admin_uid,
-				 !strcmp(what, "listing") ? ", its group's members and publishers" : " and its publishers");
+		return conn_fail(c, PD_E_DENIED, "%s: uid %u may not act on the shared namespace's chains: its group's members list them, and only its publishers, root and the daemon's user (uid %u) evict and pin them",
+				 what, (unsigned)c->cred.uid, (unsigned)c->d->admin_uid);
 	return conn_fail(c, PD_E_DENIED, "%s: uid %u may act on its own chains only, not uid %u's (root and the daemon's user, uid %u, act on everyone's)",
 			 what, (unsigned)c->cred.uid, (unsigned)ns, (unsigned)c->d->admin_uid);
 }

@@ -493,6 +493,10 @@ Test(daemon, bad_command_lines_say_what_is_wrong)
 		{ "--block-tokens 48", "power of two" },
 		{ "--threads 0", "--threads" },
 		{ "--group no-such-group-here", "no group" },
+		{ "--shared-group no-such-group-here", "--shared-group: no group" },
+		{ "--shared-publishers 60001", "--shared-publishers: only with --shared-group" },
+		{ "--shared-group 60100 --shared-publishers 60001,no-such-user-here",
+		  "--shared-publishers: no user 'no-such-user-here'" },
 		{ "--bogus", "unknown" },
 		{ "extra", "unexpected argument" },
 	};
