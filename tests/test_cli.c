@@ -468,10 +468,13 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 	cr_assert_eq(td_start(&d, args), 0);
 	cr_assert_eq(td_share_dir(&d), 0);
 	char a[3 * PATH_MAX];
-	struct cmd_result r = run("warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --tokens 1,2,3,4,5,6,7,8",
+	struct cmd_result r = run("warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --pin --tokens 1,2,3,4,5,6,7,8",
 				  fixtures_dir(), d.sock);
 	cr_expect_eq(r.status, 0, "%s", r.out);
-	cr_expect(strstr(r.out, "2 new blocks published"), "%s", r.out);
+	cr_expect(strstr(r.out, "2 new blocks published") && strstr(r.out, "pinned 8 tokens"), "%s",
+		  r.out);
+	cr_expect_eq(counter(&d, "pinned_bytes"), counter(&d, "bytes_used"),
+		     "the shared chain is the one pinned");
 	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --tokens 1,2,3,4,5,6,7,8,9 --max-new 1",
 		 fixtures_dir(), d.sock);
 	r = run_as(60002, 60100, a);
@@ -498,6 +501,13 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 	r = run_as(60002, 60100, a);
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "0 attached from the cache"), "by choice only: %s", r.out);
+	/* A user pins their own prefix (warm --pin). */
+	snprintf(a, sizeof(a), "warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --pin --tokens 20,21,22,23",
+		 fixtures_dir(), d.sock);
+	r = run_as(60002, 0, a);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "pinned 4 tokens"), "%s", r.out);
+	cr_expect_eq(counter(&d, "pins"), 2, "the shared chain's and the user's");
 	cr_expect_eq(td_stop(&d), 0);
 }
 
