@@ -1151,7 +1151,8 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 
 /* Two one-block prompts (base *a and *b) of model m whose chains' ids, in
  * one user's namespace, share their first 8 digits: found by trying bases
- * in a fixed order (a birthday search: ~2^16 tries). */
+ * in a fixed order (a birthday search: ~2^16 tries). One user's ids are
+ * their keys under one mask, so the keys' first 4 bytes decide. */
 struct id_head {
 	uint32_t head, base;
 };
@@ -1167,15 +1168,21 @@ static void id_twins(int m, uint32_t *a, uint32_t *b)
 	enum { TRIES = 1 << 18 };
 	struct id_head *v = calloc(TRIES, sizeof(*v));
 	cr_assert(v);
-	char id[ID_CHARS + 1];
 	uint32_t t[BT];
+	struct prefixd_layout l = layout_of(m);
+	struct prefixd_prompt *p;
+	struct prefixd_id id;
+	cr_assert_eq(prefixd_prompt_new(&l, &p), 0, "%s", prefixd_errmsg());
 	for (uint32_t i = 0; i < TRIES; i++) {
 		prompt(t, 1, 1000000 + i * BT);
-		chain_id(m, t, 1, 0, id);
-		char h[9];
-		cut(h, sizeof(h), id);
-		v[i] = (struct id_head){ (uint32_t)strtoul(h, NULL, 16), 1000000 + i * BT };
+		prefixd_prompt_truncate(p, 0);
+		cr_assert_eq(prefixd_prompt_append(p, t, BT), 0);
+		cr_assert_eq(prefixd_prompt_id(p, &id), 0);
+		v[i] = (struct id_head){ (uint32_t)id.key[0] << 24 | (uint32_t)id.key[1] << 16 |
+						 (uint32_t)id.key[2] << 8 | id.key[3],
+					 1000000 + i * BT };
 	}
+	prefixd_prompt_free(p);
 	qsort(v, TRIES, sizeof(*v), by_head);
 	for (uint32_t i = 1; i < TRIES; i++)
 		if (v[i].head == v[i - 1].head) {
