@@ -862,6 +862,13 @@ Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_member
 	r = agent_do(&b, AG_MATCH, 0, 7000, 6);
 	cr_expect_eq(r.hit, 2, "B's own 2 blocks, not the shared 6 (%u)", r.hit);
 	cr_expect_eq(r.bad, 0);
+	/* Blocks of B's own arenas and of the shared ones on one connection:
+	 * each read from its own (their arena ids differ on the wire). */
+	r = agent_do(&b2, AG_PUBLISH, 0, 30000, 3);
+	cr_expect_eq(r.stored, 3, "%s", r.msg);
+	r = agent_do(&b, AG_MATCH, 0, 30000, 3);
+	cr_expect_eq(r.hit, 3, "%s", r.msg);
+	cr_expect_eq(r.bad, 0, "B's own blocks, not the shared arena's bytes at their places");
 	cr_expect_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
 	agent_stop(&b2);
 	/* An outsider cannot attach it. */
