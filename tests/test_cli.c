@@ -475,6 +475,15 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 		  r.out);
 	cr_expect_eq(counter(&d, "pinned_bytes"), counter(&d, "bytes_used"),
 		     "the shared chain is the one pinned");
+	/* prefixctl ls names its namespace. */
+	char out[8192];
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket %s ls --user shared", PREFIXCTL, d.sock), 0,
+		     "%s", out);
+	cr_expect(strstr(out, " shared ") && strstr(out, "1 chain\n"), "the USER column: %s", out);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket %s ls --json", PREFIXCTL, d.sock), 0, "%s",
+		     out);
+	cr_expect(strstr(out, "\"user\":4294967295,") && strstr(out, "\"namespace\":\"shared\""),
+		  "--json: %s", out);
 	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --tokens 1,2,3,4,5,6,7,8,9 --max-new 1",
 		 fixtures_dir(), d.sock);
 	r = run_as(60002, 60100, a);
