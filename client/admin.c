@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libprefixd's admin calls: statistics, listing, eviction, pins. */
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,10 +73,27 @@ int prefixd_stats(struct prefixd *c, struct prefixd_stats *out)
 	return prefixd_stats_usage(c, out, NULL, NULL);
 }
 
+/* What a user's printed ids are masked with (docs/PROTOCOL.md, "Chain
+ * ids"): a key does not depend on the user, so one prompt's ids of two
+ * users would otherwise share every digit before the user's. */
+static void id_mask(uint32_t user, uint8_t mask[PREFIXD_HASH_BYTES])
+{
+	static const char tag[] = "prefixd-id-v1";
+	uint8_t in[sizeof(tag) - 1 + 4];
+	memcpy(in, tag, sizeof(tag) - 1);
+	for (int i = 0; i < 4; i++)
+		in[sizeof(tag) - 1 + i] = (uint8_t)(user >> 8 * i);
+	/* BLAKE2b runs without sodium_init (which only picks a faster
+	 * implementation), so this cannot fail. */
+	crypto_generichash(mask, PREFIXD_HASH_BYTES, in, sizeof(in), NULL, 0);
+}
+
 void prefixd_id_format(const struct prefixd_id *id, char out[PREFIXD_ID_CHARS + 1])
 {
+	uint8_t mask[PREFIXD_HASH_BYTES];
+	id_mask(id->user, mask);
 	for (int i = 0; i < PREFIXD_HASH_BYTES; i++)
-		sprintf(out + 2 * i, "%02x", id->key[i]);
+		sprintf(out + 2 * i, "%02x", id->key[i] ^ mask[i]);
 	sprintf(out + 2 * PREFIXD_HASH_BYTES, "%08x", (unsigned)id->user);
 }
 
@@ -102,6 +120,10 @@ int prefixd_id_parse(const char *s, struct prefixd_id *out)
 			user = user << 4 | (uint32_t)v;
 	}
 	out->user = user;
+	uint8_t mask[PREFIXD_HASH_BYTES];
+	id_mask(user, mask);
+	for (int i = 0; i < PREFIXD_HASH_BYTES; i++)
+		out->key[i] ^= mask[i];
 	return 0;
 }
 

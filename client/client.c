@@ -106,7 +106,7 @@ int pd_call_flags(struct prefixd *c, int op, uint8_t flags, const uint8_t *body,
 	return 0;
 }
 
-static int hello(struct prefixd *c, const struct prefixd_layout *l)
+static int hello(struct prefixd *c, const struct prefixd_layout *l, unsigned flags)
 {
 	int rc = prefixd_prompt_new(l, &c->memo); /* checks the layout */
 	if (rc)
@@ -116,8 +116,15 @@ static int hello(struct prefixd *c, const struct prefixd_layout *l)
 	size_t len = pd_hello_encode(&m, body, sizeof(body));
 	uint8_t *rb;
 	uint32_t rlen = 0;
-	if ((rc = pd_call(c, PD_OP_HELLO, body, len, -1, &rb, &rlen, NULL, NULL)))
-		return rc;
+	uint8_t hf = flags & PREFIXD_CONNECT_SHARED ? PD_FLAG_SHARED : 0;
+	if ((rc = pd_call_flags(c, PD_OP_HELLO, hf, body, len, -1, &rb, &rlen, NULL, NULL))) {
+		char why[sizeof(errmsg)];
+		snprintf(why, sizeof(why), "%s", errmsg);
+		return hf && rc == -ECONNRESET
+			       ? pd_fail(rc, "%s (a prefixd older than the shared namespace closes a connection that asks for it)",
+					 why)
+			       : rc;
+	}
 	struct pd_hello_reply r;
 	rc = pd_hello_reply_decode(rb, rlen, &r);
 	free(rb);
@@ -134,7 +141,17 @@ static int hello(struct prefixd *c, const struct prefixd_layout *l)
 
 int prefixd_connect(const char *path, const struct prefixd_layout *layout, struct prefixd **out)
 {
+	return prefixd_connect_flags(path, layout, 0, out);
+}
+
+int prefixd_connect_flags(const char *path, const struct prefixd_layout *layout, unsigned flags,
+			  struct prefixd **out)
+{
 	char def[256];
+	if (flags & ~(unsigned)PREFIXD_CONNECT_SHARED)
+		return pd_fail(-EINVAL, "unknown connect flags %#x", flags & ~(unsigned)PREFIXD_CONNECT_SHARED);
+	if (flags && !layout)
+		return pd_fail(-EINVAL, "the shared namespace is for a connection with a layout");
 	if (!path) {
 		if (pd_default_socket(def, sizeof(def)))
 			return pd_fail(-ENAMETOOLONG, "$XDG_RUNTIME_DIR is too long for a socket path");
@@ -154,7 +171,7 @@ int prefixd_connect(const char *path, const struct prefixd_layout *layout, struc
 		prefixd_close(c);
 		return pd_fail(rc, "cannot connect to prefixd at %s: %s", path, strerror(-rc));
 	}
-	int rc = layout ? hello(c, layout) : 0;
+	int rc = layout ? hello(c, layout, flags) : 0;
 	if (rc) {
 		prefixd_close(c);
 		return rc;

@@ -21,7 +21,9 @@
  *                                     (publish), or one block is larger than it (connect)
  *   -EDQUOT                           this user's quota is full of their leased or pinned blocks
  *   -ENOENT (release, publish)        a lease this connection does not hold
- *   -EACCES                           an admin call from another user
+ *   -EACCES                           another user's chains (admin calls), export or
+ *                                     import by a user other than the daemon's and
+ *                                     root, the shared namespace (connect, publish)
  *   -ENOENT (admin)                   no such chain (or pin)
  *   -E2BIG                            over a daemon limit: blocks per call, connections,
  *                                     leases, block sizes of one user, --pin-max
@@ -67,6 +69,22 @@ struct prefixd_stats {
  * make the admin calls (stats, list, evict, pin, unpin). */
 int prefixd_connect(const char *socket_path, const struct prefixd_layout *layout,
 		    struct prefixd **out);
+/* Options of prefixd_connect_flags. */
+enum prefixd_connect_flag {
+	/* Attach the daemon's shared namespace too (prefixd --shared-group):
+	 * a match looks in this user's own prefixes and, when nothing of the
+	 * prompt is there, in the shared ones; a publish from the start of a
+	 * prompt, or continuing a shared match, goes into the shared namespace,
+	 * which only its publishers (prefixd --shared-publishers) and root may
+	 * do (-EACCES otherwise). -EACCES at connect for a user who is neither
+	 * a member of the shared group nor a publisher, or when the daemon has
+	 * no shared namespace. */
+	PREFIXD_CONNECT_SHARED = 1u << 0,
+};
+/* prefixd_connect with options (enum prefixd_connect_flag); a layout is
+ * needed for any. */
+int prefixd_connect_flags(const char *socket_path, const struct prefixd_layout *layout,
+			  unsigned flags, struct prefixd **out);
 /* Closes the connection: the daemon releases every lease it held, and the
  * mapped blocks go away. NULL is fine. */
 void prefixd_close(struct prefixd *c);
@@ -152,9 +170,14 @@ int prefixd_limits(struct prefixd *c, struct prefixd_limits *out);
 /* Why the calling thread's last failed call failed. */
 const char *prefixd_errmsg(void);
 
-/* ==== Administration: for the daemon's own user and root only ====
- * Another user gets -EACCES. These take a connection with or without a
- * layout. */
+/* ==== Administration ====
+ * The daemon's own user and root see and steer every user's chains. Any
+ * other user sees only their own (and the shared namespace's, when they
+ * may attach it) and evicts and pins only their own (and the shared
+ * namespace's, as its publisher): naming another's gets -EACCES, and
+ * their statistics count their own blocks only. Export and import are for
+ * the daemon's user and root alone. These take a connection with or
+ * without a layout. */
 
 /* The daemon's counters. */
 int prefixd_stats(struct prefixd *c, struct prefixd_stats *out);
@@ -171,12 +194,16 @@ int prefixd_stats_usage(struct prefixd *c, struct prefixd_stats *out,
 			struct prefixd_usage **usage, size_t *n);
 
 /* A cached chain (a prefix from its root) as the admin calls name it: its
- * last block's hash in its user's namespace. */
+ * last block's hash in its user's namespace (PREFIXD_SHARED_USER: the
+ * shared namespace). */
 struct prefixd_id {
 	uint8_t key[PREFIXD_HASH_BYTES];
 	uint32_t user;
 };
 #define PREFIXD_ID_CHARS (2 * PREFIXD_HASH_BYTES + 8) /* hex: the key, then the user */
+/* The key's 64 digits are masked by the user's (docs/PROTOCOL.md, "Chain
+ * ids"), so that one prompt's chains of two users differ from the first
+ * digit, as short ids are printed; the user's 8 digits come last. */
 void prefixd_id_format(const struct prefixd_id *id, char out[PREFIXD_ID_CHARS + 1]);
 /* 0, or -EINVAL for a string that is not PREFIXD_ID_CHARS hex digits. */
 int prefixd_id_parse(const char *s, struct prefixd_id *out);

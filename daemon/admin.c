@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Admin requests: statistics, listing, eviction and pins. All of them are
- * for the daemon's own user and root, checked in one place (admitted()):
- * another user would see or steer blocks that are not theirs.
+ * Admin requests: statistics, listing, eviction and pins. The daemon's own
+ * user and root see and steer every chain; any other user only their own
+ * (and, as its publisher, the shared namespace's), and sees the shared
+ * namespace's chains when they may attach them. Who may do what is said
+ * here, in one place: a user must never see or steer blocks that are not
+ * theirs.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,10 +13,45 @@
 
 #include "peer.h"
 
+static bool is_admin(const struct conn *c)
+{
+	return c->cred.uid == 0 || c->cred.uid == c->d->admin_uid;
+}
+
+enum shared_role conn_shared_role(struct conn *c)
+{
+	if (c->shared_role == SHARED_UNKNOWN)
+		c->shared_role = (int)shared_role_of(&c->d->shared, c->fd, &c->cred);
+	return (enum shared_role)c->shared_role;
+}
+
+/* Whether the peer may list namespace ns's chains and their counters. */
+static bool may_see(struct conn *c, uint32_t ns)
+{
+	return is_admin(c) || ns == c->cred.uid ||
+	       (ns == PD_NS_SHARED && conn_shared_role(c) != SHARED_NONE);
+}
+
+/* Whether the peer may evict or pin namespace ns's chains. */
+static bool may_steer(struct conn *c, uint32_t ns)
+{
+	return is_admin(c) || ns == c->cred.uid ||
+	       (ns == PD_NS_SHARED && conn_shared_role(c) == SHARED_PUBLISHER);
+}
+
+static int not_theirs(struct conn *c, const char *what, uint32_t ns)
+{
+	if (ns == PD_NS_SHARED)
+		return conn_fail(c, PD_E_DENIED, "%s: uid %u may not act on the shared namespace's chains: its group's members list them, and only its publishers, root and the daemon's user (uid %u) evict and pin them",
+				 what, (unsigned)c->cred.uid, (unsigned)c->d->admin_uid);
+	return conn_fail(c, PD_E_DENIED, "%s: uid %u may act on its own chains only, not uid %u's (root and the daemon's user, uid %u, act on everyone's)",
+			 what, (unsigned)c->cred.uid, (unsigned)ns, (unsigned)c->d->admin_uid);
+}
+
 int admin_admitted(struct conn *c, const char *what)
 {
 	uid_t u = c->cred.uid;
-	if (u == 0 || u == c->d->admin_uid)
+	if (is_admin(c))
 		return 0;
 	return conn_fail(c, PD_E_DENIED, "%s: only for the daemon's user (uid %u) and root, not uid %u",
 			 what, (unsigned)c->d->admin_uid, (unsigned)u) ? -1 : 1;
@@ -24,10 +62,38 @@ static int bad_body(struct conn *c, int rc)
 	return conn_fail(c, rc, "%s", conn_decode_error(rc));
 }
 
+/* What a user who is not an admin sees of STATS: the usage rows they may
+ * see, and counters that are the sums of their own rows, with the limits
+ * every HELLO announces anyway; the daemon-wide rest reads 0. */
+static void own_stats(struct conn *c, uint64_t *v, struct pd_usage *rows, uint32_t *n)
+{
+	uint64_t keep[] = { v[PD_ST_budget], v[PD_ST_quota], v[PD_ST_pin_max], v[PD_ST_disk_budget] };
+	memset(v, 0, PD_STATS_COUNT * sizeof(*v));
+	v[PD_ST_budget] = keep[0];
+	v[PD_ST_quota] = keep[1];
+	v[PD_ST_pin_max] = keep[2];
+	v[PD_ST_disk_budget] = keep[3];
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < *n; i++) {
+		if (!may_see(c, rows[i].uid))
+			continue;
+		if (rows[i].uid == c->cred.uid) {
+			v[PD_ST_blocks] += rows[i].blocks;
+			v[PD_ST_bytes_used] += rows[i].bytes;
+			v[PD_ST_pinned_bytes] += rows[i].pinned_bytes;
+			v[PD_ST_hits] += rows[i].hits;
+			v[PD_ST_hit_tokens] += rows[i].hit_tokens;
+			v[PD_ST_query_tokens] += rows[i].query_tokens;
+			v[PD_ST_evictions] += rows[i].evictions;
+		}
+		rows[k++] = rows[i];
+	}
+	*n = k;
+}
+
 int admin_stats(struct conn *c)
 {
 	struct daemon *d = c->d;
-	ADMIT(c, "statistics");
 	if (c->h.body_len)
 		return conn_fail(c, PD_E_MALFORMED, "STATS has an empty body");
 	struct idx_stats s;
@@ -73,6 +139,8 @@ int admin_stats(struct conn *c)
 	uint32_t n;
 	if (idx_usage(d->idx, &rows, &n))
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
+	if (!is_admin(c))
+		own_stats(c, v, rows, &n);
 	size_t len = PD_STATS_REPLY_FIXED + 8 * (size_t)PD_STATS_COUNT + (size_t)n * PD_USAGE_SIZE;
 	uint8_t *b = conn_reply(c, PD_OK, len);
 	int rc = b && pd_stats_reply_encode(v, rows, n, b, len) == len ? 0 : -1;
@@ -82,17 +150,24 @@ int admin_stats(struct conn *c)
 
 int admin_list(struct conn *c)
 {
-	ADMIT(c, "listing");
 	struct pd_list m;
 	int rc = pd_list_decode(c->body, c->h.body_len, &m);
 	if (rc)
 		return bad_body(c, rc);
+	if ((m.flags & PD_LIST_USER) && !may_see(c, m.uid))
+		return not_theirs(c, "listing", m.uid);
 	struct pd_chain_row *rows = malloc(m.max_rows * sizeof(*rows));
 	if (!rows)
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	uint32_t n;
 	uint64_t next;
 	idx_list(c->d->idx, &m, rows, &n, &next);
+	/* Others' rows out: a page may then hold fewer rows, as pages may. */
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (may_see(c, rows[i].id.uid))
+			rows[k++] = rows[i];
+	n = k;
 	size_t len = PD_LIST_REPLY_FIXED + (size_t)n * PD_CHAIN_SIZE;
 	uint8_t *b = conn_reply(c, PD_OK, len);
 	rc = b && pd_list_reply_encode(next, rows, n, b, len) == len ? 0 : -1;
@@ -102,13 +177,20 @@ int admin_list(struct conn *c)
 
 int admin_evict(struct conn *c)
 {
-	ADMIT(c, "eviction");
 	struct pd_evict m;
 	int rc = pd_evict_decode(c->body, c->h.body_len, &m);
 	if (rc)
 		return bad_body(c, rc);
+	/* A user's ALL, MODEL and IDLE are of their own blocks; USER and ID
+	 * name a namespace, which must be one they may steer. */
+	uint32_t ns = c->cred.uid;
+	if (m.by == PD_EVICT_USER || m.by == PD_EVICT_ID) {
+		if (!may_steer(c, m.uid))
+			return not_theirs(c, "eviction", m.uid);
+		ns = m.uid;
+	}
 	struct pd_evict_reply r;
-	if (idx_evict(c->d->idx, &m, &r))
+	if (idx_evict_ns(c->d->idx, &m, is_admin(c) ? NULL : &ns, &r))
 		return conn_fail(c, PD_E_NOTFOUND, "no chain with that id is cached");
 	pd_log("uid %u evicted %llu blocks (%llu bytes); kept %llu leased, %llu pinned, %llu parents",
 	       (unsigned)c->cred.uid, (unsigned long long)r.blocks, (unsigned long long)r.bytes,
@@ -120,18 +202,26 @@ int admin_evict(struct conn *c)
 
 int admin_pin(struct conn *c)
 {
-	ADMIT(c, "pins");
 	struct pd_pin m;
 	int rc = pd_pin_decode(c->body, c->h.body_len, &m);
 	if (rc)
 		return bad_body(c, rc);
+	if (!may_steer(c, m.id.uid))
+		return not_theirs(c, "pins", m.id.uid);
 	struct pd_pin_reply r = { 0, c->d->lim.pin_max };
-	rc = idx_pin(c->d->idx, &m.id, m.ttl_s, &r.pinned_bytes);
+	/* A user's pins hold at most their quota (pinned blocks count
+	 * against it, and could not be evicted to make room for their own). */
+	uint64_t ns_max = is_admin(c) ? UINT64_MAX : c->d->lim.quota;
+	rc = idx_pin_ns(c->d->idx, &m.id, m.ttl_s, ns_max, &r.pinned_bytes);
 	if (rc == -ENOENT)
 		return conn_fail(c, PD_E_NOTFOUND, "no chain with that id is cached");
 	if (rc == -E2BIG)
 		return conn_fail(c, PD_E_LIMIT, "pins would hold %llu bytes, past the daemon's --pin-max of %llu bytes: unpin something or start prefixd with a larger --pin-max",
 				 (unsigned long long)r.pinned_bytes, (unsigned long long)r.pin_max);
+	if (rc == -EDQUOT)
+		return conn_fail(c, PD_E_LIMIT, "the pins of uid %u would hold %llu bytes, past its quota of %llu bytes (prefixd --quota): unpin something first",
+				 (unsigned)m.id.uid, (unsigned long long)r.pinned_bytes,
+				 (unsigned long long)c->d->lim.quota);
 	if (rc)
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	uint8_t *b = conn_reply(c, PD_OK, PD_PIN_REPLY_SIZE);
@@ -140,11 +230,12 @@ int admin_pin(struct conn *c)
 
 int admin_unpin(struct conn *c)
 {
-	ADMIT(c, "pins");
 	struct pd_pin m;
 	int rc = pd_pin_decode(c->body, c->h.body_len, &m);
 	if (rc || m.ttl_s)
 		return bad_body(c, rc ? rc : PD_E_MALFORMED);
+	if (!may_steer(c, m.id.uid))
+		return not_theirs(c, "pins", m.id.uid);
 	if (idx_unpin(c->d->idx, &m.id))
 		return conn_fail(c, PD_E_NOTFOUND, "no pinned chain with that id");
 	return conn_reply(c, PD_OK, 0) ? 0 : -1;

@@ -10,6 +10,7 @@
 #include "admission.h"
 #include "index.h"
 #include "partition.h"
+#include "shared.h"
 
 struct pd_tier;
 
@@ -22,6 +23,7 @@ struct daemon {
 	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */
+	struct shared_cfg shared; /* the shared namespace; shared.on 0: none */
 	struct admission adm;     /* connections and request memory */
 	uint64_t request_timeout_ms; /* for a frame, and for a first request */
 	uint64_t idle_timeout_ms;    /* for a served connection with no lease; 0: none */

@@ -1497,6 +1497,15 @@ void idx_get_stats(struct pd_index *x, struct idx_stats *out)
 	pthread_mutex_unlock(&x->lock);
 }
 
+void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count)
+{
+	pthread_mutex_lock(&x->lock);
+	x->st.misses--;
+	x->st.query_blocks -= count;
+	g->query_blocks -= count;
+	pthread_mutex_unlock(&x->lock);
+}
+
 int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
 {
 	pthread_mutex_lock(&x->lock);
@@ -1606,8 +1615,11 @@ page:
 		*next = 1;
 }
 
-static int selected(const struct entry *e, const struct pd_evict *sel, uint64_t now)
+static int selected(const struct entry *e, const struct pd_evict *sel, const uint32_t *ns,
+		    uint64_t now)
 {
+	if (ns && e->g->ns != *ns)
+		return 0;
 	switch (sel->by) {
 	case PD_EVICT_MODEL: return !memcmp(e->g->fp, sel->key, PD_FP_SIZE);
 	case PD_EVICT_USER: return e->g->ns == sel->uid;
@@ -1635,6 +1647,7 @@ static struct entry *do_admin_remove(struct pd_index *x, struct entry *e,
 
 struct evict_round {
 	const struct pd_evict *sel;
+	const uint32_t *ns;         /* only this namespace's blocks; NULL: any */
 	uint64_t now;
 	uint64_t blocks, bytes;     /* removed this round */
 	int has_pending;            /* a chain to go on with next round */
@@ -1660,7 +1673,7 @@ static int round_full(const struct evict_round *r)
  * the next round comes). */
 static void do_evict_chain(struct pd_index *x, struct entry *e, struct evict_round *r)
 {
-	while (e && removable(e) && selected(e, r->sel, r->now)) {
+	while (e && removable(e) && selected(e, r->sel, r->ns, r->now)) {
 		if (round_full(r)) {
 			set_id(&r->pending, e);
 			r->has_pending = 1;
@@ -1693,7 +1706,7 @@ static void do_evict_round(struct pd_index *x, uint64_t *b, struct evict_round *
 		uint32_t n = 0;
 		int more = 0;
 		for (struct entry *e = x->buckets[*b]; e; e = e->hnext, seen++) {
-			if (!removable(e) || !selected(e, r->sel, r->now))
+			if (!removable(e) || !selected(e, r->sel, r->ns, r->now))
 				continue;
 			if (n == 64) {
 				more = 1; /* this bucket again: what is left of it */
@@ -1722,9 +1735,15 @@ static void do_count_kept(const struct entry *e, struct pd_evict_reply *out)
 
 int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out)
 {
+	return idx_evict_ns(x, sel, NULL, out);
+}
+
+int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t *ns,
+		 struct pd_evict_reply *out)
+{
 	memset(out, 0, sizeof(*out));
 	uint64_t now = now_s();
-	struct evict_round r = { .sel = sel, .now = now, .out = out };
+	struct evict_round r = { .sel = sel, .ns = ns, .now = now, .out = out };
 	uint64_t b = 0;
 	if (sel->by == PD_EVICT_ID) {
 		/* The chain's own blocks, leaf up; a block another chain
@@ -1759,7 +1778,7 @@ int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_re
 		pthread_mutex_lock(&x->lock);
 		for (uint32_t seen = 0; b < NBUCKETS && seen < ROUND_ENTRIES; b++)
 			for (const struct entry *e = x->buckets[b]; e; e = e->hnext, seen++)
-				if (selected(e, sel, now))
+				if (selected(e, sel, ns, now))
 					do_count_kept(e, out);
 		pthread_mutex_unlock(&x->lock);
 		admin_yield(x);
@@ -1768,6 +1787,12 @@ int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_re
 }
 
 int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
+{
+	return idx_pin_ns(x, id, ttl_s, UINT64_MAX, pinned_bytes);
+}
+
+int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
+	       uint64_t *pinned_bytes)
 {
 	int rc = 0;
 	pthread_mutex_lock(&x->lock);
@@ -1789,6 +1814,15 @@ int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t
 		if (x->st.pinned_bytes + add > x->lim.pin_max) {
 			rc = -E2BIG;
 			goto out;
+		}
+		uint64_t ns_pinned = 0;
+		for (const struct idx_group *g = x->groups; g && ns_max != UINT64_MAX; g = g->next)
+			if (g->ns == e->g->ns)
+				ns_pinned += g->pinned_bytes;
+		if (ns_max != UINT64_MAX && ns_pinned + add > ns_max) {
+			*pinned_bytes = ns_pinned + add;
+			pthread_mutex_unlock(&x->lock);
+			return -EDQUOT;
 		}
 		if (!(p = calloc(1, sizeof(*p)))) {
 			rc = -ENOMEM;

@@ -217,6 +217,9 @@ void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n);
 void idx_get_stats(struct pd_index *x, struct idx_stats *out);
 /* One row per (user, model), malloc'd into *rows (free it). 0 or -ENOMEM. */
 int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n);
+/* Takes back the miss an idx_match of count blocks in g counted: the
+ * MATCH goes on in another namespace, which counts it. */
+void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count);
 
 /* ==== Admin ==== */
 
@@ -232,12 +235,19 @@ void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row
 /* Evicts the unleased, unpinned blocks a selector names and counts the
  * ones kept. 0, or -ENOENT for an unknown chain id. */
 int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out);
+/* idx_evict of the blocks of namespace *ns only (NULL: any). */
+int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t *ns,
+		 struct pd_evict_reply *out);
 /* Pins a chain (the block id names and every block before it) against
  * eviction, for ttl_s seconds (0: until unpinned); pinning a pinned chain
  * sets its TTL anew. 0 and *pinned_bytes what pins hold now; -ENOENT; or
  * -E2BIG when that would pass pin_max (*pinned_bytes is then what pins
  * would hold with this one). */
 int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes);
+/* idx_pin, and -EDQUOT when the pins of the chain's namespace would then
+ * hold more than ns_max bytes (*pinned_bytes: what they would hold). */
+int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
+	       uint64_t *pinned_bytes);
 /* 0, or -ENOENT when no such chain is pinned. */
 int idx_unpin(struct pd_index *x, const struct pd_id *id);
 /* Ends the pins whose TTL has run out (also done by every admin call and

@@ -35,6 +35,7 @@ static void usage(FILE *f)
 		"               [--max-connections N] [--max-user-connections N]\n"
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
 		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE]]\n"
+		"               [--shared-group GROUP [--shared-publishers UID[,UID...]]]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
@@ -72,6 +73,12 @@ static void usage(FILE *f)
 		"  --disk-budget SIZE  the most the records in DIR may hold (default: 4 x --memory,\n"
 		"                      at most 90%% of the free space at start); full, the least\n"
 		"                      recently used blocks held only on disk go\n"
+		"  --shared-group GROUP\n"
+		"                      a shared namespace: GROUP's members may attach its prefixes\n"
+		"                      (prefix-run --shared), besides their own\n"
+		"  --shared-publishers UID[,UID...]\n"
+		"                      the users (uids or names) who may publish into the shared\n"
+		"                      namespace; root may too, no one else\n"
 		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
 		"                      collisions happen; hits are still confirmed token by token\n"
 		"  -h, --help          this text\n"
@@ -172,6 +179,8 @@ int main(int argc, char **argv)
 		{ "idle-timeout", required_argument, NULL, 'I' },
 		{ "disk-dir", required_argument, NULL, 'D' },
 		{ "disk-budget", required_argument, NULL, 'B' },
+		{ "shared-group", required_argument, NULL, 'S' },
+		{ "shared-publishers", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -182,6 +191,7 @@ int main(int argc, char **argv)
 				  .max_conns = DEFAULT_MAX_CONNS, .request_memory = DEFAULT_REQUEST_MEMORY,
 				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT };
 	long max_user = 0;
+	char why[256];
 	char socket_buf[256];
 	const char *quota = NULL, *pin_max = NULL, *disk_budget = NULL;
 	long v;
@@ -259,6 +269,14 @@ int main(int argc, char **argv)
 		case 'B':
 			disk_budget = optarg;
 			break;
+		case 'S':
+			if (shared_parse_group(&cfg.shared, optarg, why, sizeof(why)))
+				return bad("%s", why);
+			break;
+		case 'P':
+			if (shared_parse_publishers(&cfg.shared, optarg, why, sizeof(why)))
+				return bad("%s", why);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -271,6 +289,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return bad("unexpected argument '%s'", argv[optind]);
+	if (cfg.shared.npub && !cfg.shared.on)
+		return bad("--shared-publishers: only with --shared-group");
 	if (disk_budget && !cfg.disk_dir)
 		return bad("--disk-budget: only with --disk-dir");
 	if (disk_budget && (parse_size(disk_budget, &cfg.disk_budget) || cfg.disk_budget < (64u << 10)))

@@ -18,6 +18,7 @@
 struct held_lease {
 	uint64_t id;
 	uint8_t last[PD_HASH_SIZE]; /* chain hash of its last block: a publish continues it */
+	bool shared;                /* its blocks are in the shared namespace */
 };
 
 struct conn {
@@ -34,6 +35,12 @@ struct conn {
 	struct partition *part;   /* the arenas of (user, block size) */
 	struct idx_group *group;  /* the chain root: user, model, layout, salt */
 	uint8_t h0[PD_HASH_SIZE];
+	/* Set by a HELLO with the SHARED flag: the shared namespace's arenas
+	 * and chain root. Its arenas go to the client with ids from
+	 * STORE_MAX_ARENAS on, so that they never clash with its own. */
+	struct partition *shared_part;
+	struct idx_group *shared_group;
+	int shared_role;          /* enum shared_role, looked up at first need */
 	/* Leases this connection holds; released when it closes. */
 	struct held_lease *leases;
 	size_t nleases, cap_leases;
@@ -82,8 +89,10 @@ int req_publish(struct conn *c);
 /* Ends every lease and the group of a connection that closes. */
 void req_end(struct conn *c);
 
-/* Admin requests (admin.c, transfer.c), for the daemon's user and root
- * only. */
+/* Admin requests (admin.c, transfer.c). Statistics, listing, eviction
+ * and pins are for every user, on their own chains (and the daemon's user
+ * and root on everyone's); export and import for the daemon's user and
+ * root only. */
 int admin_stats(struct conn *c);
 int admin_list(struct conn *c);
 int admin_evict(struct conn *c);
@@ -91,6 +100,9 @@ int admin_pin(struct conn *c);
 int admin_unpin(struct conn *c);
 int admin_export(struct conn *c);
 int admin_import(struct conn *c);
+
+/* The peer's role in the shared namespace (shared.h), looked up once. */
+enum shared_role conn_shared_role(struct conn *c);
 
 /* 0 when the peer may administer; else the refusal is queued (see
  * conn_fail: 0 queued, -1 close), returned as 1 or -1. */

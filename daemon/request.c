@@ -20,6 +20,58 @@
  * index memory, so an endless MATCH loop must not. */
 #define MAX_LEASES 1024
 
+/* Ends what HELLO set up; the connection may HELLO again. */
+static void hello_undo(struct conn *c)
+{
+	idx_group_put(c->d->idx, c->group);
+	partitions_put(&c->d->parts, c->part);
+	c->group = NULL;
+	c->part = NULL;
+}
+
+/* The shared namespace's group for a HELLO that asks for it, after the
+ * connection's own (set up). 0; or the refusal queued (1, or -1 to close),
+ * and the own group undone. */
+static int attach_shared(struct conn *c, const struct pd_hello *m)
+{
+	struct daemon *d = c->d;
+	int rc;
+	if (!d->shared.on)
+		rc = conn_fail(c, PD_E_DENIED, "this prefixd has no shared namespace (start it with --shared-group)");
+	else if (conn_shared_role(c) == SHARED_NONE)
+		rc = conn_fail(c, PD_E_DENIED, "uid %u is neither a member of the shared namespace's group (gid %u) nor one of its publishers",
+			       (unsigned)c->cred.uid, (unsigned)d->shared.gid);
+	else {
+		struct partition *p;
+		struct idx_root root = { .ns = PD_NS_SHARED };
+		memcpy(root.h0, c->h0, PD_HASH_SIZE);
+		int e = partitions_get(&d->parts, PD_NS_SHARED, m->block_bytes, &p);
+		if (e)
+			rc = conn_fail(c, e == -ENOMEM ? PD_E_INTERNAL : PD_E_LIMIT, "the shared namespace: %s",
+				       e == -EMFILE ? "this daemon serves too many (user, block size) pairs"
+				       : e == -EUSERS ? "it has too many block sizes in use"
+				       : "out of memory");
+		else {
+			struct idx_store ops;
+			partition_ops(p, d->block_tokens, &ops);
+			if (idx_group_get(d->idx, &root, m->fingerprint, &ops, &c->shared_group)) {
+				partitions_put(&d->parts, p);
+				rc = conn_fail(c, PD_E_INTERNAL, "out of memory");
+			} else if (!idx_group_has_store(c->shared_group, p->store)) {
+				idx_group_put(d->idx, c->shared_group);
+				c->shared_group = NULL;
+				partitions_put(&d->parts, p);
+				rc = conn_fail(c, PD_E_LAYOUT, "the shared blocks of this model and layout are of another size (an imported file claimed them): evict them first");
+			} else {
+				c->shared_part = p;
+				return 0;
+			}
+		}
+	}
+	hello_undo(c);
+	return rc ? -1 : 1;
+}
+
 int req_hello(struct conn *c)
 {
 	struct daemon *d = c->d;
@@ -78,6 +130,8 @@ int req_hello(struct conn *c)
 	}
 	c->part = p;
 	memcpy(c->h0, root.h0, PD_HASH_SIZE);
+	if ((c->h.flags & PD_FLAG_SHARED) && (rc = attach_shared(c, &m)))
+		return rc < 0 ? -1 : 0;
 	struct pd_hello_reply r = { PD_VERSION, PD_MAX_HASHES, d->parts.budget.limit, d->lim.quota,
 				    d->lim.pin_max };
 	uint8_t *b = conn_reply(c, PD_OK, PD_HELLO_REPLY_SIZE);
@@ -147,7 +201,7 @@ static uint32_t new_arenas(const struct conn *c, const struct idx_loc *locs, uin
 	return n;
 }
 
-static int add_lease(struct conn *c, uint64_t id, const uint8_t *last)
+static int add_lease(struct conn *c, uint64_t id, const uint8_t *last, bool shared)
 {
 	if (c->nleases == c->cap_leases) {
 		size_t cap = c->cap_leases ? 2 * c->cap_leases : 8;
@@ -159,6 +213,7 @@ static int add_lease(struct conn *c, uint64_t id, const uint8_t *last)
 	}
 	c->leases[c->nleases].id = id;
 	memcpy(c->leases[c->nleases].last, last, PD_HASH_SIZE);
+	c->leases[c->nleases].shared = shared;
 	c->nleases++;
 	return 0;
 }
@@ -171,18 +226,27 @@ static struct held_lease *find_lease(struct conn *c, uint64_t id)
 	return NULL;
 }
 
-static int match_reply(struct conn *c, uint64_t lease, uint32_t hit, const struct idx_loc *locs,
-		       const bool *from_disk, uint32_t nnew, const uint32_t *ids)
+/* A namespace a MATCH looks in: the connection's own or the shared one. */
+struct ns_view {
+	struct idx_group *g;
+	struct pd_store *store;
+	uint32_t arena_base;      /* of its arena ids on the wire */
+	bool shared;
+};
+
+static int match_reply(struct conn *c, const struct ns_view *v, uint64_t lease, uint32_t hit,
+		       const struct idx_loc *locs, const bool *from_disk, uint32_t nnew,
+		       const uint32_t *ids)
 {
 	struct pd_place places[PD_MAX_HASHES];
 	struct pd_arena_desc arenas[PD_MAX_FDS];
-	struct pd_store *s = c->part->store;
+	struct pd_store *s = v->store;
 	for (uint32_t i = 0; i < hit; i++)
 		places[i] = (struct pd_place){ locs[i].arena,
 					       from_disk && from_disk[i] ? PD_PLACE_FROM_DISK : 0,
 					       locs[i].offset };
 	for (uint32_t i = 0; i < nnew; i++) {
-		struct shm_arena *a = store_arena(s, ids[i]);
+		struct shm_arena *a = store_arena(s, ids[i] - v->arena_base);
 		int fd = shm_arena_ro_fd(a);
 		if (fd < 0) {
 			conn_close_fds(c->out_fds, &c->out_nfds);
@@ -219,6 +283,43 @@ static void restore(struct conn *c, struct idx_block *fetch, uint32_t nfetch, ui
 			from_disk[fetch[i].pos] = true;
 }
 
+/* The longest run of m's blocks in one namespace, cut to the arenas one
+ * reply can carry: *lease and *hit, locs with wire arena ids, the new
+ * arenas in ids. 0 or -ENOMEM. */
+static int match_in(struct conn *c, const struct ns_view *v, const struct pd_match *m,
+		    const uint32_t *tokens, uint64_t *lease, uint32_t *hit, struct idx_loc *locs,
+		    bool *from_disk, uint32_t ids[PD_MAX_FDS], uint32_t *nnew)
+{
+	/* Only with a tier; without memory for it, blocks on disk miss. */
+	struct idx_block *fetch = c->d->tier ? malloc(m->count * sizeof(*fetch)) : NULL;
+	uint32_t count = m->count, nfetch = 0;
+	int rc = 0;
+	*lease = 0;
+	*hit = 0;
+	*nnew = 0;
+	/* More new arenas than one reply carries: lease a shorter run (what
+	 * was restored stays in memory, and is found there). */
+	while (!rc && count) {
+		if ((rc = idx_match(c->d->idx, v->g, m->hashes, tokens, count, lease, locs, hit,
+				    fetch, &nfetch)))
+			break;
+		if (nfetch)
+			restore(c, fetch, nfetch, lease, hit, from_disk);
+		for (uint32_t i = 0; i < *hit; i++)
+			locs[i].arena += v->arena_base;
+		uint32_t fit = *hit;
+		*nnew = new_arenas(c, locs, &fit, ids);
+		if (fit == *hit)
+			break;
+		idx_release(c->d->idx, *lease);
+		*lease = 0;
+		*hit = 0;
+		count = fit;
+	}
+	free(fetch);
+	return rc;
+}
+
 int req_match(struct conn *c)
 {
 	if (!c->group)
@@ -237,38 +338,27 @@ int req_match(struct conn *c)
 	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
 	struct idx_loc locs[PD_MAX_HASHES];
 	bool from_disk[PD_MAX_HASHES] = { 0 };
-	/* Only with a tier; without memory for it, blocks on disk miss. */
-	struct idx_block *fetch = c->d->tier ? malloc(m.count * sizeof(*fetch)) : NULL;
 	uint64_t lease = 0;
-	uint32_t hit = 0, count = m.count, ids[PD_MAX_FDS], nnew = 0, nfetch = 0;
-	rc = tokens ? 0 : -ENOMEM;
-	/* More new arenas than one reply carries: lease a shorter run (what
-	 * was restored stays in memory, and is found there). */
-	while (!rc && count) {
-		if ((rc = idx_match(c->d->idx, c->group, m.hashes, tokens, count, &lease, locs,
-				    &hit, fetch, &nfetch)))
-			break;
-		if (nfetch)
-			restore(c, fetch, nfetch, &lease, &hit, from_disk);
-		uint32_t fit = hit;
-		nnew = new_arenas(c, locs, &fit, ids);
-		if (fit == hit)
-			break;
-		idx_release(c->d->idx, lease);
-		lease = 0;
-		hit = 0;
-		count = fit;
+	uint32_t hit = 0, ids[PD_MAX_FDS], nnew = 0;
+	struct ns_view v = { c->group, c->part->store, 0, false };
+	rc = tokens ? match_in(c, &v, &m, tokens, &lease, &hit, locs, from_disk, ids, &nnew)
+		    : -ENOMEM;
+	/* The user's own namespace first; with nothing there, the shared one
+	 * (the miss then counts once, there). */
+	if (!rc && !hit && c->shared_group) {
+		idx_uncount_miss(c->d->idx, c->group, m.count);
+		v = (struct ns_view){ c->shared_group, c->shared_part->store, STORE_MAX_ARENAS, true };
+		rc = match_in(c, &v, &m, tokens, &lease, &hit, locs, from_disk, ids, &nnew);
 	}
-	free(fetch);
 	free(owned);
-	if (!rc && hit && add_lease(c, lease, m.hashes + (size_t)(hit - 1) * PD_HASH_SIZE))
+	if (!rc && hit && add_lease(c, lease, m.hashes + (size_t)(hit - 1) * PD_HASH_SIZE, v.shared))
 		rc = -ENOMEM;
 	if (rc) {
 		if (lease)
 			idx_release(c->d->idx, lease);
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	}
-	return match_reply(c, lease, hit, locs, from_disk, nnew, ids);
+	return match_reply(c, &v, lease, hit, locs, from_disk, nnew, ids);
 }
 
 int req_release(struct conn *c)
@@ -335,13 +425,22 @@ int req_publish(struct conn *c)
 		return conn_fail(c, PD_E_MALFORMED, "the staging memory holds %lld bytes; %u blocks need %llu",
 			    (long long)sb.st_size, m.count, (unsigned long long)(m.count * bb));
 	const uint8_t *prev = c->h0;
+	/* A connection that attached the shared namespace publishes there,
+	 * unless it continues a lease of its own namespace. */
+	bool shared = c->shared_group != NULL;
 	if (m.lease) {
 		struct held_lease *l = find_lease(c, m.lease);
 		if (!l)
 			return conn_fail(c, PD_E_NOTFOUND, "lease %llu is not held by this connection",
 				    (unsigned long long)m.lease);
 		prev = l->last;
+		shared = l->shared;
 	}
+	if (shared && conn_shared_role(c) != SHARED_PUBLISHER)
+		return conn_fail(c, PD_E_DENIED, "uid %u may attach the shared namespace's prefixes but not publish into it: only root and the users of prefixd --shared-publishers may",
+				 (unsigned)c->cred.uid);
+	struct idx_group *g = shared ? c->shared_group : c->group;
+	struct partition *part = shared ? c->shared_part : c->part;
 	bool leased = c->h.flags & PD_FLAG_LEASE;
 	if (leased && c->nleases >= MAX_LEASES)
 		return conn_fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
@@ -361,10 +460,10 @@ int req_publish(struct conn *c)
 			return conn_fail(c, PD_E_MALFORMED, "the hash of block %u does not follow the chain", i);
 		}
 	}
-	struct staging st = { c->fds[0], bb, c->part->store };
+	struct staging st = { c->fds[0], bb, part->store };
 	uint32_t stored, dedup;
 	uint64_t lease = 0;
-	rc = idx_publish_leased(c->d->idx, c->group, m.lease, m.hashes, tokens, m.count,
+	rc = idx_publish_leased(c->d->idx, g, m.lease, m.hashes, tokens, m.count,
 				fill_from_staging, &st, &stored, &dedup, leased ? &lease : NULL);
 	free(owned);
 	/* A validated memfd: closing it cannot block, and it must not
@@ -378,7 +477,8 @@ int req_publish(struct conn *c)
 	/* The lease ends at block stored + dedup - 1 (idx_publish); a
 	 * publish that fails the connection (the errors below) gives it back. */
 	if (lease && (stop > PD_STOP_MAX ||
-		      add_lease(c, lease, m.hashes + (size_t)(stored + dedup - 1) * PD_HASH_SIZE))) {
+		      add_lease(c, lease, m.hashes + (size_t)(stored + dedup - 1) * PD_HASH_SIZE,
+				shared))) {
 		idx_release(c->d->idx, lease);
 		lease = 0;
 	}
@@ -404,8 +504,9 @@ void req_end(struct conn *c)
 	for (size_t i = 0; i < c->nleases; i++)
 		idx_release(c->d->idx, c->leases[i].id);
 	c->nleases = 0;
-	idx_group_put(c->d->idx, c->group);
-	c->group = NULL;
-	partitions_put(&c->d->parts, c->part);
-	c->part = NULL;
+	idx_group_put(c->d->idx, c->shared_group);
+	c->shared_group = NULL;
+	partitions_put(&c->d->parts, c->shared_part);
+	c->shared_part = NULL;
+	hello_undo(c);
 }

@@ -383,7 +383,8 @@ int server_run(const struct server_cfg *cfg)
 	struct daemon d = { .block_tokens = cfg->block_tokens, .admin_uid = geteuid(),
 			    .lim = { cfg->quota, cfg->pin_max, cfg->memory, cfg->disk_budget },
 			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000,
-			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000 };
+			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000,
+			    .shared = cfg->shared };
 	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
 		pd_err("cannot set up admission");
 		return 1;
@@ -450,6 +451,13 @@ int server_run(const struct server_cfg *cfg)
 	pd_log("listening on %s: %.1f MiB for KV blocks of %u tokens (quota %.1f MiB a user, pins up to %.1f MiB), %d workers",
 	       where, (double)cfg->memory / (1 << 20), cfg->block_tokens,
 	       (double)cfg->quota / (1 << 20), (double)cfg->pin_max / (1 << 20), cfg->threads);
+	if (cfg->shared.on)
+		pd_log("shared namespace: members of group %u attach it; %u user%s besides root publish%s into it%s",
+		       (unsigned)cfg->shared.gid, cfg->shared.npub, cfg->shared.npub == 1 ? "" : "s",
+		       cfg->shared.npub == 1 ? "es" : "",
+		       own_socket && !cfg->has_group
+			       ? "; but without --group the socket is this user's alone: no member can connect"
+			       : "");
 	unsigned next = 0;
 	int backoff_ms = 10, paused_ms = 0;
 	uint64_t ticked = conn_now_ms();

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "shared.h"
+
 struct server_cfg {
 	const char *socket_path;
 	uint64_t memory;        /* budget for KV blocks, in bytes */
@@ -26,6 +28,7 @@ struct server_cfg {
 	uint32_t idle_timeout_s;  /* 0: none */
 	const char *disk_dir;     /* the disk tier's directory; NULL: none */
 	uint64_t disk_budget;
+	struct shared_cfg shared; /* --shared-group, --shared-publishers */
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define MAX_ARENAS 4096
+#define MAX_ARENAS STORE_MAX_ARENAS
 
 struct pd_store {
 	size_t slot_bytes;          /* block_bytes rounded up to pages */

@@ -15,6 +15,9 @@
 
 struct pd_store;
 
+/* Arenas one store may have: their ids are 0 .. STORE_MAX_ARENAS - 1. */
+#define STORE_MAX_ARENAS 4096
+
 /* Memory that several stores (one per partition) draw their slots from:
  * the bytes of all resident slots never exceed limit. */
 struct store_budget {

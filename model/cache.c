@@ -21,6 +21,7 @@ struct pfx_cache {
 	struct prefixd *c;
 	const struct pfx_model *m;
 	struct prefixd_layout layout; /* its salt points into salt[] */
+	unsigned flags;               /* enum pfx_cache_flag */
 	uint8_t salt[PREFIXD_MAX_SALT];
 };
 
@@ -41,6 +42,15 @@ static void cache_put(struct pfx_cache *c)
 int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, size_t salt_len,
 		   struct pfx_cache **out, struct pfx_error *err)
 {
+	return pfx_cache_open_flags(m, socket, salt, salt_len, 0, out, err);
+}
+
+int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *salt,
+			 size_t salt_len, unsigned flags, struct pfx_cache **out,
+			 struct pfx_error *err)
+{
+	if (flags & ~(unsigned)PFX_CACHE_SHARED)
+		return pfx_errorf(err, -EINVAL, "unknown cache flags %#x", flags);
 	struct prefixd_layout l = {
 		.block_tokens = (uint32_t)pfx_model_block_tokens(m),
 		.block_bytes = kv_block_bytes(m),
@@ -52,13 +62,15 @@ int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, si
 	struct pfx_cache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return pfx_errorf(err, -ENOMEM, "out of memory");
-	int rc = prefixd_connect(socket, &l, &c->c);
+	int rc = prefixd_connect_flags(socket, &l,
+				       flags & PFX_CACHE_SHARED ? PREFIXD_CONNECT_SHARED : 0, &c->c);
 	if (rc) {
 		free(c);
 		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
 	}
 	atomic_init(&c->refs, 1);
 	c->m = m;
+	c->flags = flags;
 	/* A chain's ids cover the salt: keep a copy for pfx_cache_pin. */
 	c->layout = l;
 	if (salt_len)
@@ -219,6 +231,9 @@ int pfx_cache_pin(struct pfx_cache *c, const int32_t *tokens, size_t n, uint32_t
 	if (!rc)
 		rc = prefixd_prompt_id(p, &id);
 	prefixd_prompt_free(p);
+	/* What it published went into the shared namespace. */
+	if (c->flags & PFX_CACHE_SHARED)
+		id.user = PREFIXD_SHARED_USER;
 	if (!rc)
 		rc = prefixd_pin(c->c, &id, ttl_s, pinned_bytes);
 	return rc ? pfx_errorf(err, rc, "%s", prefixd_errmsg()) : 0;

@@ -27,6 +27,19 @@ struct pfx_cache;
  */
 int pfx_cache_open(struct pfx_model *m, const char *socket, const void *salt, size_t salt_len,
 		   struct pfx_cache **out, struct pfx_error *err);
+
+/* Options of pfx_cache_open_flags. */
+enum pfx_cache_flag {
+	/* The daemon's shared namespace too (prefixd --shared-group; libprefixd's
+	 * PREFIXD_CONNECT_SHARED): prompts attach this user's own cached blocks
+	 * or, with none, the shared ones, and publish into the shared namespace,
+	 * which only its publishers may (the prefill then reports -EACCES). */
+	PFX_CACHE_SHARED = 1u << 0,
+};
+/* pfx_cache_open with options (enum pfx_cache_flag). */
+int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *salt,
+			 size_t salt_len, unsigned flags, struct pfx_cache **out,
+			 struct pfx_error *err);
 /* Drops the caller's reference: the connection closes once no session
  * holds attached blocks any more. NULL is fine. */
 void pfx_cache_close(struct pfx_cache *c);
@@ -85,9 +98,12 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 			struct pfx_error *err);
 
 /* Pins the chain of the prompt's full blocks in the daemon against
- * eviction, for ttl_s seconds (0: until unpinned). Only the daemon's own
- * user and root may pin (-EACCES otherwise). *pinned_bytes: what pins hold
- * in the daemon now. */
+ * eviction, for ttl_s seconds (0: until unpinned): the chain of this
+ * user, or of the shared namespace for a cache opened with
+ * PFX_CACHE_SHARED (its publishers and root only; -EACCES otherwise).
+ * Pins hold at most the daemon's --pin-max, and one user's at most their
+ * quota (-E2BIG past either). *pinned_bytes: what pins hold in the daemon
+ * now. */
 int pfx_cache_pin(struct pfx_cache *c, const int32_t *tokens, size_t n, uint32_t ttl_s,
 		  uint64_t *pinned_bytes, struct pfx_error *err);
 

@@ -66,8 +66,8 @@ static const char usage[] =
 	"  warm      --model DIR --tokens IDS [--pin [--ttl SECS]]\n"
 	"                                         computes a prefix (a system prompt) and\n"
 	"                                         publishes it to prefixd ahead of time; --pin\n"
-	"                                         keeps it from eviction (the daemon's user and\n"
-	"                                         root only), for SECS seconds with --ttl\n"
+	"                                         keeps it from eviction, for SECS seconds\n"
+	"                                         with --ttl\n"
 	"  random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16] [--force]\n"
 	"                                         writes a random-weight Llama checkpoint\n"
 	"                                         (config.json, model.safetensors): the demo's\n"
@@ -84,6 +84,10 @@ static const char usage[] =
 	"                    daemon is running there; logits only with --socket, and then\n"
 	"                    writes the rows of the positions it computed (stderr says which)\n"
 	"  --salt TEXT       share only with processes that give the same salt\n"
+	"  --shared          attach the daemon's shared namespace too (prefixd\n"
+	"                    --shared-group): a prompt with nothing cached of this user's\n"
+	"                    attaches the shared prefix, and what it computes is published\n"
+	"                    there (by prefixd --shared-publishers only; others are told)\n"
 	"  --no-cache        compute everything here\n"
 	IDS_HELP;
 
@@ -112,7 +116,8 @@ static const char help_recache[] =
 
 static const char help_logits[] =
 	"usage: prefix-run logits --model DIR --tokens IDS --out FILE.npy [--split K]\n"
-	"                         [--socket PATH [--salt TEXT]] [--threads N] [--block-tokens B]\n"
+	"                         [--socket PATH [--salt TEXT] [--shared]] [--threads N]\n"
+	"                         [--block-tokens B]\n"
 	"\n"
 	"Writes the float32 logits of every position as a NumPy array of shape\n"
 	"(n_tokens, vocab).\n"
@@ -126,13 +131,14 @@ static const char help_logits[] =
 	"                     are attached, so the file holds only the rows of the\n"
 	"                     positions computed here (stderr says which)\n"
 	"  --salt TEXT        share only with processes that give the same salt\n"
+	"  --shared           the daemon's shared namespace too (prefix-run --help)\n"
 	"  --no-cache         compute everything here (what logits does without --socket)\n"
 	COMMON_HELP IDS_HELP;
 
 static const char help_generate[] =
 	"usage: prefix-run generate --model DIR --tokens IDS --max-new N [--ignore-eos]\n"
 	"                           [--temperature T [--top-k K] [--top-p P] [--seed S]]\n"
-	"                           [--socket PATH] [--salt TEXT] [--no-cache]\n"
+	"                           [--socket PATH] [--salt TEXT] [--shared] [--no-cache]\n"
 	"                           [--threads N] [--block-tokens B]\n"
 	"\n"
 	"Prints the ids of at most N new tokens on one line; on stderr, the time to the\n"
@@ -154,6 +160,7 @@ static const char help_generate[] =
 	"                     $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock, when a\n"
 	"                     daemon runs there)\n"
 	"  --salt TEXT        share only with processes that give the same salt\n"
+	"  --shared           the daemon's shared namespace too (prefix-run --help)\n"
 	"  --no-cache         compute everything here, without prefixd\n"
 	COMMON_HELP IDS_HELP;
 
@@ -173,7 +180,8 @@ static const char help_demo[] =
 
 static const char help_warm[] =
 	"usage: prefix-run warm --model DIR --tokens IDS [--pin [--ttl SECS]]\n"
-	"                       [--socket PATH] [--salt TEXT] [--threads N] [--block-tokens B]\n"
+	"                       [--socket PATH] [--salt TEXT] [--shared] [--threads N]\n"
+	"                       [--block-tokens B]\n"
 	"\n"
 	"Computes a prefix (a system prompt, say) and publishes its full blocks to\n"
 	"prefixd ahead of time, so the first request already attaches it. Exits 1 when\n"
@@ -181,12 +189,16 @@ static const char help_warm[] =
 	"\n"
 	MODEL_HELP
 	"  --tokens IDS       the prefix's token ids (below)\n"
-	"  --pin              keep the prefix from eviction (the daemon's own user and\n"
-	"                     root only)\n"
+	"  --pin              keep the prefix from eviction: your own (within your quota\n"
+	"                     and the daemon's --pin-max), or with --shared the shared one\n"
+	"                     (its publishers and root only)\n"
 	"  --ttl SECS         with --pin: for SECS seconds\n"
 	"  --socket PATH      prefixd's socket (default: $PREFIXD_SOCKET, else\n"
 	"                     $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
 	"  --salt TEXT        share only with processes that give the same salt\n"
+	"  --shared           publish into the daemon's shared namespace (prefixd\n"
+	"                     --shared-group), for its group's members to attach: for\n"
+	"                     prefixd --shared-publishers and root only\n"
 	COMMON_HELP IDS_HELP;
 
 static const char help_random_model[] =
@@ -209,10 +221,10 @@ enum opt {
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
 	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
 	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21, O_WEIGHTS = 1 << 22, O_DTYPE = 1 << 23,
-	O_KV_DTYPE = 1 << 24,
-	O_LAST = O_KV_DTYPE,
+	O_KV_DTYPE = 1 << 24, O_SHARED = 1 << 25,
+	O_LAST = O_SHARED,
 };
-#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE)
+#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED)
 #define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE) /* every command that loads a model */
 
 static const struct option longopts[] = {
@@ -233,6 +245,7 @@ static const struct option longopts[] = {
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "salt", required_argument, NULL, O_SALT },
 	{ "no-cache", no_argument, NULL, O_NOCACHE },
+	{ "shared", no_argument, NULL, O_SHARED },
 	{ "shape", required_argument, NULL, O_SHAPE },
 	{ "pin", no_argument, NULL, O_PIN },
 	{ "ttl", required_argument, NULL, O_TTL },
@@ -266,7 +279,7 @@ static const struct {
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_LOAD, 0, cmd_demo, help_demo },
 	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE, O_OUT, run_random_model,
 	  help_random_model },
-	{ "warm", O_MODEL | O_TOKENS | O_LOAD | O_SOCKET | O_SALT | O_PIN | O_TTL,
+	{ "warm", O_MODEL | O_TOKENS | O_LOAD | O_SOCKET | O_SALT | O_SHARED | O_PIN | O_TTL,
 	  O_MODEL | O_TOKENS, cmd_warm, help_warm },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -559,7 +572,8 @@ struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int 
 	struct pfx_cache *c;
 	struct pfx_error err = { "" };
 	const char *salt = a->salt ? a->salt : "";
-	if (pfx_cache_open(m, path, salt, strlen(salt), &c, &err)) {
+	if (pfx_cache_open_flags(m, path, salt, strlen(salt), a->shared ? PFX_CACHE_SHARED : 0, &c,
+				 &err)) {
 		fprintf(stderr, "prefix-run: not using prefixd: %s; computing alone\n", err.msg);
 		return NULL;
 	}
@@ -858,6 +872,7 @@ int main(int argc, char **argv)
 		case O_SOCKET: a.socket = optarg; break;
 		case O_SALT: a.salt = optarg; break;
 		case O_NOCACHE: a.no_cache = 1; break;
+		case O_SHARED: a.shared = 1; break;
 		case O_SHAPE: a.shape = optarg; break;
 		case O_PIN: a.pin = 1; break;
 		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
@@ -901,8 +916,8 @@ int main(int argc, char **argv)
 					opt_name(bit));
 		return 2;
 	}
-	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT))) {
-		fprintf(stderr, "prefix-run: --no-cache excludes --socket and --salt\n");
+	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT | O_SHARED))) {
+		fprintf(stderr, "prefix-run: --no-cache excludes --socket, --salt and --shared\n");
 		return 2;
 	}
 	if (a.salt && strlen(a.salt) > PREFIXD_MAX_SALT) {

@@ -27,6 +27,7 @@ struct run_args {
 	enum pfx_weights weights;
 	enum pfx_kv_dtype kv_dtype;
 	int no_cache;
+	int shared;                 /* --shared: the daemon's shared namespace too */
 	int pin;
 	uint32_t ttl;
 };

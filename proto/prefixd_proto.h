@@ -20,6 +20,9 @@
 #define PREFIXD_LAYOUT_F32 1
 #define PREFIXD_LAYOUT_F16 2
 #define PREFIXD_LAYOUT_BF16 3
+/* The user (namespace) of the chains in the shared namespace (prefixd
+ * --shared-group): (uid_t)-1, which no user has. */
+#define PREFIXD_SHARED_USER 0xffffffffu
 
 /*
  * The daemon's counters, in their order on the wire (new ones go at the

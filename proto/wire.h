@@ -56,7 +56,8 @@ enum pd_flag {
 	PD_FLAG_REPLY = 1u << 0,
 	PD_FLAG_NOREPLY = 1u << 1,  /* RELEASE only: the client does not wait */
 	PD_FLAG_LEASE = 1u << 2,    /* PUBLISH only: lease the chain published */
-	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY | PD_FLAG_LEASE,
+	PD_FLAG_SHARED = 1u << 3,   /* HELLO only: attach the shared namespace too */
+	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY | PD_FLAG_LEASE | PD_FLAG_SHARED,
 };
 
 /* Reply status; non-zero replies carry an error body (a message). */
@@ -70,7 +71,7 @@ enum pd_status {
 	PD_E_NOTFOUND = 6,     /* unknown lease, or no such chain or pin (admin) */
 	PD_E_LAYOUT = 7,       /* KV layout the daemon cannot store */
 	PD_E_INTERNAL = 8,
-	PD_E_DENIED = 9,       /* an admin request from another user */
+	PD_E_DENIED = 9,       /* another user's chains, a shared namespace not ours, export/import */
 	PD_STATUS_MAX = PD_E_DENIED,
 };
 

@@ -433,6 +433,93 @@ Test(cli, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
 #undef GEN
 }
 
+/* prefix-run as uid (group nogroup, and group too when not 0). */
+static struct cmd_result run_as(unsigned uid, unsigned group, const char *args)
+{
+	char cmd[4 * PATH_MAX];
+	char groups[32];
+	if (group)
+		snprintf(groups, sizeof(groups), "65534,%u", group);
+	else
+		snprintf(groups, sizeof(groups), "65534");
+	snprintf(cmd, sizeof(cmd), "setpriv --reuid %u --regid 65534 --groups %s %s %s 2>&1", uid,
+		 groups, PREFIX_RUN, args);
+	struct cmd_result r = { 0 };
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	size_t n = fread(r.out, 1, sizeof(r.out) - 1, p);
+	r.out[n] = 0;
+	int st = pclose(p);
+	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return r;
+}
+
+/* warm --shared as root publishes a system prompt into the shared
+ * namespace; generate --shared as a member of the shared group attaches
+ * it, and without --shared does not; a member that is no publisher is
+ * told that its publish was refused; a user outside the group is refused
+ * the namespace and computes alone. */
+Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
+{
+	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root");
+	struct test_daemon d;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--group", "65534",
+			       "--shared-group", "60100", NULL };
+	cr_assert_eq(td_start(&d, args), 0);
+	cr_assert_eq(td_share_dir(&d), 0);
+	char a[3 * PATH_MAX];
+	struct cmd_result r = run("warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --pin --tokens 1,2,3,4,5,6,7,8",
+				  fixtures_dir(), d.sock);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "2 new blocks published") && strstr(r.out, "pinned 8 tokens"), "%s",
+		  r.out);
+	cr_expect_eq(counter(&d, "pinned_bytes"), counter(&d, "bytes_used"),
+		     "the shared chain is the one pinned");
+	/* prefixctl ls names its namespace. */
+	char out[8192];
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket %s ls --user shared", PREFIXCTL, d.sock), 0,
+		     "%s", out);
+	cr_expect(strstr(out, " shared ") && strstr(out, "1 chain\n"), "the USER column: %s", out);
+	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket %s ls --json", PREFIXCTL, d.sock), 0, "%s",
+		     out);
+	cr_expect(strstr(out, "\"user\":4294967295,") && strstr(out, "\"namespace\":\"shared\""),
+		  "--json: %s", out);
+	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --tokens 1,2,3,4,5,6,7,8,9 --max-new 1",
+		 fixtures_dir(), d.sock);
+	r = run_as(60002, 60100, a);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "8 attached from the cache, 1 computed"), "a member attaches it: %s",
+		  r.out);
+	/* A member publishes nothing into the shared namespace. */
+	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --shared --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13 --max-new 1",
+		 fixtures_dir(), d.sock);
+	r = run_as(60002, 60100, a);
+	cr_expect_eq(r.status, 0, "the run itself succeeds: %s", r.out);
+	cr_expect(strstr(r.out, "8 attached from the cache") &&
+		  strstr(r.out, "1 new block not published") && strstr(r.out, "not publish into it"),
+		  "a member's publish is refused, and it says so: %s", r.out);
+	/* An outsider is refused the namespace. */
+	r = run_as(60003, 0, a);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "not using prefixd") && strstr(r.out, "neither a member"),
+		  "an outsider: %s", r.out);
+	cr_expect_eq(counter(&d, "blocks"), 2, "only the publisher's blocks are cached");
+	/* Its own namespace does not have it (and now gets it). */
+	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens 1,2,3,4,5,6,7,8,9 --max-new 1",
+		 fixtures_dir(), d.sock);
+	r = run_as(60002, 60100, a);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "0 attached from the cache"), "by choice only: %s", r.out);
+	/* A user pins their own prefix (warm --pin). */
+	snprintf(a, sizeof(a), "warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --pin --tokens 20,21,22,23",
+		 fixtures_dir(), d.sock);
+	r = run_as(60002, 0, a);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "pinned 4 tokens"), "%s", r.out);
+	cr_expect_eq(counter(&d, "pins"), 2, "the shared chain's and the user's");
+	cr_expect_eq(td_stop(&d), 0);
+}
+
 /* ==== The command line ==== */
 
 Test(cli, tokens_from_standard_input)

@@ -461,6 +461,50 @@ Test(index, pinned_chains_survive_a_flood_and_pins_are_bounded)
 	idx_free(x);
 }
 
+/* What a user's admin requests reach (daemon/admin.c): the pins of one
+ * namespace within a bound (its quota), and eviction of one namespace. */
+Test(index, a_namespace_pins_within_its_bound_and_evicts_only_its_own)
+{
+	struct store s;
+	struct pd_index *x = index_limits(100, UINT64_MAX, 50);
+	store_on(&s);
+	struct idx_group *g1 = group(x, &s, 1, 1, 1), *g2 = group(x, &s, 2, 1, 1);
+	struct prompt a, b, c, d;
+	int rc;
+	make_prompt(&a, 1, 3, 0, 0);
+	make_prompt(&b, 2, 2, 0, 0);
+	make_prompt(&c, 3, 2, 0, 0);
+	make_prompt(&d, 4, 1, 0, 0);
+	publish(x, &s, g1, 0, &a, 0, 3, &rc);
+	publish(x, &s, g1, 0, &b, 0, 2, &rc);
+	publish(x, &s, g2, 0, &c, 0, 2, &rc);
+	publish(x, &s, g2, 0, &d, 0, 1, &rc);
+	struct pd_id ia = id_of(&a, 1), ib = id_of(&b, 1), ic = id_of(&c, 2);
+	uint64_t pinned;
+	cr_expect_eq(idx_pin_ns(x, &ia, 0, 4, &pinned), 0, "3 blocks within 4");
+	cr_expect_eq(idx_pin_ns(x, &ib, 0, 4, &pinned), -EDQUOT, "namespace 1's pins past 4");
+	cr_expect_eq(pinned, 5, "what they would hold");
+	cr_expect_eq(idx_pin_ns(x, &ic, 0, 4, &pinned), 0, "namespace 2's pins are its own");
+	cr_expect_eq(pinned, 5, "every pin: 3 + 2");
+	cr_expect_eq(idx_pin_ns(x, &ib, 0, UINT64_MAX, &pinned), 0, "unbounded (an admin's)");
+	/* Namespace 2 evicts all it may: d, not namespace 1's b. */
+	struct pd_evict all = { .by = PD_EVICT_ALL };
+	struct pd_evict_reply r;
+	uint32_t ns2 = 2;
+	cr_expect_eq(idx_unpin(x, &ib), 0);
+	cr_assert_eq(idx_evict_ns(x, &all, &ns2, &r), 0);
+	cr_expect_eq(r.blocks, 1, "d's block only");
+	cr_expect_eq(r.kept_pinned, 2, "c's, pinned; namespace 1's are not counted");
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, g1, &b, &lease, locs), 2, "b stays");
+	idx_release(x, lease);
+	cr_expect_eq(match(x, g2, &d, &lease, locs), 0, "d went");
+	idx_group_put(x, g1);
+	idx_group_put(x, g2);
+	idx_free(x);
+}
+
 Test(index, a_pin_with_a_ttl_ends_by_itself)
 {
 	struct store s;

@@ -724,8 +724,10 @@ Test(prefixctl, ls_json_lists_each_chain_with_what_was_published)
 	setup_chains();
 	json_object *arr = ls_json(NULL);
 	cr_assert_eq(json_object_array_length(arr), NFX, "%s", json_object_to_json_string(arr));
-	static const char *const keys[] = { "id",    "user",   "model",  "tokens",    "blocks", "bytes",
-					    "hits",  "leases", "pinned", "pin_ttl_s", "idle_s", "where" };
+	static const char *const keys[] = { "id",     "user",   "namespace", "model",
+					    "tokens", "blocks", "bytes",     "hits",
+					    "leases", "pinned", "pin_ttl_s", "idle_s",
+					    "where" };
 	int seen[NFX] = { 0 };
 	for (size_t i = 0; i < NFX; i++) {
 		json_object *o = json_object_array_get_idx(arr, i);
@@ -1147,24 +1149,90 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 	stop();
 }
 
+/* Two one-block prompts (base *a and *b) of model m whose chains' ids, in
+ * one user's namespace, share their first 8 digits: found by trying bases
+ * in a fixed order (a birthday search: ~2^16 tries). One user's ids are
+ * their keys under one mask, so the keys' first 4 bytes decide. */
+struct id_head {
+	uint32_t head, base;
+};
+
+static int by_head(const void *x, const void *y)
+{
+	const struct id_head *p = x, *q = y;
+	return (p->head > q->head) - (p->head < q->head);
+}
+
+static void id_twins(int m, uint32_t *a, uint32_t *b)
+{
+	enum { TRIES = 1 << 18 };
+	struct id_head *v = calloc(TRIES, sizeof(*v));
+	cr_assert(v);
+	uint32_t t[BT];
+	struct prefixd_layout l = layout_of(m);
+	struct prefixd_prompt *p;
+	struct prefixd_id id;
+	cr_assert_eq(prefixd_prompt_new(&l, &p), 0, "%s", prefixd_errmsg());
+	for (uint32_t i = 0; i < TRIES; i++) {
+		prompt(t, 1, 1000000 + i * BT);
+		prefixd_prompt_truncate(p, 0);
+		cr_assert_eq(prefixd_prompt_append(p, t, BT), 0);
+		cr_assert_eq(prefixd_prompt_id(p, &id), 0);
+		v[i] = (struct id_head){ (uint32_t)id.key[0] << 24 | (uint32_t)id.key[1] << 16 |
+						 (uint32_t)id.key[2] << 8 | id.key[3],
+					 1000000 + i * BT };
+	}
+	prefixd_prompt_free(p);
+	qsort(v, TRIES, sizeof(*v), by_head);
+	for (uint32_t i = 1; i < TRIES; i++)
+		if (v[i].head == v[i - 1].head) {
+			*a = v[i - 1].base;
+			*b = v[i].base;
+			free(v);
+			return;
+		}
+	free(v);
+	cr_assert_fail("no two of %d ids share their first 8 digits", TRIES);
+}
+
 Test(prefixctl, ids_and_fingerprints_given_by_a_prefix_must_name_one)
 {
 	start(NULL);
 	static struct ctl r;
 	/* The same prompt of one model from two users: two chains whose ids
-	 * differ in the user only. */
-	char ida[ID_CHARS + 1], idb[ID_CHARS + 1], id12[13];
+	 * differ in their first 12 digits, the short id that ls prints. */
+	char ida[ID_CHARS + 1], idb[ID_CHARS + 1], id12[13], id8[9];
 	publish_prompt(M1, 100, 3, ida);
 	publish_as_other(M1, 100, 3, idb);
-	cr_assert(strcmp(ida, idb) && !strncmp(ida, idb, 2 * PREFIXD_HASH_BYTES));
-	cut(id12, sizeof(id12), ida);
-	CTL(&r, "pin", id12);
+	cr_assert(strncmp(ida, idb, 12), "the short ids differ: %.12s and %.12s", ida, idb);
+	cr_expect(!strcmp(ida + 2 * PREFIXD_HASH_BYTES, "00000000") &&
+		  !strcmp(idb + 2 * PREFIXD_HASH_BYTES, "0000ea61"), "the uid last: %s %s", ida, idb);
+	CTL(&r, "ls");
+	expect_ok(&r);
+	char s12[13];
+	cut(s12, sizeof(s12), ida);
+	cr_expect(strstr(r.out, s12), "ls shows root's short id %s: %s", s12, r.out);
+	cut(s12, sizeof(s12), idb);
+	cr_expect(strstr(r.out, s12), "ls shows uid 60001's short id %s: %s", s12, r.out);
+	/* Two of root's chains whose ids share 8 digits: a prefix that starts
+	 * both names neither. */
+	uint32_t ta, tb;
+	char twa[ID_CHARS + 1], twb[ID_CHARS + 1];
+	id_twins(M1, &ta, &tb);
+	publish_prompt(M1, ta, 1, twa);
+	publish_prompt(M1, tb, 1, twb);
+	cut(id8, sizeof(id8), twa);
+	cr_assert(!strncmp(twa, twb, 8) && strcmp(twa, twb));
+	CTL(&r, "pin", id8);
 	expect_fail(&r, 1, ARGS("starts the ids of 2 cached chains", "give more of its digits"));
-	CTL(&r, "evict", "--id", id12);
+	CTL(&r, "evict", "--id", id8);
 	expect_fail(&r, 1, ARGS("starts the ids of 2 cached chains"));
 	cr_expect_eq(stat_json("admin_evictions"), 0, "nothing was evicted");
-	/* The whole id names one: root pins uid 60001's chain. */
-	CTL(&r, "pin", idb);
+	expect_evicted(evict_json(ARGS("--id", twa)), 1, charged(M1), 0, 0, 0, "one twin by its whole id");
+	expect_evicted(evict_json(ARGS("--id", twb)), 1, charged(M1), 0, 0, 0, "the other");
+	/* The short id names one: root pins uid 60001's chain. */
+	cut(id12, sizeof(id12), idb);
+	CTL(&r, "pin", id12);
 	expect_ok(&r);
 	json_object *arr = ls_json(NULL);
 	cr_expect_eq(jbool(chain_in(arr, idb), "pinned"), 1, "uid 60001's chain pinned");
@@ -1793,45 +1861,87 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 
 /* ==== another user ==== */
 
-Test(prefixctl, another_user_is_refused_every_admin_command)
+/* prefixctl --json's output as uid 60001, parsed; the command must succeed. */
+static json_object *other_json(const char *const *args)
+{
+	static struct ctl buf; /* static: a failed assertion leaks nothing */
+	ctl_run(&buf, 1, 1, args);
+	expect_ok(&buf);
+	return parse_json(buf.out, buf.cmd);
+}
+
+Test(prefixctl, another_user_lists_counts_evicts_and_pins_only_their_own_chains)
 {
 	start(NULL);
 	static struct ctl r;
-	char ida[ID_CHARS + 1], idb[ID_CHARS + 1], a8[9];
+	char ida[ID_CHARS + 1], idb[ID_CHARS + 1], a8[9], b12[13];
 	publish_prompt(M1, 100, 3, ida);
-	publish_as_other(M1, 500, 2, idb); /* the user can reach the daemon */
+	publish_as_other(M1, 500, 2, idb);
 	cut(a8, sizeof(a8), ida);
-	const char *const *cmds[] = {
-		ARGS("ls"),
-		ARGS("ls", "--json"),
-		ARGS("ls", "--user", "60001"),
-		ARGS("stats"),
-		ARGS("stats", "--json"),
-		ARGS("stats", "--prometheus"),
-		ARGS("evict", "--all"),
-		ARGS("evict", "--user", "60001"),
-		ARGS("evict", "--id", idb),
-		ARGS("pin", a8),
-		ARGS("pin", ida),
-		ARGS("pin", idb),
-		ARGS("unpin", idb),
-	};
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		ctl_run(&r, 1, 1, cmds[i]);
-		expect_fail(&r, 1, ARGS("permission denied", "only for the daemon's user (uid 0) and root",
-					"not uid 60001"));
-		cr_expect_eq(r.out[0], 0, "%s: nothing on stdout: %s", r.cmd, r.out);
-		cr_expect_null(strstr(r.err, "cannot connect"), "%s: it connected: %s", r.cmd, r.err);
-	}
-	/* Nothing changed. */
-	json_object *arr = ls_json(NULL);
-	cr_expect_eq(json_object_array_length(arr), 2);
-	for (size_t i = 0; i < json_object_array_length(arr); i++)
-		cr_expect_eq(jbool(json_object_array_get_idx(arr, i), "pinned"), 0);
+	cut(b12, sizeof(b12), idb);
+	/* ls: their own chain, not root's. */
+	json_object *arr = other_json(ARGS("ls", "--json"));
+	cr_expect_eq(json_object_array_length(arr), 1, "uid 60001 sees one chain: %s",
+		     json_object_to_json_string(arr));
+	cr_expect(chain_in(arr, idb), "its own");
 	json_object_put(arr);
-	cr_expect_eq(stat_json("blocks"), 5);
-	cr_expect_eq(stat_json("admin_evictions"), 0);
-	cr_expect_eq(stat_json("pins"), 0);
-	cr_expect_geq(stat_json("errors"), 3, "refusals are counted");
+	CTL_OTHER(&r, "ls");
+	expect_ok(&r);
+	cr_expect(strstr(r.out, b12) && !strstr(r.out, a8), "ls: %s", r.out);
+	CTL_OTHER(&r, "ls", "--user", "0");
+	expect_fail(&r, 1, ARGS("permission denied", "uid 60001 may act on its own chains only",
+				"not uid 0's"));
+	/* stats: the counters and usage rows of their own blocks. */
+	json_object *st = other_json(ARGS("stats", "--json"));
+	cr_expect_eq(ju64(st, "blocks"), 2, "its 2 blocks, not root's 3: %s",
+		     json_object_to_json_string(st));
+	cr_expect_eq(ju64(st, "bytes_used"), 2 * charged(M1));
+	cr_expect_eq(ju64(st, "budget"), lib_stats().budget, "the budget, which HELLO tells anyway");
+	json_object *users = jkey(st, "users");
+	cr_expect_eq(json_object_array_length(users), 1, "one usage row: %s",
+		     json_object_to_json_string(users));
+	cr_expect_eq(ju64(json_object_array_get_idx(users, 0), "user"), UID_OTHER);
+	json_object_put(st);
+	cr_expect_eq(stat_json("blocks"), 5, "root sees everyone's");
+	/* Another's chain: named in full it is refused; by a prefix it is not
+	 * even found. */
+	const char *const *refused[] = {
+		ARGS("evict", "--user", "0"),
+		ARGS("evict", "--id", ida),
+		ARGS("pin", ida),
+		ARGS("unpin", ida),
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		ctl_run(&r, 1, 1, refused[i]);
+		expect_fail(&r, 1, ARGS("permission denied", "its own chains only", "not uid 0's"));
+	}
+	CTL_OTHER(&r, "pin", a8);
+	expect_fail(&r, 1, ARGS("no cached chain has an id starting with"));
+	/* Export and import stay the daemon's user's and root's. */
+	char file[256];
+	snprintf(file, sizeof(file), "/tmp/prefixctl-other-%d.export", (int)getpid());
+	CTL_OTHER(&r, "export", file);
+	expect_fail(&r, 1, ARGS("permission denied", "only for the daemon's user (uid 0) and root"));
+	unlink(file);
+	/* Their own: pinned, unpinned, evicted. */
+	CTL_OTHER(&r, "pin", b12);
+	expect_ok(&r);
+	cr_expect_eq(jbool(one_chain(idb), "pinned"), 1, "uid 60001 pinned its chain");
+	cr_expect_eq(stat_json("pins"), 1);
+	CTL_OTHER(&r, "evict", "--all");
+	expect_ok(&r);
+	cr_expect_str_eq(r.out, "evicted 0 blocks (0 B); kept 0 leased, 2 pinned, 0 parent\n",
+			 "its pin holds, and root's blocks are not counted");
+	CTL_OTHER(&r, "unpin", idb);
+	expect_ok(&r);
+	CTL_OTHER(&r, "evict", "--all");
+	expect_ok(&r);
+	cr_expect(!strncmp(r.out, "evicted 2 blocks", 16), "--all: its own 2 blocks: %s", r.out);
+	arr = ls_json(NULL);
+	cr_expect_eq(json_object_array_length(arr), 1, "root's chain is still there");
+	cr_expect(chain_in(arr, ida), "root's");
+	json_object_put(arr);
+	cr_expect_eq(stat_json("blocks"), 3);
+	cr_expect_eq(stat_json("admin_evictions"), 2);
 	stop();
 }

@@ -3,9 +3,10 @@
  * Many users and models on one daemon: the shared budget, eviction across
  * users and models (and the memory it gives back), quotas, pins and their
  * TTLs, and the admin calls (statistics with usage rows, listing,
- * eviction by each selector), which only the daemon's user and root may
- * make. The tests run as root; other users are child processes (agents)
- * that drop to uids 60001 and 60002 and act as clients on command.
+ * eviction by each selector), which a user makes on their own chains and
+ * the daemon's user and root on everyone's, and the shared namespace. The
+ * tests run as root; other users are child processes (agents) that drop to
+ * uids 60001 to 60003 and act as clients on command.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -25,7 +26,9 @@
 
 #define UID_A 60001u
 #define UID_B 60002u
+#define UID_C 60003u
 #define GID_OTHERS 65534u
+#define GID_SHARED 60100u /* the shared namespace's group (--shared-group) */
 #define KIB 1024ull
 #define BB ((uint64_t)TD_BLOCK_BYTES)
 
@@ -204,15 +207,18 @@ static int model_is(const uint8_t *fp, uint8_t model)
 
 enum ag_op {
 	AG_CONNECT = 1, /* model */
+	AG_CONNECT_SHARED, /* model, with the shared namespace */
 	AG_PUBLISH,     /* prompt (base, n) from the root */
 	AG_MATCH,       /* prompt (base, n); the lease is kept */
 	AG_RELEASE_ALL,
-	AG_LIST,
-	AG_EVICT,       /* --all */
-	AG_PIN,         /* its own chain (base, n) */
-	AG_UNPIN,       /* its own chain (base, n) */
-	AG_STATS,
-	AG_USAGE,
+	AG_LIST,        /* hit: chains; stored: of them in the shared namespace;
+			 * bad: of them another user's */
+	AG_EVICT,       /* --all; stored: blocks evicted, dedup: kept pinned */
+	AG_EVICT_ID,    /* the chain (base, n) of user (0: its own) */
+	AG_PIN,         /* the chain (base, n) of user (0: its own) */
+	AG_UNPIN,       /* the chain (base, n) of user (0: its own) */
+	AG_STATS,       /* stored: blocks, dedup: bytes_used / 8 KiB */
+	AG_USAGE,       /* hit: rows; bad: rows of another user */
 	AG_EXPORT,      /* every block, into a file of its own */
 	AG_IMPORT,      /* a file of its own (empty) */
 	AG_QUIT,
@@ -221,6 +227,7 @@ enum ag_op {
 struct ag_req {
 	int op;
 	uint32_t model, base, n;
+	uint32_t user;  /* AG_EVICT_ID, AG_PIN, AG_UNPIN: whose chain; 0: its own */
 };
 
 struct ag_rep {
@@ -233,6 +240,7 @@ struct agent {
 	pid_t pid;
 	int to, from;
 	uint32_t uid;
+	uint32_t group; /* a supplementary group besides nogroup; 0: none */
 };
 
 static int write_full(int fd, const void *p, size_t n)
@@ -266,11 +274,12 @@ static int read_full(int fd, void *p, size_t n)
 }
 
 /* The agent's side: no Criterion here, results go back through the pipe. */
-static void agent_serve(uint32_t uid, int in, int out)
+static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	gid_t g = GID_OTHERS;
-	if (setgroups(1, &g) || setresgid(g, g, g) || setresuid(uid, uid, uid) || geteuid() != uid)
+	gid_t g = GID_OTHERS, gs[2] = { GID_OTHERS, group };
+	if (setgroups(group ? 2 : 1, gs) || setresgid(g, g, g) || setresuid(uid, uid, uid) ||
+	    geteuid() != uid)
 		_exit(64);
 	struct prefixd *c = NULL;
 	uint64_t leases[256];
@@ -284,11 +293,15 @@ static void agent_serve(uint32_t uid, int in, int out)
 			q.n = 64;
 		prompt(t, q.n, q.base);
 		switch (q.op) {
-		case AG_CONNECT: {
+		case AG_CONNECT:
+		case AG_CONNECT_SHARED: {
 			struct prefixd_layout l = td_layout((uint8_t)q.model);
 			prefixd_close(c);
 			c = NULL;
-			r.rc = prefixd_connect(td.sock, &l, &c);
+			nleases = 0;
+			r.rc = prefixd_connect_flags(td.sock, &l,
+						     q.op == AG_CONNECT_SHARED ? PREFIXD_CONNECT_SHARED : 0,
+						     &c);
 			break;
 		}
 		case AG_PUBLISH:
@@ -314,6 +327,10 @@ static void agent_serve(uint32_t uid, int in, int out)
 			size_t n = 0;
 			r.rc = prefixd_list(c, NULL, &ch, &n);
 			r.hit = (uint32_t)n;
+			for (size_t i = 0; i < n; i++) {
+				r.stored += ch[i].id.user == PREFIXD_SHARED_USER;
+				r.bad += ch[i].id.user != uid && ch[i].id.user != PREFIXD_SHARED_USER;
+			}
 			free(ch);
 			break;
 		}
@@ -322,8 +339,10 @@ static void agent_serve(uint32_t uid, int in, int out)
 			struct prefixd_evicted e = { 0 };
 			r.rc = prefixd_evict(c, &sel, &e);
 			r.stored = (uint32_t)e.blocks;
+			r.dedup = (uint32_t)e.kept_pinned;
 			break;
 		}
+		case AG_EVICT_ID:
 		case AG_PIN:
 		case AG_UNPIN: {
 			struct prefixd_layout l = td_layout((uint8_t)q.model);
@@ -337,13 +356,23 @@ static void agent_serve(uint32_t uid, int in, int out)
 			if (!r.rc && id.user != uid)
 				r.rc = -ENOTRECOVERABLE; /* the id is not in this user's namespace */
 			prefixd_prompt_free(p);
-			if (!r.rc)
+			if (q.user)
+				id.user = q.user;
+			struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ID, .id = id };
+			struct prefixd_evicted e = { 0 };
+			if (!r.rc && q.op == AG_EVICT_ID) {
+				r.rc = prefixd_evict(c, &sel, &e);
+				r.stored = (uint32_t)e.blocks;
+			} else if (!r.rc) {
 				r.rc = q.op == AG_PIN ? prefixd_pin(c, &id, 0, NULL) : prefixd_unpin(c, &id);
+			}
 			break;
 		}
 		case AG_STATS: {
 			struct prefixd_stats s;
 			r.rc = prefixd_stats(c, &s);
+			r.stored = (uint32_t)s.blocks;
+			r.dedup = (uint32_t)(s.bytes_used / BB);
 			break;
 		}
 		case AG_EXPORT:
@@ -364,6 +393,8 @@ static void agent_serve(uint32_t uid, int in, int out)
 			size_t n = 0;
 			r.rc = prefixd_stats_usage(c, &s, &u, &n);
 			r.hit = (uint32_t)n;
+			for (size_t i = 0; i < n; i++)
+				r.bad += u[i].user != uid;
 			free(u);
 			break;
 		}
@@ -381,24 +412,27 @@ static void agent_serve(uint32_t uid, int in, int out)
 	_exit(0); /* no atexit handlers: LSan and Criterion are the parent's */
 }
 
-static struct agent agent_start(uint32_t uid, uint8_t model)
+/* An agent of uid in group nogroup and, when group is not 0, in group;
+ * it connects with a layout of model (and the shared namespace when
+ * shared), which must succeed. */
+static struct agent agent_start_in(uint32_t uid, uint32_t group, uint8_t model, int shared)
 {
 	int down[2], up[2];
 	cr_assert_eq(pipe(down), 0);
 	cr_assert_eq(pipe(up), 0);
-	struct agent a = { .uid = uid };
+	struct agent a = { .uid = uid, .group = group };
 	a.pid = fork();
 	cr_assert_geq(a.pid, 0);
 	if (a.pid == 0) {
 		close(down[1]);
 		close(up[0]);
-		agent_serve(uid, down[0], up[1]);
+		agent_serve(uid, group, down[0], up[1]);
 	}
 	close(down[0]);
 	close(up[1]);
 	a.to = down[1];
 	a.from = up[0];
-	struct ag_req q = { AG_CONNECT, model, 0, 0 };
+	struct ag_req q = { shared ? AG_CONNECT_SHARED : AG_CONNECT, model, 0, 0, 0 };
 	struct ag_rep r;
 	cr_assert_eq(write_full(a.to, &q, sizeof(q)), 0);
 	struct pollfd p = { a.from, POLLIN, 0 };
@@ -408,17 +442,32 @@ static struct agent agent_start(uint32_t uid, uint8_t model)
 	return a;
 }
 
-static struct ag_rep agent_do(struct agent *a, int op, uint32_t model, uint32_t base, uint32_t n)
+static struct agent agent_start(uint32_t uid, uint8_t model)
 {
-	struct ag_req q = { op, model, base, n };
+	return agent_start_in(uid, 0, model, 0);
+}
+
+static struct ag_rep agent_req(struct agent *a, struct ag_req q)
+{
 	struct ag_rep r;
 	cr_assert_eq(write_full(a->to, &q, sizeof(q)), 0, "the agent of uid %u is alive", a->uid);
 	struct pollfd p = { a->from, POLLIN, 0 };
-	cr_assert_eq(poll(&p, 1, 10000), 1, "the agent of uid %u answers op %d", a->uid, op);
+	cr_assert_eq(poll(&p, 1, 10000), 1, "the agent of uid %u answers op %d", a->uid, q.op);
 	cr_assert_eq(read_full(a->from, &r, sizeof(r)), 0, "the agent of uid %u answers op %d",
-		     a->uid, op);
+		     a->uid, q.op);
 	r.msg[sizeof(r.msg) - 1] = 0;
 	return r;
+}
+
+static struct ag_rep agent_do(struct agent *a, int op, uint32_t model, uint32_t base, uint32_t n)
+{
+	return agent_req(a, (struct ag_req){ op, model, base, n, 0 });
+}
+
+/* op on the chain (base, n) of model 1 in user's namespace (0: its own). */
+static struct ag_rep agent_on(struct agent *a, int op, uint32_t base, uint32_t n, uint32_t user)
+{
+	return agent_req(a, (struct ag_req){ op, 1, base, n, user });
 }
 
 static void agent_stop(struct agent *a)
@@ -644,48 +693,222 @@ Test(tenants, a_publish_refused_because_everything_is_leased_says_so)
 
 /* ==== Administration ==== */
 
-Test(tenants, a_user_cannot_evict_see_pin_unpin_list_export_import_or_get_statistics)
+Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
+{
+	/* 64 slots; --pin-max 16 of them. */
+	const char *args[] = { "--memory", "512K", NULL };
+	start(args);
+	struct prefixd *root = client(1);
+	uint32_t t[4 * TD_BLOCK_TOKENS];
+	prompt(t, 4, 100);
+	publish_all(root, t, 4, "root's chain");
+	struct agent a = agent_start(UID_A, 1), b = agent_start(UID_B, 1);
+	struct ag_rep r = agent_do(&a, AG_PUBLISH, 0, 7000, 3);
+	cr_assert_eq(r.stored, 3, "%s", r.msg);
+	r = agent_do(&b, AG_PUBLISH, 0, 8000, 2);
+	cr_assert_eq(r.stored, 2, "%s", r.msg);
+	/* Each lists and counts their own. */
+	struct agent *who[2] = { &a, &b };
+	uint32_t own[2] = { 3, 2 };
+	for (int k = 0; k < 2; k++) {
+		r = agent_do(who[k], AG_LIST, 0, 0, 0);
+		cr_expect_eq(r.rc, 0, "uid %u lists: %s", who[k]->uid, r.msg);
+		cr_expect_eq(r.hit, 1, "uid %u sees its one chain, not %u", who[k]->uid, r.hit);
+		cr_expect_eq(r.bad, 0, "uid %u sees no other user's chain", who[k]->uid);
+		r = agent_do(who[k], AG_STATS, 0, 0, 0);
+		cr_expect_eq(r.rc, 0, "uid %u: %s", who[k]->uid, r.msg);
+		cr_expect_eq(r.stored, own[k], "uid %u counts its %u blocks, not %u", who[k]->uid,
+			     own[k], r.stored);
+		cr_expect_eq(r.dedup, own[k], "uid %u: bytes of its blocks", who[k]->uid);
+		r = agent_do(who[k], AG_USAGE, 0, 0, 0);
+		cr_expect_eq(r.rc, 0, "%s", r.msg);
+		cr_expect_eq(r.hit, 1, "uid %u: its one usage row (%u)", who[k]->uid, r.hit);
+		cr_expect_eq(r.bad, 0, "uid %u: no other user's row", who[k]->uid);
+	}
+	/* Root still sees everyone's. */
+	struct prefixd_chain *ch;
+	size_t n;
+	cr_assert_eq(prefixd_list(root, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
+	cr_expect_eq(n, 3);
+	free(ch);
+	cr_expect_eq(stats().blocks, 9);
+	/* Another's chain cannot be evicted, pinned or unpinned, nor listed
+	 * by name. */
+	static const int refused[] = { AG_EVICT_ID, AG_PIN, AG_UNPIN };
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		r = agent_on(&a, refused[i], 8000, 2, UID_B);
+		cr_expect_eq(r.rc, -EACCES, "op %d on B's chain by A: rc %d: %s", refused[i], r.rc, r.msg);
+		cr_expect(strstr(r.msg, "its own chains only") && strstr(r.msg, "not uid 60002's"),
+			  "the message says why: %s", r.msg);
+		r = agent_on(&a, refused[i], 100, 4, PREFIXD_SHARED_USER);
+		cr_expect_eq(r.rc, -EACCES, "op %d on the shared namespace by A: %s", refused[i], r.msg);
+	}
+	/* A evicts everything it may: its own blocks only. */
+	r = agent_do(&a, AG_PIN, 1, 7000, 3);
+	cr_expect_eq(r.rc, 0, "A pins its own chain: %s", r.msg);
+	cr_expect_eq(stats().pins, 1);
+	r = agent_do(&a, AG_EVICT, 0, 0, 0);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.stored, 0, "A's pin holds its blocks");
+	cr_expect_eq(r.dedup, 3, "and only its own are counted as kept");
+	r = agent_do(&a, AG_UNPIN, 1, 7000, 3);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	r = agent_do(&a, AG_EVICT, 0, 0, 0);
+	cr_expect_eq(r.stored, 3, "A's 3 blocks, not %u", r.stored);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.blocks, 6, "B's and root's blocks stay");
+	cr_expect_eq(s.admin_evictions, 3);
+	r = agent_do(&b, AG_MATCH, 0, 8000, 2);
+	cr_expect_eq(r.hit, 2, "B's chain is whole");
+	cr_expect_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+	cr_expect_eq(hits(root, t, 4), 4, "root's too");
+	wait_leases(0);
+	/* B evicts its own chain by id. */
+	r = agent_do(&b, AG_EVICT_ID, 1, 8000, 2);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.stored, 2, "B's 2 blocks");
+	cr_expect_eq(stats().blocks, 4, "only root's are left");
+	/* A user's pins stay within --pin-max (16 blocks here). */
+	r = agent_do(&a, AG_PUBLISH, 0, 20000, 20);
+	cr_assert_eq(r.stored, 20, "%s", r.msg);
+	r = agent_do(&a, AG_PIN, 1, 20000, 20);
+	cr_expect_eq(r.rc, -E2BIG, "past --pin-max: rc %d: %s", r.rc, r.msg);
+	cr_expect(strstr(r.msg, "--pin-max"), "%s", r.msg);
+	r = agent_do(&a, AG_PIN, 1, 20000, 16);
+	cr_expect_eq(r.rc, 0, "16 blocks fit: %s", r.msg);
+	/* Export and import stay the daemon's user's and root's. */
+	static const int admin_only[] = { AG_EXPORT, AG_IMPORT };
+	for (size_t i = 0; i < 2; i++) {
+		r = agent_do(&a, admin_only[i], 1, 0, 0);
+		cr_expect_eq(r.rc, -EACCES, "op %d: rc %d: %s", admin_only[i], r.rc, r.msg);
+		cr_expect(strstr(r.msg, "root") && strstr(r.msg, "uid 0"), "who may: %s", r.msg);
+	}
+	agent_stop(&a);
+	agent_stop(&b);
+	prefixd_close(root);
+	stop();
+}
+
+/* ==== The shared namespace ==== */
+
+Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_members_only)
+{
+	char pubs[16];
+	snprintf(pubs, sizeof(pubs), "%u", UID_A);
+	char group[16];
+	snprintf(group, sizeof(group), "%u", GID_SHARED);
+	const char *args[] = { "--shared-group", group, "--shared-publishers", pubs, NULL };
+	start(args);
+	/* A publishes (not a member: a publisher may attach too); B is a
+	 * member; C is neither. */
+	struct agent a = agent_start_in(UID_A, 0, 1, 1), b = agent_start_in(UID_B, GID_SHARED, 1, 1);
+	struct ag_rep r = agent_do(&a, AG_PUBLISH, 0, 7000, 6);
+	cr_assert_eq(r.rc, 0, "the publisher publishes: %s", r.msg);
+	cr_assert_eq(r.stored, 6);
+	/* Into the shared namespace, not A's own. */
+	struct prefixd *root = client(1);
+	struct prefixd_chain *ch;
+	size_t n;
+	cr_assert_eq(prefixd_list(root, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(n, 1);
+	cr_expect_eq(ch[0].id.user, PREFIXD_SHARED_USER, "the chain is the shared namespace's");
+	cr_expect_eq(ch[0].blocks, 6);
+	free(ch);
+	/* The member attaches it, byte for byte. */
+	r = agent_do(&b, AG_MATCH, 0, 7000, 6);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.hit, 6, "the member attaches the shared prefix: %u blocks", r.hit);
+	cr_expect_eq(r.bad, 0);
+	/* A MATCH that misses in both counts one miss; one that hits, one hit. */
+	struct prefixd_stats s0 = stats();
+	cr_expect_eq(s0.hits, 1, "one hit (%llu)", (unsigned long long)s0.hits);
+	cr_expect_eq(s0.misses, 0, "the miss in B's own namespace is not counted (%llu)",
+		     (unsigned long long)s0.misses);
+	r = agent_do(&b, AG_MATCH, 0, 999000, 2);
+	cr_expect_eq(r.hit, 0);
+	struct prefixd_stats s1 = stats();
+	cr_expect_eq(s1.misses, 1, "a miss in both counts once (%llu)", (unsigned long long)s1.misses);
+	cr_expect_eq(s1.query_tokens - s0.query_tokens, 2 * TD_BLOCK_TOKENS, "asked for once");
+	/* ...but cannot publish into it: no member can poison what the others
+	 * attach, neither from the start nor continuing a shared match. */
+	r = agent_do(&b, AG_PUBLISH, 0, 9000, 2);
+	cr_expect_eq(r.rc, -EACCES, "a member that is not a publisher: rc %d: %s", r.rc, r.msg);
+	cr_expect(strstr(r.msg, "not publish") && strstr(r.msg, "--shared-publishers"),
+		  "the message says who may: %s", r.msg);
+	cr_expect_eq(r.stored, 0);
+	cr_expect_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+	/* Nor pin or evict it; it does see it. */
+	r = agent_do(&b, AG_LIST, 0, 0, 0);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.hit, 1, "the member lists the shared chain");
+	cr_expect_eq(r.stored, 1, "as the shared namespace's");
+	r = agent_on(&b, AG_PIN, 7000, 6, PREFIXD_SHARED_USER);
+	cr_expect_eq(r.rc, -EACCES, "a member pins the shared chain: %s", r.msg);
+	r = agent_on(&b, AG_EVICT_ID, 7000, 6, PREFIXD_SHARED_USER);
+	cr_expect_eq(r.rc, -EACCES, "a member evicts the shared chain: %s", r.msg);
+	/* The publisher may. */
+	r = agent_on(&a, AG_PIN, 7000, 6, PREFIXD_SHARED_USER);
+	cr_expect_eq(r.rc, 0, "the publisher pins the shared chain: %s", r.msg);
+	r = agent_on(&a, AG_UNPIN, 7000, 6, PREFIXD_SHARED_USER);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	/* Without asking for it, a member's connection sees only its own. */
+	struct agent b2 = agent_start_in(UID_B, GID_SHARED, 1, 0);
+	r = agent_do(&b2, AG_MATCH, 0, 7000, 6);
+	cr_expect_eq(r.hit, 0, "the shared namespace is attached by choice only");
+	/* Its own namespace comes first: B's own chain of the first 2 blocks
+	 * is what a shared connection of B attaches. */
+	r = agent_do(&b2, AG_PUBLISH, 0, 7000, 2);
+	cr_expect_eq(r.stored, 2, "%s", r.msg);
+	r = agent_do(&b, AG_MATCH, 0, 7000, 6);
+	cr_expect_eq(r.hit, 2, "B's own 2 blocks, not the shared 6 (%u)", r.hit);
+	cr_expect_eq(r.bad, 0);
+	/* Blocks of B's own arenas and of the shared ones on one connection:
+	 * each read from its own (their arena ids differ on the wire). */
+	r = agent_do(&b2, AG_PUBLISH, 0, 30000, 3);
+	cr_expect_eq(r.stored, 3, "%s", r.msg);
+	r = agent_do(&b, AG_MATCH, 0, 30000, 3);
+	cr_expect_eq(r.hit, 3, "%s", r.msg);
+	cr_expect_eq(r.bad, 0, "B's own blocks, not the shared arena's bytes at their places");
+	cr_expect_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+	agent_stop(&b2);
+	/* An outsider cannot attach it. */
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		gid_t g = GID_OTHERS;
+		if (setgroups(1, &g) || setresgid(g, g, g) || setresuid(UID_C, UID_C, UID_C))
+			_exit(64);
+		struct prefixd_layout l = td_layout(1);
+		struct prefixd *c = NULL;
+		int rc = prefixd_connect_flags(td.sock, &l, PREFIXD_CONNECT_SHARED, &c);
+		int named = rc && strstr(prefixd_errmsg(), "neither a member") != NULL;
+		prefixd_close(c);
+		_exit(rc == -EACCES && named ? 0 : 1);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "uid %u, in no group of the shared namespace, is refused with a reason (%d)", UID_C,
+		  st);
+	agent_stop(&a);
+	agent_stop(&b);
+	prefixd_close(root);
+	stop();
+}
+
+Test(tenants, without_a_shared_namespace_asking_for_it_is_refused)
 {
 	start(NULL);
-	struct prefixd *a = client(1);
-	uint32_t t[4 * TD_BLOCK_TOKENS], o[4 * TD_BLOCK_TOKENS];
-	prompt(t, 4, 100);
-	prompt(o, 4, 7000);
-	publish_all(a, t, 4, "root's chain");
-	struct agent ag = agent_start(UID_A, 1);
-	struct ag_rep r = agent_do(&ag, AG_PUBLISH, 0, 7000, 4);
-	cr_assert_eq(r.rc, 0, "%s", r.msg);
-	cr_assert_eq(r.stored, 4);
-	static const struct {
-		int op;
-		const char *name;
-	} ops[] = {
-		{ AG_LIST, "list" },   { AG_EVICT, "evict" }, { AG_PIN, "pin" },
-		{ AG_UNPIN, "unpin" }, { AG_STATS, "stats" }, { AG_USAGE, "stats_usage" },
-		{ AG_EXPORT, "export" }, { AG_IMPORT, "import" },
-	};
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-		r = agent_do(&ag, ops[i].op, 1, 7000, 4);
-		cr_expect_eq(r.rc, -EACCES, "%s by uid %u: rc %d: %s", ops[i].name, UID_A, r.rc, r.msg);
-		cr_expect(strstr(r.msg, "root"), "%s: the message says who may: %s", ops[i].name, r.msg);
-		cr_expect(strstr(r.msg, "uid 0"), "%s: the daemon's user: %s", ops[i].name, r.msg);
-	}
-	/* Nothing changed. */
-	struct prefixd_stats s = stats();
-	cr_expect_eq(s.blocks, 8);
-	cr_expect_eq(s.admin_evictions, 0);
-	cr_expect_eq(s.pins, 0);
-	cr_expect_eq(s.pinned_bytes, 0);
-	cr_expect_eq(hits(a, t, 4), 4, "root's blocks are still there");
-	r = agent_do(&ag, AG_MATCH, 0, 7000, 4);
-	cr_expect_eq(r.hit, 4, "and the user's own");
-	cr_expect_eq(r.bad, 0);
-	/* The connection still serves the user after the refusals. */
-	r = agent_do(&ag, AG_PUBLISH, 0, 8000, 2);
-	cr_expect_eq(r.rc, 0, "%s", r.msg);
-	cr_expect_eq(r.stored, 2);
-	agent_stop(&ag);
-	prefixd_close(a);
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c = NULL;
+	int rc = prefixd_connect_flags(td.sock, &l, PREFIXD_CONNECT_SHARED, &c);
+	cr_expect_eq(rc, -EACCES, "rc %d: %s", rc, prefixd_errmsg());
+	cr_expect(strstr(prefixd_errmsg(), "--shared-group"), "%s", prefixd_errmsg());
+	cr_expect_null(c);
+	cr_expect_eq(prefixd_connect_flags(td.sock, NULL, PREFIXD_CONNECT_SHARED, &c), -EINVAL,
+		     "the shared namespace needs a layout");
+	cr_expect_eq(prefixd_connect_flags(td.sock, &l, 1u << 7, &c), -EINVAL, "unknown flags");
 	stop();
 }
 

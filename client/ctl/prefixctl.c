@@ -60,12 +60,17 @@ static const struct ctl_command commands[] = {
 	  "The ID column (the first 12 digits of an id) names a chain to pin, unpin\n"
 	  "and evict --id.\n"
 	  "\n"
-	  "  --json          a JSON array of objects: id, user, model, tokens, blocks,\n"
-	  "                  bytes, hits, leases, pinned, pin_ttl_s, idle_s, where\n"
+	  "The USER column is the chain's namespace: a uid, or \"shared\" (prefixd\n"
+	  "--shared-group).\n"
+	  "\n"
+	  "  --json          a JSON array of objects: id, user, namespace (\"user\" or\n"
+	  "                  \"shared\"), model, tokens, blocks, bytes, hits, leases,\n"
+	  "                  pinned, pin_ttl_s, idle_s, where\n"
 	  "  --sort KEY      largest first by bytes (the default), hits, idle (seconds\n"
 	  "                  since last used) or tokens\n"
 	  "  --limit N       only the first N chains after sorting\n"
-	  "  --user UID      only this user's chains (a uid or a user name)\n"
+	  "  --user UID      only this user's chains (a uid, a user name, or \"shared\"\n"
+	  "                  for the shared namespace)\n"
 	  "  --model FP      only the chains of model FP:\n" HELP_INDENT FP_TEXT },
 	{ "evict", cmd_evict, O_ALL | O_ID | O_MODEL | O_USER | O_IDLE | O_JSON, 0, NULL,
 	  "evict (--all | --id ID | --model FP |\n" SYNOPSIS_INDENT
@@ -169,7 +174,10 @@ static void usage(FILE *f)
 	      "  -h, --help      this text; 'prefixctl COMMAND --help' describes a command\n"
 	      "  --version       the version\n"
 	      "\n"
-	      "Every command but info is for the daemon's own user and root.\n"
+	      "The daemon's own user and root see and steer every user's chains; another\n"
+	      "user lists, evicts, pins and counts only their own (and lists the shared\n"
+	      "namespace's when they may attach it). export and import are for the\n"
+	      "daemon's user and root.\n"
 	      "Exit status: 0 done, 1 the daemon refused or cannot be reached, 2 bad usage.\n",
 	      f);
 }
@@ -229,8 +237,10 @@ static int parse_user(const struct ctl_args *a, const char *s, uint32_t *out)
 	uint64_t v = 0;
 	if (pw)
 		v = pw->pw_uid;
+	else if (!strcmp(s, "shared"))
+		v = PREFIXD_SHARED_USER;
 	else if (*s < '0' || *s > '9')
-		return ctl_usage(a, "--user: no user '%s' (give a uid or a user name)", s);
+		return ctl_usage(a, "--user: no user '%s' (give a uid, a user name or \"shared\")", s);
 	else if (parse_uint(a, O_USER, s, 0, UINT32_MAX, &v))
 		return CTL_USAGE;
 	*out = (uint32_t)v;

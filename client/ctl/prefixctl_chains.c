@@ -37,6 +37,7 @@ static json_object *chain_json(const struct prefixd_chain *ch)
 	json_object *o = json_object_new_object();
 	ctl_json_str(o, "id", id);
 	ctl_json_u64(o, "user", ch->id.user);
+	ctl_json_str(o, "namespace", ch->id.user == PREFIXD_SHARED_USER ? "shared" : "user");
 	ctl_json_str(o, "model", model);
 	ctl_json_u64(o, "tokens", ch->tokens);
 	ctl_json_u64(o, "blocks", ch->blocks);
@@ -57,7 +58,10 @@ static void chain_row(struct ctl_table *t, const struct prefixd_chain *ch)
 	prefixd_id_format(&ch->id, id);
 	hex_encode(ch->model, sizeof(ch->model), model);
 	snprintf(cell[0], CTL_TEXT, "%.*s", CTL_SHORT_ID, id);
-	snprintf(cell[1], CTL_TEXT, "%u", ch->id.user);
+	if (ch->id.user == PREFIXD_SHARED_USER)
+		snprintf(cell[1], CTL_TEXT, "shared");
+	else
+		snprintf(cell[1], CTL_TEXT, "%u", ch->id.user);
 	snprintf(cell[2], CTL_TEXT, "%.*s", CTL_SHORT_MODEL, model);
 	snprintf(cell[3], CTL_TEXT, "%u", ch->tokens);
 	snprintf(cell[4], CTL_TEXT, "%u", ch->blocks);
