@@ -15,6 +15,7 @@
 
 #include "cache.h"
 #include "cli.h"
+#include "blas.h"
 #include "cpu.h"
 #include "json_buf.h"
 #include "npy.h"
@@ -536,7 +537,12 @@ int cmd_info(struct run_args *a)
 	printf("KV block         %d tokens, %s\n", pfx_model_block_tokens(m),
 	       cli_bytes(kv * pfx_model_block_tokens(m), b));
 	printf("threads          %d\n", pfx_model_threads(m));
-	printf("BLAS kernels     %s\n", pfx_blas_corename());
+	char why[128];
+	if (pfx_blas_core_ok(why, sizeof(why)))
+		printf("BLAS kernels     %s\n", pfx_blas_corename());
+	else
+		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n",
+		       pfx_blas_corename(), pfx_blas_expected_core(), why);
 	printf("own kernels      %s\n", pfx_cpu_kernels());
 	pfx_model_free(m);
 	return 0;
