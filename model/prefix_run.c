@@ -496,6 +496,19 @@ int cmd_recache(struct run_args *a)
 	return 0;
 }
 
+/* The prompt lengths to price: 512, 2048 and 8192 tokens, none past the
+ * model's context, which ends the list when it is shorter than 8192. */
+static int kv_lengths(int context, int out[4])
+{
+	static const int common[] = { 512, 2048, 8192 };
+	int n = 0;
+	for (int i = 0; i < 3 && common[i] <= context; i++)
+		out[n++] = common[i];
+	if (context < 8192 && (n == 0 || out[n - 1] != context))
+		out[n++] = context;
+	return n;
+}
+
 int cmd_info(struct run_args *a)
 {
 	struct pfx_model *m;
@@ -531,8 +544,8 @@ int cmd_info(struct run_args *a)
 	enum pfx_kv_dtype kvt = pfx_model_kv_dtype(m);
 	size_t kv = pfx_kv_bytes_per_token(c, kvt);
 	printf("KV dtype         %s (--kv-dtype)\n", pfx_kv_dtype_name(kvt));
-	const int ctx[] = { 512, 2048, 8192 };
-	for (int i = 0; i < 3; i++)
+	int ctx[4], nctx = kv_lengths(c->max_positions, ctx);
+	for (int i = 0; i < nctx; i++)
 		printf("KV for %-5d      %zu bytes (%s)\n", ctx[i], kv * ctx[i], cli_bytes(kv * ctx[i], b));
 	printf("KV block         %d tokens, %s\n", pfx_model_block_tokens(m),
 	       cli_bytes(kv * pfx_model_block_tokens(m), b));

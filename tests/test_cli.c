@@ -99,10 +99,12 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	const char *want[] = { "LlamaForCausalLM", "key/value heads 2", "fingerprint",
 			       "KV per token     512 bytes", "KV for 512        262144 bytes",
-			       "KV for 2048       1048576 bytes", "KV for 8192       4194304 bytes",
 			       "BLAS kernels", "own kernels", "in 2 MiB pages   " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "info lacks '%s':\n%s", want[i], r.out);
+	/* Its context is 512 positions: no longer prompt is priced. */
+	cr_expect(!strstr(r.out, "KV for 2048") && !strstr(r.out, "KV for 8192"),
+		  "info prices prompts past the model's context:\n%s", r.out);
 }
 
 Test(cli, info_says_when_the_own_kernels_are_turned_off)

@@ -1614,8 +1614,17 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	const char *args[] = { "--memory", "64M", "--quota", "16M", "--pin-max", "4M", NULL };
 	start(args);
 	static struct ctl r;
-	char model[1024];
-	snprintf(model, sizeof(model), "%s/neox-tiny", fixtures_dir());
+	/* neox-tiny with a context of 4096 positions: prompts of 512, 2048
+	 * and 4096 tokens are priced, none of 8192. */
+	char model[1024] = "/tmp/prefixctl-info-XXXXXX", out[256];
+	cr_assert(mkdtemp(model));
+	cr_assert_eq(chmod(model, 0755), 0); /* for the other user below */
+	cr_assert_eq(td_sh(out, sizeof(out),
+			   "ln -s %s/neox-tiny/model.safetensors %s/ && "
+			   "sed 's/\"max_position_embeddings\": 512/\"max_position_embeddings\": 4096/' "
+			   "%s/neox-tiny/config.json > %s/config.json && grep -q '\": 4096' %s/config.json",
+			   fixtures_dir(), model, fixtures_dir(), model, model),
+		     0, "%s", out);
 	CTL(&r, "info", "--model", model, "--block-tokens", "4");
 	expect_ok(&r);
 	/* neox-tiny: 2 layers, 4 kv heads of 16: 1 KiB a token, 4 KiB a block. */
@@ -1647,7 +1656,8 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	cr_expect_eq(per_token, 3, "the KV per token in each dtype: %s", r.out);
 	cr_expect(limits, "the daemon's limits: %s", r.out);
 	cr_assert(kv_head > 0 && fit_head > kv_head + 3 && n >= fit_head + 4, "two tables: %s", r.out);
-	static const uint32_t tokens[] = { 512, 2048, 8192 };
+	cr_expect(!strstr(whole, "8192"), "a prompt past the model's context is priced: %s", whole);
+	static const uint32_t tokens[] = { 512, 2048, 4096 };
 	for (int i = 0; i < 3; i++) {
 		unsigned t, blocks, tf;
 		double kv;
@@ -1668,7 +1678,7 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	}
 	if (page == 4096) {
 		cr_expect(words_are(lines[fit_head + 1], ARGS("512", "128", "32", "8")), "'%s'", lines[fit_head + 1]);
-		cr_expect(words_are(lines[fit_head + 3], ARGS("8192", "8", "2", "0")), "'%s'", lines[fit_head + 3]);
+		cr_expect(words_are(lines[fit_head + 3], ARGS("4096", "16", "4", "1")), "'%s'", lines[fit_head + 3]);
 		cr_expect(words_are(lines[kv_head + 2], ARGS("2048", "2.0", "MiB", "512", "2.0", "MiB")),
 			  "'%s'", lines[kv_head + 2]);
 	}
@@ -1697,6 +1707,7 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	CTL(&r, "info", "--model", model, "--block-tokens", "8192");
 	expect_fail(&r, 2, ARGS("--block-tokens takes a whole number from 1 to 4096"));
 	stop();
+	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", model), 0, "%s", out);
 }
 
 /* ==== the command line ==== */
