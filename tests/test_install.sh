@@ -262,12 +262,10 @@ wait "$daemon" || rc=$?
 daemon=
 [ $rc -eq 0 ] || { cat "$tmp/daemon.log" >&2; fail "the installed prefixd exits $rc on SIGTERM"; }
 
-# The man page, and every option of --help in it (--test-key-bytes is for
-# tests only).
+# The man page, and every option of --help in it.
 man=$root$PFX_MANDIR/man8/prefixd.8
 [ -f "$man" ] || fail "$PFX_MANDIR/man8/prefixd.8 is not installed"
 for opt in $("$bin/prefixd" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
-	[ "$opt" = --test-key-bytes ] && continue
 	roff=$(printf '%s' "$opt" | sed 's/-/\\-/g')
 	grep -qF -- "$roff" "$man" || fail "prefixd.8 does not describe $opt"
 done
