@@ -777,9 +777,13 @@ int cmd_generate(struct run_args *a)
 	if (is_eos(&eos, t) && made < a->max_new)
 		fprintf(stderr, "prefix-run: stopped at the end-of-sequence token %d (eos_token_id in %s) after %ld of at most %ld new tokens; give --ignore-eos to go on to --max-new\n",
 			t, eos.from, made, a->max_new);
-	fprintf(stderr, "prefix-run: time to first token %.1f ms (prompt of %zu tokens); %ld more tokens in %.1f ms (%.1f tok/s)\n",
-		(t1 - t0) * 1e3, a->ntokens, made - 1, (t2 - t1) * 1e3,
-		made > 1 ? (made - 1) / (t2 - t1) : 0.0);
+	/* The rate only when there is one: no "0 more tokens (0.0 tok/s)". */
+	char more[96] = "";
+	if (made > 1)
+		snprintf(more, sizeof(more), "; %ld more token%s in %.1f ms (%.1f tok/s)", made - 1,
+			 made == 2 ? "" : "s", (t2 - t1) * 1e3, (made - 1) / (t2 - t1));
+	fprintf(stderr, "prefix-run: time to first token %.1f ms (prompt of %zu token%s)%s\n",
+		(t1 - t0) * 1e3, a->ntokens, a->ntokens == 1 ? "" : "s", more);
 	rc = 0;
 	goto out;
 fail:

@@ -230,6 +230,16 @@ Test(cli, generate_stops_after_the_eos_token_of_generation_config)
 	cr_expect(strstr(r.out, "stopped at the end-of-sequence token 2 (eos_token_id in generation_config.json) after 4 of at most 20 new tokens"),
 		  "%s", r.out);
 	cr_expect(strstr(r.out, "3 more tokens in"), "%s", r.out);
+	/* One or two tokens: said right, and no rate of nothing. */
+	r = run("generate --model %s/%s --tokens %s --max-new 1", fixtures_dir(), name, csv);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "time to first token") && !strstr(r.out, "more token") &&
+			  !strstr(r.out, "tok/s"),
+		  "one token has no 'more tokens' nor a rate: %s", r.out);
+	r = run("generate --model %s/%s --tokens %s --max-new 2", fixtures_dir(), name, csv);
+	cr_expect(strstr(r.out, "; 1 more token in ") && strstr(r.out, "tok/s)"), "%s", r.out);
+	r = run("generate --model %s/%s --tokens %d --max-new 1", fixtures_dir(), name, prompt[0]);
+	cr_expect(strstr(r.out, "(prompt of 1 token)"), "%s", r.out);
 	r = run("generate --model %s/%s --tokens %s --max-new %zu --ignore-eos 2>/dev/null",
 		fixtures_dir(), name, csv, no);
 	cr_expect_eq(r.status, 0);
