@@ -1736,6 +1736,9 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 		CTL_BARE(&r, "--help", cmds[i]);
 		expect_ok(&r);
 		cr_expect(!strncmp(r.out, want, strlen(want)), "--help %s: %s", cmds[i], r.out);
+		CTL_BARE(&r, "help", cmds[i]); /* as prefix-run help CMD */
+		expect_ok(&r);
+		cr_expect(!strncmp(r.out, want, strlen(want)), "help %s: %s", cmds[i], r.out);
 		CTL_BARE(&r, cmds[i], "--frobnicate");
 		snprintf(want, sizeof(want), "Try 'prefixctl %s --help'.", cmds[i]);
 		expect_fail(&r, 2, ARGS("unknown option '--frobnicate'", want));
@@ -1743,6 +1746,11 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 		CTL_BARE(&r, cmds[i], "-x");
 		expect_fail(&r, 2, ARGS("unknown option"));
 	}
+	CTL_BARE(&r, "help");
+	expect_ok(&r);
+	cr_expect(!strncmp(r.out, "usage: prefixctl [--socket PATH] COMMAND", 40), "%s", r.out);
+	CTL_BARE(&r, "help", "frobnicate");
+	expect_fail(&r, 2, ARGS("unknown command 'frobnicate'"));
 	/* Options documented per command. */
 	CTL_BARE(&r, "ls", "--help");
 	cr_expect(strstr(r.out, "--sort KEY") && strstr(r.out, "--limit N") && strstr(r.out, "--user UID") &&

@@ -166,7 +166,8 @@ static void usage(FILE *f)
 	fputs("\n"
 	      "  --socket PATH   the daemon's socket (default: $PREFIXD_SOCKET, else\n"
 	      "                  $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
-	      "  -h, --help      this text; 'prefixctl COMMAND --help' describes a command\n"
+	      "  -h, --help      this text; 'prefixctl COMMAND --help' or 'prefixctl help\n"
+	      "                  COMMAND' describes a command\n"
 	      "  --version       the version\n"
 	      "\n"
 	      "Every command but info is for the daemon's own user and root.\n"
@@ -358,6 +359,19 @@ int main(int argc, char **argv)
 	while ((code = getopt_long(argc, argv, ":h", longopts, NULL)) != -1)
 		g[n++] = (struct given){ code, optarg, argv[optind - 1] };
 	struct ctl_args a = { .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS };
+	/* "help COMMAND" is "COMMAND --help", as in prefix-run. */
+	if (optind < argc && !strcmp(argv[optind], "help")) {
+		free(g);
+		const struct ctl_command *c = optind + 1 < argc ? find_command(argv[optind + 1]) : NULL;
+		if (optind + 1 < argc && !c)
+			return ctl_usage(NULL, "unknown command '%s' (the commands: %s)",
+					 argv[optind + 1], command_names());
+		if (c)
+			command_help(c);
+		else
+			usage(stdout);
+		return CTL_OK;
+	}
 	if (optind < argc && !(a.cmd = find_command(argv[optind]))) {
 		free(g);
 		return ctl_usage(NULL, "unknown command '%s' (the commands: %s)", argv[optind],
