@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,8 @@ static const char usage[] =
 	"                                         publishes it to prefixd ahead of time; --pin\n"
 	"                                         keeps it from eviction (the daemon's user and\n"
 	"                                         root only), for SECS seconds with --ttl\n"
-	"  random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16] [--force]\n"
+	"  random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16] [--seed S]\n"
+	"               [--force]\n"
 	"                                         writes a random-weight Llama checkpoint\n"
 	"                                         (config.json, model.safetensors): the demo's\n"
 	"                                         small shape, or SmolLM-135M's; DIR must be\n"
@@ -192,7 +194,7 @@ static const char help_warm[] =
 
 static const char help_random_model[] =
 	"usage: prefix-run random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16]\n"
-	"                               [--force]\n"
+	"                               [--seed S] [--force]\n"
 	"\n"
 	"Writes a random-weight Llama checkpoint, config.json and model.safetensors, to\n"
 	"DIR (created if need be), for benchmarks and demos.\n"
@@ -200,6 +202,8 @@ static const char help_random_model[] =
 	"  --out DIR          a new or empty directory\n"
 	"  --shape SHAPE      demo (small, the default) or smollm (SmolLM-135M's shape)\n"
 	"  --dtype DTYPE      the weights' dtype: f32 (the default), f16 or bf16\n"
+	"  --seed S           draw the weights from seed S (default: 42): another seed,\n"
+	"                     another model fingerprint\n"
 	"  --force            write into a directory that is not empty: config.json and\n"
 	"                     model.safetensors are replaced, other files stay\n";
 
@@ -265,7 +269,7 @@ static const struct {
 	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_LOAD |
 	  O_CACHE | O_IGNORE_EOS, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate, help_generate },
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_LOAD, 0, cmd_demo, help_demo },
-	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE, O_OUT, run_random_model,
+	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE | O_SEED, O_OUT, run_random_model,
 	  help_random_model },
 	{ "warm", O_MODEL | O_TOKENS | O_LOAD | O_SOCKET | O_SALT | O_PIN | O_TTL,
 	  O_MODEL | O_TOKENS, cmd_warm, help_warm },
@@ -940,7 +944,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-run: --ttl needs --pin\n");
 		return 2;
 	}
-	if ((seen & (O_TOPK | O_TOPP | O_SEED)) && !(seen & O_TEMP)) {
+	bool random_model = commands[cmd].run == run_random_model;
+	if (random_model && !(seen & O_SEED))
+		a.seed = 42; /* the weights every demo model had before --seed */
+	if ((seen & (O_TOPK | O_TOPP | (random_model ? 0 : O_SEED))) && !(seen & O_TEMP)) {
 		fprintf(stderr, "prefix-run: --top-k, --top-p and --seed need --temperature\n");
 		return 2;
 	}

@@ -512,6 +512,32 @@ Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
 	cr_expect(strstr(r.out, " of the weights' ") && strstr(r.out, " in 2 MiB pages\n"), "%s", r.out);
 }
 
+/* Two demo models of different seeds are two models: other weights, so
+ * another fingerprint; the same seed writes the same file. */
+Test(cli, random_model_seeds_give_other_weights)
+{
+	char dir[] = "/tmp/pfx-cli-seed-XXXXXX", out[512];
+	cr_assert(mkdtemp(dir));
+	static const char *const seeds[] = { "1", "1", "2", NULL /* default */ };
+	for (int i = 0; i < 4; i++) {
+		char sub[300], seed[32] = "";
+		snprintf(sub, sizeof(sub), "%s/%d", dir, i);
+		if (seeds[i])
+			snprintf(seed, sizeof(seed), "--seed %s", seeds[i]);
+		struct cmd_result r = run("random-model --out %s --dtype bf16 %s", sub, seed);
+		cr_assert_eq(r.status, 0, "%s", r.out);
+	}
+	cr_expect_eq(td_sh(out, sizeof(out), "cmp -s %s/0/model.safetensors %s/1/model.safetensors", dir, dir), 0,
+		     "the same seed, the same weights");
+	cr_expect_neq(td_sh(out, sizeof(out), "cmp -s %s/0/model.safetensors %s/2/model.safetensors", dir, dir), 0,
+		      "--seed 2 draws other weights than --seed 1");
+	cr_expect_neq(td_sh(out, sizeof(out), "cmp -s %s/0/model.safetensors %s/3/model.safetensors", dir, dir), 0,
+		      "--seed 1 is not the default");
+	struct cmd_result r = run("random-model --out %s/4 --seed x", dir);
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", dir), 0, "%s", out);
+}
+
 Test(cli, random_model_refuses_a_directory_that_is_not_empty)
 {
 	char dir[] = "/tmp/pfx-cli-rm-XXXXXX", path[256];
