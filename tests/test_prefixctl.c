@@ -1607,6 +1607,92 @@ Test(prefixctl, stats_watch_draws_a_frame_a_period_until_interrupted)
 	stop();
 }
 
+/* Runs stats --watch 1 with more (not on a terminal) until its output
+ * holds `reports` times `end` (at most 20 s), then interrupts it. */
+static void watch_reports(const char *more, const char *end, int reports, char *buf, size_t cap)
+{
+	char cmd[512];
+	int out, err;
+	pid_t pid = ctl_spawn(0, 1, ARGS("stats", "--watch", "1", more), &out, &err, cmd, sizeof(cmd));
+	static char ebuf[4096];
+	size_t len = 0, elen = 0;
+	buf[0] = ebuf[0] = 0;
+	int seen = 0, eof = 0;
+	double t0 = now_s();
+	while (!eof && seen < reports && now_s() - t0 < 20) {
+		struct pollfd p[2] = { { out, POLLIN, 0 }, { err, POLLIN, 0 } };
+		if (poll(p, 2, 100) > 0) {
+			if (p[0].revents && !read_some(out, buf, cap, &len))
+				eof = 1;
+			if (p[1].revents)
+				read_some(err, ebuf, sizeof(ebuf), &elen);
+		}
+		seen = 0;
+		for (const char *at = buf; (at = strstr(at, end)); at += strlen(end))
+			seen++;
+	}
+	cr_expect_eq(kill(pid, SIGINT), 0);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	cr_expect_eq(exit_status(st), 0, "%s: %s", cmd, ebuf);
+	close(out);
+	close(err);
+	cr_assert_geq(seen, reports, "%s: %d reports in 20 s: %s%s", cmd, seen, buf, ebuf);
+	/* The reports counted, without the start of one more. */
+	char *at = buf;
+	for (int i = 0; i < reports; i++)
+		at = strstr(at, end) + strlen(end);
+	*at = 0;
+}
+
+/* A program reads the stream: one JSON object a line, nothing between. */
+Test(prefixctl, stats_watch_json_is_one_object_a_line)
+{
+	start(NULL);
+	static char buf[1 << 17];
+	watch_reports("--json", "\n", 3, buf, sizeof(buf));
+	int lines = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		json_object *o = json_tokener_parse(line);
+		cr_expect(o && json_object_is_type(o, json_type_object), "line %d is not a JSON object: '%s'",
+			  lines, line);
+		json_object *users;
+		cr_expect(o && json_object_object_get_ex(o, "users", &users), "line %d: '%s'", lines, line);
+		json_object_put(o);
+		lines++;
+	}
+	cr_expect_geq(lines, 3);
+	stop();
+}
+
+/* One complete exposition an interval, each ending "# EOF"; no other lines
+ * than samples and comments. */
+Test(prefixctl, stats_watch_prometheus_is_one_exposition_an_interval)
+{
+	start(NULL);
+	static char buf[1 << 18];
+	watch_reports("--prometheus", "\n# EOF\n", 2, buf, sizeof(buf));
+	regex_t sample;
+	cr_assert_eq(regcomp(&sample, "^[a-z_]+(\\{[^}]*\\})? [0-9]+$", REG_EXTENDED | REG_NOSUB), 0);
+	int expositions = 0, types = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		if (!strcmp(line, "# EOF")) {
+			cr_expect_eq(types, 1, "exposition %d has the queries family %d times", expositions,
+				     types);
+			expositions++;
+			types = 0;
+			continue;
+		}
+		types += !strcmp(line, "# TYPE prefixd_prefix_cache_queries_total counter");
+		cr_expect(line[0] == '#' || !regexec(&sample, line, 0, NULL, 0),
+			  "neither a sample nor a comment: '%s'", line);
+	}
+	regfree(&sample);
+	cr_expect_geq(expositions, 2);
+	stop();
+}
+
 /* ==== info ==== */
 
 Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)

@@ -112,7 +112,8 @@ static const struct ctl_command commands[] = {
 	  "                  prefixd_user_model_* and labelled user (a uid) and model\n"
 	  "                  (its fingerprint, 64 hex digits)\n"
 	  "  --watch SECS    prints it again every SECS seconds until interrupted (on a\n"
-	  "                  terminal, in place)\n" },
+	  "                  terminal, in place); into a pipe, --json prints one object\n"
+	  "                  a line and --prometheus one exposition ending '# EOF'\n" },
 	{ "info", cmd_info, O_MODEL | O_BLOCK | O_KV_DTYPE, O_MODEL, NULL,
 	  "info --model DIR [--block-tokens B] [--kv-dtype f32|f16|bf16]",
 	  "what a model's prefixes cost, and how many fit in the daemon",
