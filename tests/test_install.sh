@@ -304,6 +304,14 @@ done
 units=$root$PFX_PREFIX/lib/systemd
 grep -qx "ExecStart=$PFX_BINDIR/prefixd \$PREFIXD_OPTS" "$units/system/prefixd.service" ||
 	fail "system prefixd.service does not start $PFX_BINDIR/prefixd"
+# The disk tier's place under ProtectSystem=strict: /var/lib/prefixd, made
+# writable for the daemon's user by StateDirectory= (README, prefixd.8).
+if grep -qx "ProtectSystem=strict" "$units/system/prefixd.service"; then
+	grep -qx "StateDirectory=prefixd" "$units/system/prefixd.service" ||
+		fail "system prefixd.service: ProtectSystem=strict and no StateDirectory=prefixd, so --disk-dir /var/lib/prefixd is read-only"
+fi
+grep -qF -- '\-\-disk\-dir /var/lib/prefixd' "$root$PFX_MANDIR/man8/prefixd.8" ||
+	fail "prefixd.8 does not say where the disk tier goes under systemd"
 grep -qx "ListenStream=/run/prefixd.sock" "$units/system/prefixd.socket" ||
 	fail "system prefixd.socket does not listen on /run/prefixd.sock"
 grep -qx "ExecStart=$PFX_BINDIR/prefixd \$PREFIXD_OPTS" "$units/user/prefixd.service" ||
