@@ -56,8 +56,20 @@ for t in prefixd prefixctl prefix-run; do
 	out=$("$bin/$t" --version) || fail "$t --version exits $?"
 	[ "$out" = "$t $PFX_VERSION" ] || fail "$t --version says '$out', not '$t $PFX_VERSION'"
 done
+# One version scheme: each library's file is named after its SONAME (the
+# ABI version), libprefixd.so.3 -> libprefixd.so.3.0.0 (README, Installing).
+for l in libprefixd libprefixd-runtime; do
+	so=$(readelf -d "$lib/$l.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+	[ -n "$so" ] || fail "no soname in $lib/$l.so"
+	file=$(basename "$(readlink -f "$lib/$l.so")")
+	case $file in
+	"$so".*) ;;
+	*) fail "$l: the file $file does not carry the version of its SONAME $so" ;;
+	esac
+	[ "$(readlink -f "$lib/$so")" = "$(readlink -f "$lib/$l.so")" ] ||
+		fail "$lib/$so is not $file"
+done
 soname=$(readelf -d "$lib/libprefixd.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
-[ -n "$soname" ] || fail "no soname in $lib/libprefixd.so"
 # Whether $1 loads the staged libprefixd (ldd may say .../bin/../lib/...).
 loads_staged() {
 	ldd "$1" >"$tmp/ldd" 2>&1 || { cat "$tmp/ldd" >&2; fail "ldd $1"; }
@@ -102,6 +114,11 @@ for p in prefixd prefixd-runtime; do
 	v=$(pc --modversion "$p") || fail "pkg-config $p"
 	[ "$v" = "$PFX_VERSION" ] || fail "pkg-config --modversion $p: $v"
 done
+# The runtime's headers are included as <prefixd-runtime/session.h>: its
+# flags name the include directory itself, not the one of the headers.
+case $(pc --cflags prefixd-runtime) in
+*/prefixd-runtime*) fail "pkg-config --cflags prefixd-runtime points into include/prefixd-runtime: $(pc --cflags prefixd-runtime)" ;;
+esac
 
 # The README's examples, whole.
 cat >"$tmp/runtime.c" <<'EOF'
@@ -109,9 +126,9 @@ cat >"$tmp/runtime.c" <<'EOF'
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cache.h"
-#include "model.h"
-#include "session.h"
+#include <prefixd-runtime/cache.h>
+#include <prefixd-runtime/model.h>
+#include <prefixd-runtime/session.h>
 
 int main(int argc, char **argv)
 {
