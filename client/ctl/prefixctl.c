@@ -119,7 +119,8 @@ static const struct ctl_command commands[] = {
 	  "what a model's prefixes cost, and how many fit in the daemon",
 	  "Loads a checkpoint (as prefix-run does) and prints the size of its KV cache:\n"
 	  "per token in each KV dtype, then per block and for prefixes of 512, 2048 and\n"
-	  "8192 tokens in one. Then asks the daemon for its limits and prints how many\n"
+	  "8192 tokens in one (none past the model's context, which ends the list when\n"
+	  "it is shorter). Then asks the daemon for its limits and prints how many\n"
 	  "such prefixes fit in its memory budget, in one user's quota and under\n"
 	  "--pin-max. Any user may run it.\n"
 	  "\n"
