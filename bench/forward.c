@@ -10,6 +10,9 @@
  * back to back, so the speedup of 16-bit weights is measured against the
  * machine's state of the moment rather than against another run.
  *
+ * It first checks that OpenBLAS runs the best kernels this CPU supports
+ * (blas.h) and measures nothing, exiting 1, when it does not.
+ *
  *   forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]
  */
 #include <cblas.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "blas.h"
 #include "random_model.h"
 #include "session.h"
 
@@ -282,6 +286,17 @@ int main(int argc, char **argv)
 				"checkpoint runs in its own dtype (drop --dtype)\n");
 		return 2;
 	}
+	/* Before anything is measured: a figure from the wrong kernels (and
+	 * a reference that ran the same wrong kernels) reads as normal. */
+	char why[128];
+	const char *want = pfx_blas_expected_core(), *got = pfx_blas_corename();
+	fprintf(stderr, "forward: blas_core %s, expected %s for this CPU\n", got,
+		want ? want : "(none known)");
+	if (!pfx_blas_core_ok(why, sizeof(why))) {
+		fprintf(stderr, "forward: OpenBLAS runs %s, not %s, the best this CPU supports (%s); "
+				"nothing measured\n", got, want, why);
+		return 1;
+	}
 	char tmp[] = "/tmp/prefixd-bench-XXXXXX";
 	struct pfx_error err = { "" };
 	if (!model) {
@@ -408,7 +423,8 @@ int main(int argc, char **argv)
 	printf("  \"weights_held\": \"%s\",\n", held);
 	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m[NATIVE]));
 	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m[NATIVE]));
-	printf("  \"blas_core\": \"%s\",\n", pfx_blas_corename());
+	printf("  \"blas_core\": \"%s\",\n  \"blas_core_expected\": \"%s\",\n", pfx_blas_corename(),
+	       want ? want : "");
 	printf("  \"page_cache\": \"%s\",\n", model != tmp ? "as found" : as_written ? "as written" : "recached");
 	printf("  \"weights_huge_bytes\": %zu,\n  \"f32_weights_huge_bytes\": %zu,\n",
 	       pfx_model_weight_huge_bytes(m[NATIVE]), pfx_model_weight_huge_bytes(m[UPCAST]));

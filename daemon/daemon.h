@@ -34,6 +34,7 @@ struct daemon {
  * or a syslog priority prefix when stderr is the journal. pd_err is for
  * what stops the daemon or a worker. */
 void pd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pd_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Lines of one kind that a client can cause at will: at most one a

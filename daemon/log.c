@@ -63,6 +63,15 @@ void pd_log(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* What the operator should know of, though the daemon runs on. */
+void pd_warn(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(PRIO_WARNING, fmt, ap, 0);
+	va_end(ap);
+}
+
 void pd_err(const char *fmt, ...)
 {
 	va_list ap;

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "prefixd_version.h"
 #include "server.h"
 #include "sock.h"
@@ -36,12 +38,13 @@ static void usage(FILE *f)
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
 		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE]]\n"
 		"               [--shared-group GROUP [--shared-publishers UID[,UID...]]]\n"
+		"               [--force]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
 		"  --socket PATH       Unix socket to listen on (default: $PREFIXD_SOCKET, else\n"
 		"                      $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
-		"  --memory SIZE       memory for KV blocks, e.g. 512M, 4G (default: 2G); never exceeded.\n"
+		"  --memory SIZE       memory for KV blocks, e.g. 512M, 1.5G (default: 2G); never exceeded.\n"
 		"                      Full, the least recently used unleased, unpinned blocks of any\n"
 		"                      user and model make room, and their memory goes back\n"
 		"  --quota SIZE        the most one user's blocks may hold (default: all of --memory);\n"
@@ -79,8 +82,7 @@ static void usage(FILE *f)
 		"  --shared-publishers UID[,UID...]\n"
 		"                      the users (uids or names) who may publish into the shared\n"
 		"                      namespace; root may too, no one else\n"
-		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
-		"                      collisions happen; hits are still confirmed token by token\n"
+		"  --force             start with a --memory larger than this machine's memory\n"
 		"  -h, --help          this text\n"
 		"  --version           the version\n"
 		"\n"
@@ -100,14 +102,29 @@ __attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
 	return 2;
 }
 
-/* "512M", "4G", "1048576": binary units, an optional trailing "B"/"iB". */
+/* "512M", "1.5G", "4G", "1048576": binary units, an optional trailing
+ * "B"/"iB". A fraction needs a unit and is rounded down to whole bytes. */
 static int parse_size(const char *s, uint64_t *out)
 {
 	char *end;
 	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
+	if (*s < '0' || *s > '9')
 		return -1;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
+	/* Up to 9 decimals, kept as frac / scale: exact, no double rounding. */
+	uint64_t frac = 0, scale = 1;
+	if (*end == '.') {
+		end++;
+		if (*end < '0' || *end > '9')
+			return -1;
+		for (; *end >= '0' && *end <= '9'; end++)
+			if (scale < 1000000000) {
+				frac = frac * 10 + (uint64_t)(*end - '0');
+				scale *= 10;
+			}
+	}
 	int shift = 0;
 	switch (*end) {
 	case 'k': case 'K': shift = 10; end++; break;
@@ -119,9 +136,13 @@ static int parse_size(const char *s, uint64_t *out)
 		end++;
 	if (*end == 'B')
 		end++;
-	if (*end || v > (UINT64_MAX >> shift))
+	if (*end || v >= (UINT64_MAX >> shift) || (scale > 1 && !shift))
 		return -1;
-	*out = (uint64_t)v << shift;
+	/* frac < scale <= 1e9 < 2^30, and << 40 stays below 2^70: split the
+	 * shift so the product fits in 64 bits. */
+	uint64_t part = ((frac << (shift / 2)) / scale) << (shift - shift / 2);
+	part += ((frac << (shift / 2)) % scale << (shift - shift / 2)) / scale;
+	*out = ((uint64_t)v << shift) + part;
 	return 0;
 }
 
@@ -183,6 +204,7 @@ int main(int argc, char **argv)
 		{ "shared-publishers", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "force", no_argument, NULL, 'F' },
 		{ 0 },
 	};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -192,6 +214,7 @@ int main(int argc, char **argv)
 				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT };
 	long max_user = 0;
 	char why[256];
+	bool force = false;
 	char socket_buf[256];
 	const char *quota = NULL, *pin_max = NULL, *disk_budget = NULL;
 	long v;
@@ -204,7 +227,7 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			if (parse_size(optarg, &cfg.memory) || cfg.memory < (64u << 10))
-				return bad("--memory: '%s' is not a size of at least 64K (e.g. 512M, 4G)", optarg);
+				return bad("--memory: '%s' is not a size of at least 64K (e.g. 512M, 1.5G)", optarg);
 			break;
 		case 'q':
 			quota = optarg;
@@ -277,6 +300,9 @@ int main(int argc, char **argv)
 			if (shared_parse_publishers(&cfg.shared, optarg, why, sizeof(why)))
 				return bad("%s", why);
 			break;
+		case 'F':
+			force = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -309,22 +335,24 @@ int main(int argc, char **argv)
 	/* A budget the machine cannot back is no limit: memory runs out first. */
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	if (ram && cfg.memory > ram && !force)
+		return bad("--memory: %.1f GiB is more than this machine's %.1f GiB of RAM, so the "
+			   "system would run out of memory before the budget is full; give a smaller "
+			   "--memory, or --force to start anyway",
+			   (double)cfg.memory / (1 << 30), (double)ram / (1 << 30));
 	if (ram && cfg.memory > ram / 4 * 3)
-		fprintf(stderr, "prefixd: warning: --memory %.1f GiB is %s this machine's %.1f GiB of RAM: the system will run out of memory before the budget is full\n",
+		pd_warn("--memory %.1f GiB is %s this machine's %.1f GiB of RAM: the system will run out of memory before the budget is full",
 			(double)cfg.memory / (1 << 30), cfg.memory > ram ? "more than" : "most of",
 			(double)ram / (1 << 30));
 	if (!cfg.socket_path) {
-		if (pd_default_socket(socket_buf, sizeof(socket_buf))) {
-			fprintf(stderr, "prefixd: $XDG_RUNTIME_DIR is too long for a socket path; use --socket\n");
-			return 2;
-		}
+		if (pd_default_socket(socket_buf, sizeof(socket_buf)))
+			return bad("$XDG_RUNTIME_DIR is too long for a socket path; use --socket");
 		cfg.socket_path = socket_buf;
 	}
 	if (cfg.key_bytes < 32)
-		fprintf(stderr, "prefixd: TEST MODE: %d-byte index keys (hash collisions on purpose)\n",
-			cfg.key_bytes);
+		pd_warn("TEST MODE: %d-byte index keys (hash collisions on purpose)", cfg.key_bytes);
 	if (sodium_init() < 0) {
-		fprintf(stderr, "prefixd: libsodium failed to initialise\n");
+		pd_err("libsodium failed to initialise");
 		return 1;
 	}
 	/* Signals are read from a signalfd by the listener: block them in
@@ -347,7 +375,7 @@ int main(int argc, char **argv)
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur < (rlim_t)cfg.max_conns + FDS_RESERVED) {
 		uint32_t fit = rl.rlim_cur > FDS_RESERVED + 1 ? (uint32_t)(rl.rlim_cur - FDS_RESERVED) : 1;
-		fprintf(stderr, "prefixd: %u connections at most: the descriptor limit is %llu\n", fit,
+		pd_warn("%u connections at most: the descriptor limit is %llu", fit,
 			(unsigned long long)rl.rlim_cur);
 		cfg.max_conns = fit;
 	}

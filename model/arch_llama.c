@@ -2,6 +2,7 @@
 /* LlamaForCausalLM: RMSNorm, SwiGLU, grouped-query attention, full rotary. */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "forward.h"
 #include "model_impl.h"
@@ -140,10 +141,22 @@ static void write_config(const struct pfx_config *c, json_object *j)
 	json_object_object_add(j, "hidden_act", json_object_new_string("silu"));
 }
 
+/* Older transformers saved the rotary frequencies as a buffer with the
+ * weights; transformers ignores it on load, and so do we. A tied output
+ * head may be stored. */
+static bool may_carry(const struct pfx_config *c, const char *name)
+{
+	static const char *const legacy[] = { ".self_attn.rotary_emb.inv_freq" };
+	if (c->tied_embeddings && !strcmp(name, "lm_head.weight"))
+		return true;
+	return arch_layer_buffer(name, "model.layers.", legacy, 1);
+}
+
 const struct arch arch_llama = {
 	.name = "LlamaForCausalLM",
 	.parse_config = parse_config,
 	.bind = bind,
 	.block = block_llama,
 	.write_config = write_config,
+	.may_carry = may_carry,
 };

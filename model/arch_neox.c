@@ -143,10 +143,23 @@ static void write_config(const struct pfx_config *c, json_object *j)
 			       json_object_new_string(c->act == PFX_ACT_GELU ? "gelu" : "gelu_new"));
 }
 
+/* Older transformers saved the causal mask (attention.bias, masked_bias)
+ * and the rotary frequencies as buffers with the weights; transformers
+ * ignores them on load, and so do we. A tied output head may be stored. */
+static bool may_carry(const struct pfx_config *c, const char *name)
+{
+	static const char *const legacy[] = { ".attention.bias", ".attention.masked_bias",
+					      ".attention.rotary_emb.inv_freq" };
+	if (c->tied_embeddings && !strcmp(name, "embed_out.weight"))
+		return true;
+	return arch_layer_buffer(name, "gpt_neox.layers.", legacy, 3);
+}
+
 const struct arch arch_neox = {
 	.name = "GPTNeoXForCausalLM",
 	.parse_config = parse_config,
 	.bind = bind,
 	.block = block_neox,
 	.write_config = write_config,
+	.may_carry = may_carry,
 };

@@ -2,13 +2,17 @@
 /*
  * OpenBLAS set-up.
  *
- * Kernels: Debian's OpenBLAS 0.3.21 is a DYNAMIC_ARCH build that identifies
- * some AVX-512 CPUs (e.g. AMD Zen 4) as "Haswell" or "Zen" and then runs AVX2
- * kernels at half the speed. When the user has not chosen a core with
- * OPENBLAS_CORETYPE and the CPU has the AVX-512 subsets SkylakeX kernels
- * need, we re-run OpenBLAS's own core selection with that choice. The two
- * entry points are exported by every DYNAMIC_ARCH build but not declared
- * in cblas.h, so they are weak: with a build that lacks them nothing changes.
+ * Kernels: Debian's OpenBLAS 0.3.21 is a DYNAMIC_ARCH build that picks its
+ * kernels from a table of CPU models, and a model it does not know falls
+ * to a weaker core: a current AVX-512 Xeon (family 6 model 0xcf) runs the
+ * SSE3 "Prescott" kernels at a quarter of the speed, some AMD Zen 4 parts
+ * get AVX2 ones. So we choose from the CPU's instruction sets instead: the
+ * best core whose instructions the CPU has (pfx_blas_best_core), among the
+ * cores this OpenBLAS was built with (its gotoblas_<CORE> tables), and
+ * re-run OpenBLAS's selection with that choice. A user who set
+ * OPENBLAS_CORETYPE keeps theirs. The two entry points are exported by every
+ * DYNAMIC_ARCH build but not declared in cblas.h, so they are weak: with a
+ * build that lacks them nothing changes.
  *
  * Threads: the runtime splits every matrix product over its own worker
  * pool, so OpenBLAS is told to use one thread per call. Two thread pools
@@ -18,33 +22,174 @@
 #include "model.h"
 
 #include <cblas.h>
+#include <cpuid.h>
+#include <ctype.h>
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static const char *expected;   /* set once by init_once */
+static char user_core[32];     /* OPENBLAS_CORETYPE as the user set it */
+static bool switch_refused;    /* OpenBLAS ran another core than asked */
 
-static int cpu_has_avx512_skx(void)
+/* ==== What the CPU has ==== */
+
+static unsigned long long xcr0(void)
 {
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-	       __builtin_cpu_supports("avx512cd");
+	unsigned lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return ((unsigned long long)hi << 32) | lo;
+}
+
+void pfx_cpu_isa_probe(struct pfx_cpu_isa *isa)
+{
+	memset(isa, 0, sizeof(*isa));
+	unsigned a, b, c, d, max;
+	if (!__get_cpuid(0, &max, &b, &c, &d))
+		return;
+	char vendor[13];
+	memcpy(vendor, &b, 4);
+	memcpy(vendor + 4, &d, 4);
+	memcpy(vendor + 8, &c, 4);
+	vendor[12] = 0;
+	isa->amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
+	__cpuid(1, a, b, c, d);
+	isa->sse3 = c & bit_SSE3;
+	isa->ssse3 = c & bit_SSSE3;
+	isa->sse41 = c & bit_SSE4_1;
+	isa->sse42 = c & bit_SSE4_2;
+	/* The OS saves the YMM (XCR0 bits 1-2), ZMM (5-7) and tile (17-18)
+	 * state, or those registers are not usable whatever CPUID says. */
+	unsigned long long x = (c & bit_OSXSAVE) ? xcr0() : 0;
+	bool ymm = (x & 0x6) == 0x6, zmm = ymm && (x & 0xe0) == 0xe0;
+	bool tiles = (x & 0x60000) == 0x60000;
+	isa->avx = ymm && (c & bit_AVX);
+	isa->fma = isa->avx && (c & bit_FMA);
+	if (max < 7)
+		return;
+	__cpuid_count(7, 0, a, b, c, d);
+	unsigned leaf7_subleaves = a;
+	isa->avx2 = isa->avx && (b & bit_AVX2);
+	isa->avx512f = zmm && (b & bit_AVX512F);
+	isa->avx512dq = zmm && (b & bit_AVX512DQ);
+	isa->avx512cd = zmm && (b & bit_AVX512CD);
+	isa->avx512bw = zmm && (b & bit_AVX512BW);
+	isa->avx512vl = zmm && (b & bit_AVX512VL);
+	isa->amx_bf16 = tiles && (d & (1u << 22)) && (d & (1u << 24)); /* AMX-BF16, AMX-TILE */
+	if (leaf7_subleaves >= 1) {
+		__cpuid_count(7, 1, a, b, c, d);
+		isa->avx512_bf16 = isa->avx512f && (a & (1u << 5));
+	}
+}
+
+/* ==== Which core ==== */
+
+static bool skx(const struct pfx_cpu_isa *i)
+{
+	return i->avx512f && i->avx512dq && i->avx512bw && i->avx512vl && i->avx512cd && i->avx2 &&
+	       i->fma;
+}
+
+static bool has_sapphirerapids(const struct pfx_cpu_isa *i)
+{
+	return skx(i) && i->avx512_bf16 && i->amx_bf16;
+}
+static bool has_cooperlake(const struct pfx_cpu_isa *i) { return skx(i) && i->avx512_bf16; }
+static bool has_zen(const struct pfx_cpu_isa *i) { return i->amd && i->avx2 && i->fma; }
+static bool has_haswell(const struct pfx_cpu_isa *i) { return i->avx2 && i->fma; }
+static bool has_sandybridge(const struct pfx_cpu_isa *i) { return i->avx && i->sse42; }
+static bool has_nehalem(const struct pfx_cpu_isa *i) { return i->sse42 && i->sse41 && i->ssse3; }
+static bool has_core2(const struct pfx_cpu_isa *i) { return i->ssse3 && i->sse3; }
+static bool has_prescott(const struct pfx_cpu_isa *i) { return i->sse3; }
+
+/* Best first. An AMD part with AVX-512 still takes SkylakeX: the Zen
+ * tables are AVX2 kernels. */
+static const struct {
+	const char *name;
+	bool (*fits)(const struct pfx_cpu_isa *);
+} cores[] = {
+	{ "SapphireRapids", has_sapphirerapids },
+	{ "Cooperlake", has_cooperlake },
+	{ "SkylakeX", skx },
+	{ "Zen", has_zen },
+	{ "Haswell", has_haswell },
+	{ "Sandybridge", has_sandybridge },
+	{ "Nehalem", has_nehalem },
+	{ "Core2", has_core2 },
+	{ "Prescott", has_prescott },
+};
+
+const char *pfx_blas_best_core(const struct pfx_cpu_isa *isa,
+			       bool (*has)(const char *core, void *ctx), void *ctx)
+{
+	for (size_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++)
+		if (cores[i].fits(isa) && has(cores[i].name, ctx))
+			return cores[i].name;
+	return NULL;
+}
+
+/* Whether the OpenBLAS this process runs has a kernel table for core:
+ * a DYNAMIC_ARCH build exports gotoblas_<CORE> for each core it built. */
+static bool openblas_has(const char *core, void *handle)
+{
+	char sym[64] = "gotoblas_";
+	size_t n = strlen(sym);
+	for (const char *p = core; *p && n + 1 < sizeof(sym); p++)
+		sym[n++] = (char)toupper((unsigned char)*p);
+	sym[n] = 0;
+	return dlsym(handle, sym) != NULL;
+}
+
+/* The loaded OpenBLAS, looked up from one of its own functions, so that
+ * this works when the runtime itself was loaded RTLD_LOCAL. */
+static void *openblas_handle(void)
+{
+	Dl_info info;
+	if (!dladdr((void *)openblas_get_corename, &info) || !info.dli_fname)
+		return NULL;
+	return dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+}
+
+/* Re-runs OpenBLAS's core selection with OPENBLAS_CORETYPE=core (NULL:
+ * its own choice); the variable is removed again so that children of this
+ * process choose for themselves. */
+static void select_core(const char *core)
+{
+	if (core)
+		setenv("OPENBLAS_CORETYPE", core, 1);
+	gotoblas_dynamic_quit();
+	gotoblas_dynamic_init();
+	if (core)
+		unsetenv("OPENBLAS_CORETYPE");
 }
 
 static void init_once(void)
 {
-	const char *core = openblas_get_corename();
-	int weak_core = !strcmp(core, "Haswell") || !strcmp(core, "Zen") ||
-			!strcmp(core, "Sandybridge");
-	if (weak_core && !getenv("OPENBLAS_CORETYPE") && cpu_has_avx512_skx() &&
-	    gotoblas_dynamic_init && gotoblas_dynamic_quit) {
-		setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
-		gotoblas_dynamic_quit();
-		gotoblas_dynamic_init();
+	const char *user = getenv("OPENBLAS_CORETYPE");
+	if (user && *user)
+		snprintf(user_core, sizeof(user_core), "%s", user);
+	void *h = gotoblas_dynamic_init && gotoblas_dynamic_quit ? openblas_handle() : NULL;
+	if (h) {
+		struct pfx_cpu_isa isa;
+		pfx_cpu_isa_probe(&isa);
+		expected = pfx_blas_best_core(&isa, openblas_has, h);
+		dlclose(h);
+	}
+	if (expected && !user_core[0] && strcasecmp(openblas_get_corename(), expected)) {
+		select_core(expected);
+		/* Checked, not assumed: an OpenBLAS whose table for the core is
+		 * an alias of another reports that one. Then its own choice. */
+		if (strcasecmp(openblas_get_corename(), expected)) {
+			switch_refused = true;
+			select_core(NULL);
+		}
 	}
 	openblas_set_num_threads(1);
 }
@@ -58,4 +203,24 @@ const char *pfx_blas_corename(void)
 {
 	pfx_blas_init();
 	return openblas_get_corename();
+}
+
+const char *pfx_blas_expected_core(void)
+{
+	pfx_blas_init();
+	return expected;
+}
+
+bool pfx_blas_core_ok(char *buf, size_t cap)
+{
+	pfx_blas_init();
+	if (!expected || !strcasecmp(openblas_get_corename(), expected))
+		return true;
+	if (user_core[0])
+		snprintf(buf, cap, "OPENBLAS_CORETYPE=%s is set", user_core);
+	else if (switch_refused)
+		snprintf(buf, cap, "this OpenBLAS did not switch to it");
+	else
+		snprintf(buf, cap, "OpenBLAS chose another core");
+	return false;
 }

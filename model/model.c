@@ -225,6 +225,73 @@ int binder_status(const struct binder *b)
 	return b->status;
 }
 
+/* ==== Tensors nothing uses ==== */
+
+bool arch_layer_buffer(const char *name, const char *prefix, const char *const *suffixes,
+		       size_t n)
+{
+	size_t len = strlen(prefix);
+	if (strncmp(name, prefix, len))
+		return false;
+	const char *p = name + len;
+	if (*p < '0' || *p > '9')
+		return false;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(p, suffixes[i]))
+			return true;
+	return false;
+}
+
+static int by_address(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+	return (x > y) - (x < y);
+}
+
+/*
+ * A tensor that the config does not use means the two disagree (e.g.
+ * num_hidden_layers 11 on a 12-layer checkpoint) and the model would run
+ * without it, silently wrong: refuse, naming the tensors, as transformers
+ * warns "Some weights ... were not used".
+ */
+static int check_unused(const struct pfx_model *m, const struct binder *b, struct pfx_error *err)
+{
+	const struct st_tensor **used = malloc((b->nbound + 1) * sizeof(*used));
+	if (!used)
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	memcpy(used, b->bound, b->nbound * sizeof(*used));
+	qsort(used, b->nbound, sizeof(*used), by_address);
+	char names[320] = "";
+	size_t unused = 0, listed = 0, len = 0;
+	for (size_t f = 0; f < ckpt_nfiles(m->ckpt); f++) {
+		const struct st_file *file = ckpt_file(m->ckpt, f);
+		for (size_t i = 0; i < st_count(file); i++) {
+			const struct st_tensor *t = st_at(file, i);
+			if (bsearch(&t, used, b->nbound, sizeof(*used), by_address) ||
+			    m->arch->may_carry(&m->cfg, t->name))
+				continue;
+			if (unused++ < 8 && len + strlen(t->name) + 8 < sizeof(names)) {
+				len += (size_t)snprintf(names + len, sizeof(names) - len, "%s'%s'",
+						      len ? ", " : "", t->name);
+				listed++;
+			}
+		}
+	}
+	free(used);
+	if (!unused)
+		return 0;
+	char more[48] = "";
+	if (listed < unused)
+		snprintf(more, sizeof(more), " and %zu more", unused - listed);
+	return pfx_errorf(err, -EINVAL,
+			  "%s: %zu tensor%s that config.json (%s, %d layers) does not use: %s%s; "
+			  "the config does not describe these weights",
+			  ckpt_source(m->ckpt), unused, unused == 1 ? "" : "s", m->cfg.arch,
+			  m->cfg.n_layers, names, more);
+}
+
 /* ==== Fingerprint ==== */
 
 struct hash_job {
@@ -375,7 +442,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	/* Before binding and hashing touch it: see huge_read_in. */
 	for (size_t i = 0; i < ckpt_nfiles(m->ckpt); i++)
 		huge_read_in(st_map(ckpt_file(m->ckpt, i)), st_size(ckpt_file(m->ckpt, i)));
-	if ((rc = m->arch->bind(&b, &m->cfg, &m->w)))
+	if ((rc = m->arch->bind(&b, &m->cfg, &m->w)) || (rc = check_unused(m, &b, err)))
 		goto fail;
 	if ((rc = fingerprint(m, &b, err)))
 		goto fail;

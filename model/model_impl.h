@@ -44,7 +44,15 @@ struct arch {
 	void (*block)(struct fwd *f, int layer);
 	/* config.json keys for c, so random checkpoints can be written. */
 	void (*write_config)(const struct pfx_config *c, json_object *cfg);
+	/* Whether a checkpoint for c may carry tensor name although bind
+	 * does not use it; any other unused tensor refuses the checkpoint. */
+	bool (*may_carry)(const struct pfx_config *c, const char *name);
 };
+
+/* Whether name is prefix, a layer number, then one of the n suffixes:
+ * the per-layer buffers that older transformers saved with the weights. */
+bool arch_layer_buffer(const char *name, const char *prefix, const char *const *suffixes,
+		       size_t n);
 
 const struct arch *arch_find(const char *name);
 

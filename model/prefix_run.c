@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "cache.h"
 #include "cli.h"
+#include "blas.h"
 #include "cpu.h"
 #include "json_buf.h"
 #include "npy.h"
@@ -68,7 +70,8 @@ static const char usage[] =
 	"                                         publishes it to prefixd ahead of time; --pin\n"
 	"                                         keeps it from eviction, for SECS seconds\n"
 	"                                         with --ttl\n"
-	"  random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16] [--force]\n"
+	"  random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16] [--seed S]\n"
+	"               [--force]\n"
 	"                                         writes a random-weight Llama checkpoint\n"
 	"                                         (config.json, model.safetensors): the demo's\n"
 	"                                         small shape, or SmolLM-135M's; DIR must be\n"
@@ -203,7 +206,7 @@ static const char help_warm[] =
 
 static const char help_random_model[] =
 	"usage: prefix-run random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16]\n"
-	"                               [--force]\n"
+	"                               [--seed S] [--force]\n"
 	"\n"
 	"Writes a random-weight Llama checkpoint, config.json and model.safetensors, to\n"
 	"DIR (created if need be), for benchmarks and demos.\n"
@@ -211,6 +214,8 @@ static const char help_random_model[] =
 	"  --out DIR          a new or empty directory\n"
 	"  --shape SHAPE      demo (small, the default) or smollm (SmolLM-135M's shape)\n"
 	"  --dtype DTYPE      the weights' dtype: f32 (the default), f16 or bf16\n"
+	"  --seed S           draw the weights from seed S (default: 42): another seed,\n"
+	"                     another model fingerprint\n"
 	"  --force            write into a directory that is not empty: config.json and\n"
 	"                     model.safetensors are replaced, other files stay\n";
 
@@ -277,7 +282,7 @@ static const struct {
 	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_LOAD |
 	  O_CACHE | O_IGNORE_EOS, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate, help_generate },
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_LOAD, 0, cmd_demo, help_demo },
-	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE, O_OUT, run_random_model,
+	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE | O_SEED, O_OUT, run_random_model,
 	  help_random_model },
 	{ "warm", O_MODEL | O_TOKENS | O_LOAD | O_SOCKET | O_SALT | O_SHARED | O_PIN | O_TTL,
 	  O_MODEL | O_TOKENS, cmd_warm, help_warm },
@@ -508,6 +513,19 @@ int cmd_recache(struct run_args *a)
 	return 0;
 }
 
+/* The prompt lengths to price: 512, 2048 and 8192 tokens, none past the
+ * model's context, which ends the list when it is shorter than 8192. */
+static int kv_lengths(int context, int out[4])
+{
+	static const int common[] = { 512, 2048, 8192 };
+	int n = 0;
+	for (int i = 0; i < 3 && common[i] <= context; i++)
+		out[n++] = common[i];
+	if (context < 8192 && (n == 0 || out[n - 1] != context))
+		out[n++] = context;
+	return n;
+}
+
 int cmd_info(struct run_args *a)
 {
 	struct pfx_model *m;
@@ -543,13 +561,18 @@ int cmd_info(struct run_args *a)
 	enum pfx_kv_dtype kvt = pfx_model_kv_dtype(m);
 	size_t kv = pfx_kv_bytes_per_token(c, kvt);
 	printf("KV dtype         %s (--kv-dtype)\n", pfx_kv_dtype_name(kvt));
-	const int ctx[] = { 512, 2048, 8192 };
-	for (int i = 0; i < 3; i++)
+	int ctx[4], nctx = kv_lengths(c->max_positions, ctx);
+	for (int i = 0; i < nctx; i++)
 		printf("KV for %-5d      %zu bytes (%s)\n", ctx[i], kv * ctx[i], cli_bytes(kv * ctx[i], b));
 	printf("KV block         %d tokens, %s\n", pfx_model_block_tokens(m),
 	       cli_bytes(kv * pfx_model_block_tokens(m), b));
 	printf("threads          %d\n", pfx_model_threads(m));
-	printf("BLAS kernels     %s\n", pfx_blas_corename());
+	char why[128];
+	if (pfx_blas_core_ok(why, sizeof(why)))
+		printf("BLAS kernels     %s\n", pfx_blas_corename());
+	else
+		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n",
+		       pfx_blas_corename(), pfx_blas_expected_core(), why);
 	printf("own kernels      %s\n", pfx_cpu_kernels());
 	pfx_model_free(m);
 	return 0;
@@ -772,9 +795,13 @@ int cmd_generate(struct run_args *a)
 	if (is_eos(&eos, t) && made < a->max_new)
 		fprintf(stderr, "prefix-run: stopped at the end-of-sequence token %d (eos_token_id in %s) after %ld of at most %ld new tokens; give --ignore-eos to go on to --max-new\n",
 			t, eos.from, made, a->max_new);
-	fprintf(stderr, "prefix-run: time to first token %.1f ms (prompt of %zu tokens); %ld more tokens in %.1f ms (%.1f tok/s)\n",
-		(t1 - t0) * 1e3, a->ntokens, made - 1, (t2 - t1) * 1e3,
-		made > 1 ? (made - 1) / (t2 - t1) : 0.0);
+	/* The rate only when there is one: no "0 more tokens (0.0 tok/s)". */
+	char more[96] = "";
+	if (made > 1)
+		snprintf(more, sizeof(more), "; %ld more token%s in %.1f ms (%.1f tok/s)", made - 1,
+			 made == 2 ? "" : "s", (t2 - t1) * 1e3, (made - 1) / (t2 - t1));
+	fprintf(stderr, "prefix-run: time to first token %.1f ms (prompt of %zu token%s)%s\n",
+		(t1 - t0) * 1e3, a->ntokens, a->ntokens == 1 ? "" : "s", more);
 	rc = 0;
 	goto out;
 fail:
@@ -932,7 +959,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-run: --ttl needs --pin\n");
 		return 2;
 	}
-	if ((seen & (O_TOPK | O_TOPP | O_SEED)) && !(seen & O_TEMP)) {
+	bool random_model = commands[cmd].run == run_random_model;
+	if (random_model && !(seen & O_SEED))
+		a.seed = 42; /* the weights every demo model had before --seed */
+	if ((seen & (O_TOPK | O_TOPP | (random_model ? 0 : O_SEED))) && !(seen & O_TEMP)) {
 		fprintf(stderr, "prefix-run: --top-k, --top-p and --seed need --temperature\n");
 		return 2;
 	}

@@ -149,7 +149,7 @@ int cmd_random_model(struct run_args *a)
 	struct pfx_error err = { "" };
 	const char *dtype = !a->dtype ? "F32" : !strcmp(a->dtype, "f16") ? "F16"
 			    : !strcmp(a->dtype, "bf16") ? "BF16" : "F32";
-	if (pfx_random_checkpoint(a->out, &c, dtype, 42, &err)) {
+	if (pfx_random_checkpoint(a->out, &c, dtype, a->seed, &err)) {
 		fprintf(stderr, "prefix-run random-model: %s\n", err.msg);
 		return 1;
 	}

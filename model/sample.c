@@ -46,12 +46,18 @@ static uint64_t next_u64(uint64_t s[4])
 int pfx_sampler_new(const struct pfx_sampler_opts *o, int vocab, struct pfx_sampler **out,
 		    struct pfx_error *err)
 {
+	if (out)
+		*out = NULL;
+	if (!o || !out)
+		return pfx_errorf(err, -EINVAL, "no sampler options or no place for the sampler");
+	if (vocab < 1)
+		return pfx_errorf(err, -EINVAL, "vocabulary of %d tokens", vocab);
 	if (!(o->temperature >= 0) || !isfinite(o->temperature))
 		return pfx_errorf(err, -EINVAL, "temperature must be a finite number >= 0");
 	if (o->top_k < 0)
 		return pfx_errorf(err, -EINVAL, "top-k must be >= 0");
-	if (!(o->top_p > 0 && o->top_p <= 1))
-		return pfx_errorf(err, -EINVAL, "top-p must be in (0, 1]");
+	if (!(o->top_p >= 0) || !isfinite(o->top_p))
+		return pfx_errorf(err, -EINVAL, "top-p must be a finite number >= 0 (0 or >= 1: off)");
 	struct pfx_sampler *s = calloc(1, sizeof(*s));
 	if (!s || !(s->c = malloc((size_t)vocab * sizeof(*s->c)))) {
 		free(s);
@@ -84,6 +90,8 @@ static int by_logit_desc(const void *a, const void *b)
 
 int32_t pfx_sample(struct pfx_sampler *s, const float *logits)
 {
+	if (!s || !logits)
+		return -EINVAL;
 	int V = s->vocab;
 	if (s->o.temperature <= 0) {
 		int best = 0;
@@ -99,7 +107,7 @@ int32_t pfx_sample(struct pfx_sampler *s, const float *logits)
 	double sum = 0, mx = s->c[0].logit;
 	for (int i = 0; i < n; i++)
 		sum += exp(s->c[i].logit - mx);
-	if (s->o.top_p < 1) {
+	if (s->o.top_p > 0 && s->o.top_p < 1) {
 		/* Keep the smallest head whose mass reaches top_p (at least one). */
 		double acc = 0;
 		int keep = 0;

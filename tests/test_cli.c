@@ -99,10 +99,12 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	const char *want[] = { "LlamaForCausalLM", "key/value heads 2", "fingerprint",
 			       "KV per token     512 bytes", "KV for 512        262144 bytes",
-			       "KV for 2048       1048576 bytes", "KV for 8192       4194304 bytes",
 			       "BLAS kernels", "own kernels", "in 2 MiB pages   " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "info lacks '%s':\n%s", want[i], r.out);
+	/* Its context is 512 positions: no longer prompt is priced. */
+	cr_expect(!strstr(r.out, "KV for 2048") && !strstr(r.out, "KV for 8192"),
+		  "info prices prompts past the model's context:\n%s", r.out);
 }
 
 Test(cli, info_says_when_the_own_kernels_are_turned_off)
@@ -228,6 +230,16 @@ Test(cli, generate_stops_after_the_eos_token_of_generation_config)
 	cr_expect(strstr(r.out, "stopped at the end-of-sequence token 2 (eos_token_id in generation_config.json) after 4 of at most 20 new tokens"),
 		  "%s", r.out);
 	cr_expect(strstr(r.out, "3 more tokens in"), "%s", r.out);
+	/* One or two tokens: said right, and no rate of nothing. */
+	r = run("generate --model %s/%s --tokens %s --max-new 1", fixtures_dir(), name, csv);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "time to first token") && !strstr(r.out, "more token") &&
+			  !strstr(r.out, "tok/s"),
+		  "one token has no 'more tokens' nor a rate: %s", r.out);
+	r = run("generate --model %s/%s --tokens %s --max-new 2", fixtures_dir(), name, csv);
+	cr_expect(strstr(r.out, "; 1 more token in ") && strstr(r.out, "tok/s)"), "%s", r.out);
+	r = run("generate --model %s/%s --tokens %d --max-new 1", fixtures_dir(), name, prompt[0]);
+	cr_expect(strstr(r.out, "(prompt of 1 token)"), "%s", r.out);
 	r = run("generate --model %s/%s --tokens %s --max-new %zu --ignore-eos 2>/dev/null",
 		fixtures_dir(), name, csv, no);
 	cr_expect_eq(r.status, 0);
@@ -585,6 +597,32 @@ Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
 	struct cmd_result r = run("recache --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, " of the weights' ") && strstr(r.out, " in 2 MiB pages\n"), "%s", r.out);
+}
+
+/* Two demo models of different seeds are two models: other weights, so
+ * another fingerprint; the same seed writes the same file. */
+Test(cli, random_model_seeds_give_other_weights)
+{
+	char dir[] = "/tmp/pfx-cli-seed-XXXXXX", out[512];
+	cr_assert(mkdtemp(dir));
+	static const char *const seeds[] = { "1", "1", "2", NULL /* default */ };
+	for (int i = 0; i < 4; i++) {
+		char sub[300], seed[32] = "";
+		snprintf(sub, sizeof(sub), "%s/%d", dir, i);
+		if (seeds[i])
+			snprintf(seed, sizeof(seed), "--seed %s", seeds[i]);
+		struct cmd_result r = run("random-model --out %s --dtype bf16 %s", sub, seed);
+		cr_assert_eq(r.status, 0, "%s", r.out);
+	}
+	cr_expect_eq(td_sh(out, sizeof(out), "cmp -s %s/0/model.safetensors %s/1/model.safetensors", dir, dir), 0,
+		     "the same seed, the same weights");
+	cr_expect_neq(td_sh(out, sizeof(out), "cmp -s %s/0/model.safetensors %s/2/model.safetensors", dir, dir), 0,
+		      "--seed 2 draws other weights than --seed 1");
+	cr_expect_neq(td_sh(out, sizeof(out), "cmp -s %s/0/model.safetensors %s/3/model.safetensors", dir, dir), 0,
+		      "--seed 1 is not the default");
+	struct cmd_result r = run("random-model --out %s/4 --seed x", dir);
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", dir), 0, "%s", out);
 }
 
 Test(cli, random_model_refuses_a_directory_that_is_not_empty)

@@ -490,6 +490,11 @@ Test(daemon, bad_command_lines_say_what_is_wrong)
 	} cases[] = {
 		{ "--memory 12Q", "--memory" },
 		{ "--memory 1K", "at least 64K" },
+		{ "--memory 1.5", "--memory" },  /* a fraction of a byte */
+		{ "--memory .5G", "--memory" },
+		{ "--memory 1.G", "--memory" },
+		{ "--memory 1.5.0G", "--memory" },
+		{ "--memory 64T", "or --force to start anyway" },
 		{ "--block-tokens 48", "power of two" },
 		{ "--threads 0", "--threads" },
 		{ "--group no-such-group-here", "no group" },
@@ -507,10 +512,34 @@ Test(daemon, bad_command_lines_say_what_is_wrong)
 	}
 	cr_expect_eq(td_sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
 	cr_expect(strstr(out, "--memory SIZE"), "%s", out);
+	cr_expect(strstr(out, "--force"), "%s", out);
+	/* Options for the test suite are not the user's. */
+	cr_expect(!strstr(out, "test-key-bytes") && !strstr(out, "TESTS ONLY"), "%s", out);
 	cr_expect_eq(td_sh(out, sizeof(out), "%s --socket /nonexistent/dir/x stats", PREFIXCTL), 1);
 	cr_expect(strstr(out, "cannot connect"), "%s", out);
 	cr_expect_eq(td_sh(out, sizeof(out), "%s frobnicate", PREFIXCTL), 2);
 	cr_expect(strstr(out, "unknown command"), "%s", out);
+}
+
+/* 1.5G is a size as 1536M is; the daemon's budget says what it read. */
+Test(daemon, sizes_may_have_decimals)
+{
+	static const struct {
+		const char *memory;
+		uint64_t bytes;
+	} cases[] = { { "1.5M", 3ull << 19 }, { "1.25MiB", 5ull << 18 }, { "0.1M", 104857 },
+		      { "100.5K", 102912 } };
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *args[] = { "--block-tokens", "4", "--memory", cases[i].memory, NULL };
+		start(args);
+		struct prefixd *c = client(1);
+		struct prefixd_limits l;
+		cr_expect_eq(prefixd_limits(c, &l), 0, "%s", prefixd_errmsg());
+		cr_expect_eq(l.budget, cases[i].bytes, "--memory %s: %llu bytes", cases[i].memory,
+			     (unsigned long long)l.budget);
+		prefixd_close(c);
+		stop();
+	}
 }
 
 Test(daemon, a_live_socket_or_a_file_is_never_taken_over)

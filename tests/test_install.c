@@ -354,3 +354,25 @@ Test(install, the_installed_tree_works_from_its_prefix, .timeout = 240)
 	int rc = td_sh(out, sizeof(out), "sh %s", INSTALL_SCRIPT);
 	cr_expect_eq(rc, 0, "tests/test_install.sh exits %d:\n%s", rc, out);
 }
+
+/* `meson setup build --prefix=P` on the demo's build directory keeps the
+ * old prefix without a word: the README's install section says what to do. */
+Test(install, the_readme_says_how_to_change_the_prefix_of_a_build_directory)
+{
+	FILE *f = fopen(README_MD, "r");
+	cr_assert(f, "%s", README_MD);
+	static char text[1 << 17];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	const char *install = strstr(text, "\n## Installing\n");
+	cr_assert(install, "no Installing section in README.md");
+	const char *end = strstr(install + 1, "\n## ");
+	size_t len = end ? (size_t)(end - install) : strlen(install);
+	char *section = strndup(install, len);
+	cr_expect(strstr(section, "meson configure build --prefix="),
+		  "the Installing section does not say to use meson configure");
+	cr_expect(strstr(section, "new directory") || strstr(section, "new build directory"),
+		  "the Installing section does not offer a new build directory");
+	free(section);
+}

@@ -56,8 +56,20 @@ for t in prefixd prefixctl prefix-run; do
 	out=$("$bin/$t" --version) || fail "$t --version exits $?"
 	[ "$out" = "$t $PFX_VERSION" ] || fail "$t --version says '$out', not '$t $PFX_VERSION'"
 done
+# One version scheme: each library's file is named after its SONAME (the
+# ABI version), libprefixd.so.3 -> libprefixd.so.3.0.0 (README, Installing).
+for l in libprefixd libprefixd-runtime; do
+	so=$(readelf -d "$lib/$l.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+	[ -n "$so" ] || fail "no soname in $lib/$l.so"
+	file=$(basename "$(readlink -f "$lib/$l.so")")
+	case $file in
+	"$so".*) ;;
+	*) fail "$l: the file $file does not carry the version of its SONAME $so" ;;
+	esac
+	[ "$(readlink -f "$lib/$so")" = "$(readlink -f "$lib/$l.so")" ] ||
+		fail "$lib/$so is not $file"
+done
 soname=$(readelf -d "$lib/libprefixd.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
-[ -n "$soname" ] || fail "no soname in $lib/libprefixd.so"
 # Whether $1 loads the staged libprefixd (ldd may say .../bin/../lib/...).
 loads_staged() {
 	ldd "$1" >"$tmp/ldd" 2>&1 || { cat "$tmp/ldd" >&2; fail "ldd $1"; }
@@ -102,6 +114,11 @@ for p in prefixd prefixd-runtime; do
 	v=$(pc --modversion "$p") || fail "pkg-config $p"
 	[ "$v" = "$PFX_VERSION" ] || fail "pkg-config --modversion $p: $v"
 done
+# The runtime's headers are included as <prefixd-runtime/session.h>: its
+# flags name the include directory itself, not the one of the headers.
+case $(pc --cflags prefixd-runtime) in
+*/prefixd-runtime*) fail "pkg-config --cflags prefixd-runtime points into include/prefixd-runtime: $(pc --cflags prefixd-runtime)" ;;
+esac
 
 # The README's examples, whole.
 cat >"$tmp/runtime.c" <<'EOF'
@@ -109,9 +126,9 @@ cat >"$tmp/runtime.c" <<'EOF'
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cache.h"
-#include "model.h"
-#include "session.h"
+#include <prefixd-runtime/cache.h>
+#include <prefixd-runtime/model.h>
+#include <prefixd-runtime/session.h>
 
 int main(int argc, char **argv)
 {
@@ -262,12 +279,10 @@ wait "$daemon" || rc=$?
 daemon=
 [ $rc -eq 0 ] || { cat "$tmp/daemon.log" >&2; fail "the installed prefixd exits $rc on SIGTERM"; }
 
-# The man page, and every option of --help in it (--test-key-bytes is for
-# tests only).
+# The man page, and every option of --help in it.
 man=$root$PFX_MANDIR/man8/prefixd.8
 [ -f "$man" ] || fail "$PFX_MANDIR/man8/prefixd.8 is not installed"
 for opt in $("$bin/prefixd" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
-	[ "$opt" = --test-key-bytes ] && continue
 	roff=$(printf '%s' "$opt" | sed 's/-/\\-/g')
 	grep -qF -- "$roff" "$man" || fail "prefixd.8 does not describe $opt"
 done
@@ -306,6 +321,14 @@ done
 units=$root$PFX_PREFIX/lib/systemd
 grep -qx "ExecStart=$PFX_BINDIR/prefixd \$PREFIXD_OPTS" "$units/system/prefixd.service" ||
 	fail "system prefixd.service does not start $PFX_BINDIR/prefixd"
+# The disk tier's place under ProtectSystem=strict: /var/lib/prefixd, made
+# writable for the daemon's user by StateDirectory= (README, prefixd.8).
+if grep -qx "ProtectSystem=strict" "$units/system/prefixd.service"; then
+	grep -qx "StateDirectory=prefixd" "$units/system/prefixd.service" ||
+		fail "system prefixd.service: ProtectSystem=strict and no StateDirectory=prefixd, so --disk-dir /var/lib/prefixd is read-only"
+fi
+grep -qF -- '\-\-disk\-dir /var/lib/prefixd' "$root$PFX_MANDIR/man8/prefixd.8" ||
+	fail "prefixd.8 does not say where the disk tier goes under systemd"
 grep -qx "ListenStream=/run/prefixd.sock" "$units/system/prefixd.socket" ||
 	fail "system prefixd.socket does not listen on /run/prefixd.sock"
 grep -qx "ExecStart=$PFX_BINDIR/prefixd \$PREFIXD_OPTS" "$units/user/prefixd.service" ||

@@ -184,6 +184,21 @@ static void expect_same_as_neox_tiny(const char *dir, const char *why)
 	free(orig);
 }
 
+/* A copy of a fixture with its config and tensors changed. */
+static char *variant(const char *model, void (*patch_cfg)(json_object *),
+		     void (*patch_tensors)(struct tset *))
+{
+	struct tset s;
+	tset_load(&s, model);
+	if (patch_tensors)
+		patch_tensors(&s);
+	char *d = tmpdir_new();
+	write_config(model, d, patch_cfg);
+	tset_write(&s, d, "model.safetensors");
+	tset_free(&s);
+	return d;
+}
+
 /* ==== Accepted checkpoints ==== */
 
 Test(loader, f32_is_mapped_not_copied)
@@ -290,14 +305,67 @@ Test(loader, extra_tensors_are_tolerated)
 				      masked, 4 };
 	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.0.attention.rotary_emb.inv_freq", "F32", 1,
 				      { 2 }, inv, 8 };
-	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.1.attention.some_future_buffer", "F8_E4M3", 1,
-				      { 4 }, mask, 4 };
+	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.1.attention.rotary_emb.inv_freq", "F32", 1,
+				      { 2 }, inv, 8 };
 	char *d = tmpdir_new();
 	write_config("neox-tiny", d, NULL);
 	tset_write(&s, d, "model.safetensors");
 	expect_same_as_neox_tiny(d, "unused buffers must not change the fingerprint");
 	tmpdir_free(d);
 	tset_free(&s);
+}
+
+static void llama_inv_freq(struct tset *s)
+{
+	float *inv = tset_alloc(s, 16);
+	s->t[s->n++] = (struct st_out){ "model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 1,
+					{ 4 }, inv, 16 };
+}
+
+Test(loader, llama_rotary_buffer_is_tolerated)
+{
+	char *d = variant("llama-tiny-gqa", NULL, llama_inv_freq);
+	struct pfx_model *m = load_model_dir(d, 1);
+	pfx_model_free(m);
+	tmpdir_free(d);
+}
+
+/* ==== Tensors the config does not use ==== */
+
+static void one_layer(json_object *j)
+{
+	json_object_object_add(j, "num_hidden_layers", json_object_new_int(1));
+}
+static void stray_tensor(struct tset *s)
+{
+	float *w = tset_alloc(s, 16);
+	s->t[s->n++] = (struct st_out){ "gpt_neox.layers.0.attention.extra.weight", "F32", 1,
+					{ 4 }, w, 16 };
+}
+/* A buffer name of a legacy layer buffer, but outside the layers. */
+static void misplaced_buffer(struct tset *s)
+{
+	float *w = tset_alloc(s, 8);
+	s->t[s->n++] = (struct st_out){ "gpt_neox.attention.rotary_emb.inv_freq", "F32", 1,
+					{ 2 }, w, 8 };
+}
+
+/* The last layer's weights would be ignored and the logits wrong. */
+Test(loader, rejects_a_config_with_fewer_layers_than_the_weights)
+{
+	char *d = variant("neox-tiny", one_layer, NULL);
+	expect_reject(d, -EINVAL, "gpt_neox.layers.1.", "does not use");
+	tmpdir_free(d);
+}
+
+Test(loader, rejects_tensors_nothing_uses)
+{
+	char *d = variant("neox-tiny", NULL, stray_tensor);
+	expect_reject(d, -EINVAL, "'gpt_neox.layers.0.attention.extra.weight'", "1 tensor that");
+	tmpdir_free(d);
+	d = variant("neox-tiny", NULL, misplaced_buffer);
+	expect_reject(d, -EINVAL, "'gpt_neox.attention.rotary_emb.inv_freq'", "does not use");
+	tmpdir_free(d);
 }
 
 Test(loader, tied_embeddings)
@@ -374,20 +442,6 @@ Test(loader, kv_bytes_per_token)
 }
 
 /* ==== Rejections ==== */
-
-static char *variant(const char *model, void (*patch_cfg)(json_object *),
-		     void (*patch_tensors)(struct tset *))
-{
-	struct tset s;
-	tset_load(&s, model);
-	if (patch_tensors)
-		patch_tensors(&s);
-	char *d = tmpdir_new();
-	write_config(model, d, patch_cfg);
-	tset_write(&s, d, "model.safetensors");
-	tset_free(&s);
-	return d;
-}
 
 static void drop_dense(struct tset *s) { tset_remove(s, "gpt_neox.layers.1.attention.dense.weight"); }
 static void wrong_shape(struct tset *s)
@@ -578,9 +632,10 @@ Test(loader, accepts_header_order_and_empty_tensors)
 	struct tset s;
 	tset_load(&s, "neox-tiny");
 	static const float none[1];
-	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.0.attention.some_empty_buffer", "F32", 1,
+	/* Named as buffers the loader tolerates unused (extra_tensors_are_tolerated). */
+	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.0.attention.masked_bias", "F32", 1,
 				      { 0 }, none, 0 };
-	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.1.attention.other_empty_buffer", "F32", 2,
+	s.t[s.n++] = (struct st_out){ "gpt_neox.layers.1.attention.bias", "F32", 2,
 				      { 4, 0 }, none, 0 };
 	struct st_out moved = s.t[3]; /* one empty tensor amid the data, one near its end */
 	s.t[3] = s.t[s.n - 1];

@@ -1675,6 +1675,92 @@ Test(prefixctl, stats_watch_draws_a_frame_a_period_until_interrupted)
 	stop();
 }
 
+/* Runs stats --watch 1 with more (not on a terminal) until its output
+ * holds `reports` times `end` (at most 20 s), then interrupts it. */
+static void watch_reports(const char *more, const char *end, int reports, char *buf, size_t cap)
+{
+	char cmd[512];
+	int out, err;
+	pid_t pid = ctl_spawn(0, 1, ARGS("stats", "--watch", "1", more), &out, &err, cmd, sizeof(cmd));
+	static char ebuf[4096];
+	size_t len = 0, elen = 0;
+	buf[0] = ebuf[0] = 0;
+	int seen = 0, eof = 0;
+	double t0 = now_s();
+	while (!eof && seen < reports && now_s() - t0 < 20) {
+		struct pollfd p[2] = { { out, POLLIN, 0 }, { err, POLLIN, 0 } };
+		if (poll(p, 2, 100) > 0) {
+			if (p[0].revents && !read_some(out, buf, cap, &len))
+				eof = 1;
+			if (p[1].revents)
+				read_some(err, ebuf, sizeof(ebuf), &elen);
+		}
+		seen = 0;
+		for (const char *at = buf; (at = strstr(at, end)); at += strlen(end))
+			seen++;
+	}
+	cr_expect_eq(kill(pid, SIGINT), 0);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	cr_expect_eq(exit_status(st), 0, "%s: %s", cmd, ebuf);
+	close(out);
+	close(err);
+	cr_assert_geq(seen, reports, "%s: %d reports in 20 s: %s%s", cmd, seen, buf, ebuf);
+	/* The reports counted, without the start of one more. */
+	char *at = buf;
+	for (int i = 0; i < reports; i++)
+		at = strstr(at, end) + strlen(end);
+	*at = 0;
+}
+
+/* A program reads the stream: one JSON object a line, nothing between. */
+Test(prefixctl, stats_watch_json_is_one_object_a_line)
+{
+	start(NULL);
+	static char buf[1 << 17];
+	watch_reports("--json", "\n", 3, buf, sizeof(buf));
+	int lines = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		json_object *o = json_tokener_parse(line);
+		cr_expect(o && json_object_is_type(o, json_type_object), "line %d is not a JSON object: '%s'",
+			  lines, line);
+		json_object *users;
+		cr_expect(o && json_object_object_get_ex(o, "users", &users), "line %d: '%s'", lines, line);
+		json_object_put(o);
+		lines++;
+	}
+	cr_expect_geq(lines, 3);
+	stop();
+}
+
+/* One complete exposition an interval, each ending "# EOF"; no other lines
+ * than samples and comments. */
+Test(prefixctl, stats_watch_prometheus_is_one_exposition_an_interval)
+{
+	start(NULL);
+	static char buf[1 << 18];
+	watch_reports("--prometheus", "\n# EOF\n", 2, buf, sizeof(buf));
+	regex_t sample;
+	cr_assert_eq(regcomp(&sample, "^[a-z_]+(\\{[^}]*\\})? [0-9]+$", REG_EXTENDED | REG_NOSUB), 0);
+	int expositions = 0, types = 0;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		if (!strcmp(line, "# EOF")) {
+			cr_expect_eq(types, 1, "exposition %d has the queries family %d times", expositions,
+				     types);
+			expositions++;
+			types = 0;
+			continue;
+		}
+		types += !strcmp(line, "# TYPE prefixd_prefix_cache_queries_total counter");
+		cr_expect(line[0] == '#' || !regexec(&sample, line, 0, NULL, 0),
+			  "neither a sample nor a comment: '%s'", line);
+	}
+	regfree(&sample);
+	cr_expect_geq(expositions, 2);
+	stop();
+}
+
 /* ==== info ==== */
 
 Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
@@ -1682,8 +1768,17 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	const char *args[] = { "--memory", "64M", "--quota", "16M", "--pin-max", "4M", NULL };
 	start(args);
 	static struct ctl r;
-	char model[1024];
-	snprintf(model, sizeof(model), "%s/neox-tiny", fixtures_dir());
+	/* neox-tiny with a context of 4096 positions: prompts of 512, 2048
+	 * and 4096 tokens are priced, none of 8192. */
+	char model[1024] = "/tmp/prefixctl-info-XXXXXX", out[256];
+	cr_assert(mkdtemp(model));
+	cr_assert_eq(chmod(model, 0755), 0); /* for the other user below */
+	cr_assert_eq(td_sh(out, sizeof(out),
+			   "ln -s %s/neox-tiny/model.safetensors %s/ && "
+			   "sed 's/\"max_position_embeddings\": 512/\"max_position_embeddings\": 4096/' "
+			   "%s/neox-tiny/config.json > %s/config.json && grep -q '\": 4096' %s/config.json",
+			   fixtures_dir(), model, fixtures_dir(), model, model),
+		     0, "%s", out);
 	CTL(&r, "info", "--model", model, "--block-tokens", "4");
 	expect_ok(&r);
 	/* neox-tiny: 2 layers, 4 kv heads of 16: 1 KiB a token, 4 KiB a block. */
@@ -1715,7 +1810,8 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	cr_expect_eq(per_token, 3, "the KV per token in each dtype: %s", r.out);
 	cr_expect(limits, "the daemon's limits: %s", r.out);
 	cr_assert(kv_head > 0 && fit_head > kv_head + 3 && n >= fit_head + 4, "two tables: %s", r.out);
-	static const uint32_t tokens[] = { 512, 2048, 8192 };
+	cr_expect(!strstr(whole, "8192"), "a prompt past the model's context is priced: %s", whole);
+	static const uint32_t tokens[] = { 512, 2048, 4096 };
 	for (int i = 0; i < 3; i++) {
 		unsigned t, blocks, tf;
 		double kv;
@@ -1736,7 +1832,7 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	}
 	if (page == 4096) {
 		cr_expect(words_are(lines[fit_head + 1], ARGS("512", "128", "32", "8")), "'%s'", lines[fit_head + 1]);
-		cr_expect(words_are(lines[fit_head + 3], ARGS("8192", "8", "2", "0")), "'%s'", lines[fit_head + 3]);
+		cr_expect(words_are(lines[fit_head + 3], ARGS("4096", "16", "4", "1")), "'%s'", lines[fit_head + 3]);
 		cr_expect(words_are(lines[kv_head + 2], ARGS("2048", "2.0", "MiB", "512", "2.0", "MiB")),
 			  "'%s'", lines[kv_head + 2]);
 	}
@@ -1765,6 +1861,7 @@ Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
 	CTL(&r, "info", "--model", model, "--block-tokens", "8192");
 	expect_fail(&r, 2, ARGS("--block-tokens takes a whole number from 1 to 4096"));
 	stop();
+	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", model), 0, "%s", out);
 }
 
 /* ==== the command line ==== */
@@ -1793,6 +1890,9 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 		CTL_BARE(&r, "--help", cmds[i]);
 		expect_ok(&r);
 		cr_expect(!strncmp(r.out, want, strlen(want)), "--help %s: %s", cmds[i], r.out);
+		CTL_BARE(&r, "help", cmds[i]); /* as prefix-run help CMD */
+		expect_ok(&r);
+		cr_expect(!strncmp(r.out, want, strlen(want)), "help %s: %s", cmds[i], r.out);
 		CTL_BARE(&r, cmds[i], "--frobnicate");
 		snprintf(want, sizeof(want), "Try 'prefixctl %s --help'.", cmds[i]);
 		expect_fail(&r, 2, ARGS("unknown option '--frobnicate'", want));
@@ -1800,6 +1900,11 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 		CTL_BARE(&r, cmds[i], "-x");
 		expect_fail(&r, 2, ARGS("unknown option"));
 	}
+	CTL_BARE(&r, "help");
+	expect_ok(&r);
+	cr_expect(!strncmp(r.out, "usage: prefixctl [--socket PATH] COMMAND", 40), "%s", r.out);
+	CTL_BARE(&r, "help", "frobnicate");
+	expect_fail(&r, 2, ARGS("unknown command 'frobnicate'"));
 	/* Options documented per command. */
 	CTL_BARE(&r, "ls", "--help");
 	cr_expect(strstr(r.out, "--sort KEY") && strstr(r.out, "--limit N") && strstr(r.out, "--user UID") &&

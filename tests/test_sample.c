@@ -89,9 +89,67 @@ Test(sample, rejects_bad_options)
 	struct pfx_sampler *s;
 	struct pfx_error err;
 	struct pfx_sampler_opts bad[] = {
-		{ -1.0f, 0, 1, 0 }, { NAN, 0, 1, 0 }, { 1.0f, -3, 1, 0 }, { 1.0f, 0, 0.0f, 0 },
-		{ 1.0f, 0, 1.5f, 0 },
+		{ -1.0f, 0, 1, 0 }, { NAN, 0, 1, 0 }, { 1.0f, -3, 1, 0 }, { 1.0f, 0, -0.5f, 0 },
+		{ 1.0f, 0, NAN, 0 }, { INFINITY, 0, 1, 0 },
 	};
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		s = (struct pfx_sampler *)&err; /* what an unchecked caller would pass on */
 		cr_expect_eq(pfx_sampler_new(&bad[i], 8, &s, &err), -EINVAL, "case %zu", i);
+		cr_expect_null(s, "case %zu: a refused sampler is NULL", i);
+	}
+	struct pfx_sampler_opts greedy = { 0 };
+	cr_expect_eq(pfx_sampler_new(NULL, 8, &s, &err), -EINVAL);
+	cr_expect_eq(pfx_sampler_new(&greedy, 0, &s, &err), -EINVAL);
+}
+
+/* A caller that does not check pfx_sampler_new's result gets an error
+ * back from pfx_sample, not a crash. */
+Test(sample, sampling_with_a_refused_sampler_is_an_error)
+{
+	struct pfx_sampler_opts bad = { .temperature = -1 };
+	struct pfx_sampler *s;
+	struct pfx_error err;
+	(void)pfx_sampler_new(&bad, 4, &s, &err);
+	float l[4] = { 0, 1, 2, 3 };
+	cr_expect_eq(pfx_sample(s, l), -EINVAL);
+	cr_expect_eq(pfx_sample(NULL, l), -EINVAL);
+	struct pfx_sampler *g = sampler(0, 0, 0, 0, 4);
+	cr_expect_eq(pfx_sample(g, NULL), -EINVAL);
+	pfx_sampler_free(g);
+}
+
+/* {0} is greedy, as the header says: temperature 0, top-p 0 off. */
+Test(sample, zero_initialised_options_are_greedy)
+{
+	struct pfx_sampler_opts o = { 0 };
+	struct pfx_sampler *s;
+	struct pfx_error err = { "" };
+	cr_assert_eq(pfx_sampler_new(&o, 64, &s, &err), 0, "{0} refused: %s", err.msg);
+	float l[64];
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < 64; i++)
+			l[i] = sinf((float)(i * 7 + round * 13));
+		int best = 0;
+		for (int i = 1; i < 64; i++)
+			if (l[i] > l[best])
+				best = i;
+		cr_expect_eq(pfx_sample(s, l), best, "round %d", round);
+	}
+	pfx_sampler_free(s);
+}
+
+/* top-p 0 and >= 1 are both "off": the same draws as top-p 1. */
+Test(sample, top_p_zero_or_above_one_is_off)
+{
+	float l[6] = { 1.0f, 3.0f, 2.9f, 0.5f, 2.8f, -4.0f };
+	struct pfx_sampler *one = sampler(1.0f, 0, 1, 5, 6), *zero = sampler(1.0f, 0, 0, 5, 6),
+			   *above = sampler(1.0f, 0, 1.5f, 5, 6);
+	for (int i = 0; i < 500; i++) {
+		int want = pfx_sample(one, l);
+		cr_assert_eq(pfx_sample(zero, l), want, "draw %d", i);
+		cr_assert_eq(pfx_sample(above, l), want, "draw %d", i);
+	}
+	pfx_sampler_free(one);
+	pfx_sampler_free(zero);
+	pfx_sampler_free(above);
 }

@@ -117,13 +117,15 @@ static const struct ctl_command commands[] = {
 	  "                  prefixd_user_model_* and labelled user (a uid) and model\n"
 	  "                  (its fingerprint, 64 hex digits)\n"
 	  "  --watch SECS    prints it again every SECS seconds until interrupted (on a\n"
-	  "                  terminal, in place)\n" },
+	  "                  terminal, in place); into a pipe, --json prints one object\n"
+	  "                  a line and --prometheus one exposition ending '# EOF'\n" },
 	{ "info", cmd_info, O_MODEL | O_BLOCK | O_KV_DTYPE, O_MODEL, NULL,
 	  "info --model DIR [--block-tokens B] [--kv-dtype f32|f16|bf16]",
 	  "what a model's prefixes cost, and how many fit in the daemon",
 	  "Loads a checkpoint (as prefix-run does) and prints the size of its KV cache:\n"
 	  "per token in each KV dtype, then per block and for prefixes of 512, 2048 and\n"
-	  "8192 tokens in one. Then asks the daemon for its limits and prints how many\n"
+	  "8192 tokens in one (none past the model's context, which ends the list when\n"
+	  "it is shorter). Then asks the daemon for its limits and prints how many\n"
 	  "such prefixes fit in its memory budget, in one user's quota and under\n"
 	  "--pin-max. Any user may run it.\n"
 	  "\n"
@@ -171,7 +173,8 @@ static void usage(FILE *f)
 	fputs("\n"
 	      "  --socket PATH   the daemon's socket (default: $PREFIXD_SOCKET, else\n"
 	      "                  $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock)\n"
-	      "  -h, --help      this text; 'prefixctl COMMAND --help' describes a command\n"
+	      "  -h, --help      this text; 'prefixctl COMMAND --help' or 'prefixctl help\n"
+	      "                  COMMAND' describes a command\n"
 	      "  --version       the version\n"
 	      "\n"
 	      "The daemon's own user and root see and steer every user's chains; another\n"
@@ -368,6 +371,19 @@ int main(int argc, char **argv)
 	while ((code = getopt_long(argc, argv, ":h", longopts, NULL)) != -1)
 		g[n++] = (struct given){ code, optarg, argv[optind - 1] };
 	struct ctl_args a = { .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS };
+	/* "help COMMAND" is "COMMAND --help", as in prefix-run. */
+	if (optind < argc && !strcmp(argv[optind], "help")) {
+		free(g);
+		const struct ctl_command *c = optind + 1 < argc ? find_command(argv[optind + 1]) : NULL;
+		if (optind + 1 < argc && !c)
+			return ctl_usage(NULL, "unknown command '%s' (the commands: %s)",
+					 argv[optind + 1], command_names());
+		if (c)
+			command_help(c);
+		else
+			usage(stdout);
+		return CTL_OK;
+	}
 	if (optind < argc && !(a.cmd = find_command(argv[optind]))) {
 		free(g);
 		return ctl_usage(NULL, "unknown command '%s' (the commands: %s)", argv[optind],

@@ -12,14 +12,28 @@
 #include "model.h"
 #include "prefixctl.h"
 
-static const uint32_t prefix_tokens[] = { 512, 2048, 8192 };
-#define NPREFIXES (sizeof(prefix_tokens) / sizeof(prefix_tokens[0]))
+/* The prompt lengths priced: these, none past the model's context, which
+ * ends the list when it is shorter than the last. */
+static const uint32_t common_tokens[] = { 512, 2048, 8192 };
+#define NCOMMON (sizeof(common_tokens) / sizeof(common_tokens[0]))
 
 struct kv_cost {
 	uint64_t per_token, block_bytes, block_charged;
 	uint32_t block_tokens;
 	enum pfx_kv_dtype dtype;
+	uint32_t prefix_tokens[NCOMMON + 1];
+	size_t nprefixes;
 };
+
+static void price_lengths(struct kv_cost *k, uint32_t context)
+{
+	k->nprefixes = 0;
+	for (size_t i = 0; i < NCOMMON && common_tokens[i] <= context; i++)
+		k->prefix_tokens[k->nprefixes++] = common_tokens[i];
+	if (context < common_tokens[NCOMMON - 1] &&
+	    (!k->nprefixes || k->prefix_tokens[k->nprefixes - 1] != context))
+		k->prefix_tokens[k->nprefixes++] = context;
+}
 
 /* What the daemon charges for a prefix: its full blocks (a partial one is
  * never cached), each in whole pages as daemon/store.c rounds a slot. */
@@ -50,12 +64,12 @@ static void print_model(const char *dir, const struct pfx_model *m, const struct
 	       fmt_bytes(k->block_charged, ch));
 	static const char *const head[] = { "PREFIX TOKENS", "KV", "FULL BLOCKS", "CHARGED" };
 	struct ctl_table t = { .ncols = 4, .head = head, .align = "rrrr" };
-	for (size_t i = 0; i < NPREFIXES; i++) {
+	for (size_t i = 0; i < k->nprefixes; i++) {
 		char(*cell)[CTL_TEXT] = ctl_table_row(&t);
-		snprintf(cell[0], CTL_TEXT, "%u", prefix_tokens[i]);
-		fmt_bytes(k->per_token * prefix_tokens[i], cell[1]);
-		snprintf(cell[2], CTL_TEXT, "%u", prefix_tokens[i] / k->block_tokens);
-		fmt_bytes(charged(k, prefix_tokens[i]), cell[3]);
+		snprintf(cell[0], CTL_TEXT, "%u", k->prefix_tokens[i]);
+		fmt_bytes(k->per_token * k->prefix_tokens[i], cell[1]);
+		snprintf(cell[2], CTL_TEXT, "%u", k->prefix_tokens[i] / k->block_tokens);
+		fmt_bytes(charged(k, k->prefix_tokens[i]), cell[3]);
 	}
 	putchar('\n');
 	ctl_table_print(&t);
@@ -80,12 +94,12 @@ static void print_fits(const struct kv_cost *k, const struct prefixd_limits *l)
 	static const char *const head[] = { "PREFIX TOKENS", "IN BUDGET", "IN QUOTA",
 					    "UNDER PIN-MAX" };
 	struct ctl_table t = { .ncols = 4, .head = head, .align = "rrrr" };
-	for (size_t i = 0; i < NPREFIXES; i++) {
+	for (size_t i = 0; i < k->nprefixes; i++) {
 		char(*cell)[CTL_TEXT] = ctl_table_row(&t);
-		snprintf(cell[0], CTL_TEXT, "%u", prefix_tokens[i]);
-		fits(k, prefix_tokens[i], l->budget, cell[1]);
-		fits(k, prefix_tokens[i], l->quota, cell[2]);
-		fits(k, prefix_tokens[i], l->pin_max, cell[3]);
+		snprintf(cell[0], CTL_TEXT, "%u", k->prefix_tokens[i]);
+		fits(k, k->prefix_tokens[i], l->budget, cell[1]);
+		fits(k, k->prefix_tokens[i], l->quota, cell[2]);
+		fits(k, k->prefix_tokens[i], l->pin_max, cell[3]);
 	}
 	putchar('\n');
 	ctl_table_print(&t);
@@ -130,6 +144,7 @@ int cmd_info(const struct ctl_args *a)
 			     .block_tokens = (uint32_t)pfx_model_block_tokens(m), .dtype = kvt };
 	k.block_bytes = k.per_token * k.block_tokens;
 	k.block_charged = (k.block_bytes + page - 1) / page * page;
+	price_lengths(&k, (uint32_t)pfx_model_config(m)->max_positions);
 	print_model(a->model, m, &k);
 	struct prefixd_limits l;
 	fflush(stdout); /* the table before a reason on stderr */

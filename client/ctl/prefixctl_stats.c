@@ -288,7 +288,9 @@ static json_object *usage_array(const struct prefixd_usage *rows, size_t n,
 	return arr;
 }
 
-static void print_json(const struct prefixd_stats *s, const struct prefixd_usage *rows, size_t n)
+/* one_line: the whole object on one line (NDJSON, for a stream of reports). */
+static void print_json(const struct prefixd_stats *s, const struct prefixd_usage *rows, size_t n,
+		       int one_line)
 {
 	/* Counters first: scripts that look for the first "name": find them. */
 	json_object *o = json_object_new_object();
@@ -297,7 +299,13 @@ static void print_json(const struct prefixd_stats *s, const struct prefixd_usage
 	json_object_object_add(o, "users", usage_array(rows, n, by_user));
 	json_object_object_add(o, "models", usage_array(rows, n, by_model));
 	json_object_object_add(o, "usage", usage_array(rows, n, by_user_and_model));
-	ctl_print_json(o);
+	if (!one_line) {
+		ctl_print_json(o);
+		return;
+	}
+	puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+						       JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
 }
 
 /* ---- Prometheus text format ---- */
@@ -335,7 +343,9 @@ static void print_prometheus(const struct prefixd_stats *s, const struct prefixd
 
 /* ---- the command ---- */
 
-static int print_stats(const struct ctl_args *a, struct prefixd *c)
+/* stream: one report of a --watch series that is not drawn on a terminal;
+ * each must stand alone for a program reading the stream. */
+static int print_stats(const struct ctl_args *a, struct prefixd *c, int stream)
 {
 	struct prefixd_stats s;
 	struct prefixd_usage *rows;
@@ -343,9 +353,11 @@ static int print_stats(const struct ctl_args *a, struct prefixd *c)
 	if (prefixd_stats_usage(c, &s, &rows, &n))
 		return ctl_daemon_fail();
 	if (a->json) {
-		print_json(&s, rows, n);
+		print_json(&s, rows, n, stream);
 	} else if (a->prometheus) {
 		print_prometheus(&s, rows, n);
+		if (stream) /* a comment to the text format; OpenMetrics' end */
+			puts("# EOF");
 	} else {
 		print_counters(&s);
 		print_usage_table("per user", rows, n, by_user);
@@ -371,15 +383,17 @@ static void wait_for(uint32_t s)
 		;
 }
 
-/* On a terminal each frame replaces the last; elsewhere (a log) frames are
- * separated, with the time they were taken. */
-static void frame_start(int tty, int first)
+/* On a terminal each frame replaces the last; elsewhere (a log) text
+ * frames are separated, with the time they were taken. JSON and Prometheus
+ * reports are for programs: one JSON object a line, one complete
+ * exposition ending "# EOF", nothing between. */
+static void frame_start(const struct ctl_args *a, int tty, int first)
 {
 	char when[32];
 	time_t now = time(NULL);
 	if (tty) {
 		fputs("\033[H\033[2J", stdout);
-	} else if (!first) {
+	} else if (!first && !a->json && !a->prometheus) {
 		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
 		printf("---- %s\n", when);
 	}
@@ -393,8 +407,8 @@ static int watch(const struct ctl_args *a, struct prefixd *c)
 	sigaction(SIGINT, &sa, NULL);
 	int tty = isatty(STDOUT_FILENO);
 	for (int first = 1; !interrupted; first = 0) {
-		frame_start(tty, first);
-		int rc = print_stats(a, c);
+		frame_start(a, tty, first);
+		int rc = print_stats(a, c, !tty);
 		fflush(stdout);
 		if (rc)
 			return interrupted ? CTL_OK : rc;
@@ -410,7 +424,7 @@ int cmd_stats(const struct ctl_args *a)
 	struct prefixd *c;
 	if (ctl_connect(a, &c))
 		return CTL_FAILED;
-	int rc = a->watch_s ? watch(a, c) : print_stats(a, c);
+	int rc = a->watch_s ? watch(a, c) : print_stats(a, c, 0);
 	prefixd_close(c);
 	return rc;
 }
