@@ -60,8 +60,11 @@ for arg in sys.argv[1:]:
             print(f"{arg}: missing (the step that writes it did not run)")
             failed += 1
             continue
+        # The builds' failed steps, or a fuzzing run (build-fuzz/fuzz).
+        stem = os.path.basename(arg).removesuffix(".tap")
+        config = "build steps" if stem == "steps" else os.path.basename(os.path.dirname(arg)) or stem
         with open(arg) as fp:
-            count(fp.read(), os.path.basename(os.path.dirname(arg)) or arg, arg, True)
+            count(fp.read(), config, arg, True)
         continue
     build = os.path.basename(os.path.normpath(arg)).removeprefix("build-test-")
     log = os.path.join(arg, "meson-logs", "testlog.json")
@@ -71,7 +74,12 @@ for arg in sys.argv[1:]:
         continue
     with open(log) as fp:
         for line in fp:
-            t = json.loads(line)
+            try:
+                t = json.loads(line)
+            except ValueError as e:
+                failed += 1
+                notes.append(f"failed: {log} holds a line that is not JSON ({e})")
+                continue
             out = t.get("stdout") or ""
             variant = VARIANT.search(t["name"])
             config = build + (" " + variant.group(1) if variant else "")

@@ -10,8 +10,11 @@
 set -u
 cd "$(dirname "$0")/.."
 status=0
-# The steps that failed, as TAP: each counts as a failed case.
-steps=build-test-steps.tap
+# The steps that failed, as TAP (each counts as a failed case), and the
+# output of those that fail.
+logs=build-test-logs
+mkdir -p "$logs"
+steps=$logs/steps.tap
 : >"$steps"
 counted=""
 for kind in release asan tsan; do
@@ -27,23 +30,21 @@ for kind in release asan tsan; do
 	if [ ! -f "$dir/build.ninja" ]; then
 		rm -rf "$dir"
 		# shellcheck disable=SC2086
-		if ! meson setup "$dir" $opts >"$dir.setup.log" 2>&1; then
-			tail -20 "$dir.setup.log"
+		if ! meson setup "$dir" $opts >"$logs/$kind-setup.log" 2>&1; then
+			tail -20 "$logs/$kind-setup.log"
 			echo "meson setup failed ($kind)"
 			echo "not ok - $kind: meson setup failed" >>"$steps"
 			status=1
 			continue
 		fi
-		rm -f "$dir.setup.log"
 	fi
-	if ! ninja -C "$dir" >"$dir.ninja.log" 2>&1; then
-		tail -20 "$dir.ninja.log"
+	if ! ninja -C "$dir" >"$logs/$kind-ninja.log" 2>&1; then
+		tail -20 "$logs/$kind-ninja.log"
 		echo "build failed ($kind)"
 		echo "not ok - $kind: build failed" >>"$steps"
 		status=1
 		continue
 	fi
-	rm -f "$dir.ninja.log"
 	# UBSan reports must fail the test, not only print.
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
