@@ -10,8 +10,10 @@
 #include "session.h"
 
 /* Tolerances against the float32 transformers references (fixtures/README):
- * transformers itself differs from its own cached path by up to 4.2e-5. */
-#define TOL_LOGITS 2e-4
+ * transformers itself differs from its own cached path by up to 4.2e-5.
+ * The README promises logits within TOL_LOGITS; measured worst 7.7e-5
+ * (llama-tiny-gqa, uncached), 2.9e-5 on the NeoX fixtures. */
+#define TOL_LOGITS 1e-4
 #define TOL_KV 1e-5
 /* Cached vs uncached inside prefixd: same kernels, different split. */
 #define TOL_SELF 1e-4

@@ -532,6 +532,31 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 	cr_expect_eq(td_stop(&d), 0);
 }
 
+/* --no-cache never uses the daemon, even one at the socket the
+ * environment names (which the same run without it does use). */
+Test(cli, no_cache_never_uses_the_daemon)
+{
+	struct test_daemon d;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&d, args), 0);
+	cr_assert_eq(setenv("PREFIXD_SOCKET", d.sock, 1), 0);
+#define GEN "generate --model %s/llama-tiny-gqa --block-tokens 4 --tokens 1,2,3,4,5,6,7,8,9 --max-new 1"
+	struct cmd_result r = run(GEN, fixtures_dir());
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, "0 attached from the cache, 9 computed; 2 new blocks published"),
+		  "PREFIXD_SOCKET leads to the daemon: %s", r.out);
+	unsigned long long matches = counter(&d, "matches"), blocks = counter(&d, "blocks");
+	r = run(GEN " --no-cache", fixtures_dir());
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect_not(strstr(r.out, "attached"), "%s", r.out);
+	cr_expect_not(strstr(r.out, "prefixd"), "not even a word of prefixd: %s", r.out);
+	cr_expect_eq(counter(&d, "matches"), matches, "--no-cache asked the daemon: %s", r.out);
+	cr_expect_eq(counter(&d, "blocks"), blocks);
+	unsetenv("PREFIXD_SOCKET");
+	cr_expect_eq(td_stop(&d), 0);
+#undef GEN
+}
+
 /* ==== The command line ==== */
 
 Test(cli, tokens_from_standard_input)

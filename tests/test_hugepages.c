@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <linux/magic.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,27 @@ static char *vm_flags(const void *p)
 static bool advised_huge(const void *p)
 {
 	return strstr(vm_flags(p), " hg") != NULL;
+}
+
+/* Whether the mapping that holds p (wherever it begins) is advised huge. */
+static bool inside_huge_advice(const void *p)
+{
+	char line[512];
+	FILE *f = fopen("/proc/self/smaps", "r");
+	cr_assert(f);
+	bool in = false, found = false, huge = false;
+	while (fgets(line, sizeof(line), f)) {
+		uintptr_t start, end;
+		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &start, &end) == 2) {
+			in = (uintptr_t)p >= start && (uintptr_t)p < end;
+			found |= in;
+		} else if (in && !strncmp(line, "VmFlags:", 8)) {
+			huge = strstr(line, " hg") != NULL;
+		}
+	}
+	fclose(f);
+	cr_assert(found, "no mapping holds %p", p);
+	return huge;
 }
 
 static char *write_file(size_t bytes)
@@ -95,6 +117,12 @@ Test(hugepages, big_buffers_are_aligned_and_advised_small_ones_plain)
 	cr_expect_eq((uintptr_t)big % HUGE_PAGE_BYTES, 0);
 	cr_expect(advised_huge(big), "VmFlags:%s", vm_flags(big));
 	memset(big, 1, HUGE_PAGE_BYTES + 1);
+	/* A small buffer is a plain malloc: neither rounded up to a huge page
+	 * nor in memory advised huge. */
+	cr_expect_lt(malloc_usable_size(small), HUGE_PAGE_BYTES, "100 bytes took %zu",
+		     malloc_usable_size(small));
+	cr_expect_not(inside_huge_advice(small), "a 100-byte buffer is in memory advised huge");
+	memset(small, 2, 100);
 	free(big);
 	free(small);
 }

@@ -2,13 +2,16 @@
 /*
  * What running prefixd as a service needs: --version of every program,
  * socket activation (a listening socket on descriptor 3, as systemd passes
- * it), SIGHUP survived, log lines with a time and a level (or syslog
- * priorities for the journal), and `meson install` of the whole tree into
- * a staged prefix, used from there (tests/test_install.sh).
+ * it), SIGHUP survived and SIGINT a clean stop, log lines with a time and a
+ * level (or syslog priorities for the journal) and those a client causes
+ * at most once a second, the systemd units as the README describes them,
+ * and `meson install` of the whole tree into a staged prefix, used from
+ * there (tests/test_install.sh).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon_util.h"
@@ -272,11 +276,44 @@ Test(signals, sighup_is_ignored_and_the_daemon_keeps_serving)
 		usleep(20000);
 	}
 	cr_expect(log_shows(td.log, "SIGHUP ignored"), "%s", read_log(td.log));
-	cr_expect_eq(kill(td.pid, 0), 0, "still running");
+	/* kill(pid, 0) would succeed on a child that exited but is not yet
+	 * reaped: ask whether it exited. */
+	int status = 0;
+	cr_expect_eq(waitpid(td.pid, &status, WNOHANG), 0, "still running (exited with status %#x)",
+		     status);
 	struct stat st;
 	cr_expect_eq(lstat(td.sock, &st), 0, "the socket is still there");
 	expect_served(td.sock);
 	cr_expect_eq(td_stop(&td), 0, "SIGTERM still stops it cleanly");
+}
+
+Test(signals, sigint_stops_the_daemon_cleanly)
+{
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&td, args), 0);
+	/* A client holding a lease when the signal comes. */
+	struct prefixd_layout l = td_layout(3);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	uint32_t t[TD_BLOCK_TOKENS] = { 21, 22, 23, 24 }, stored, dedup, hit;
+	cr_assert_eq(td_publish(c, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	uint64_t lease;
+	const void *kv[1];
+	cr_assert_eq(prefixd_match(c, t, 1, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(hit, 1);
+	cr_assert_eq(kill(td.pid, SIGINT), 0);
+	int status;
+	cr_assert_eq(waitpid(td.pid, &status, 0), td.pid);
+	td.pid = 0;
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "exit status 0 on SIGINT, not %#x:\n%s", status, read_log(td.log));
+	cr_expect(log_shows(td.log, "stopping on Interrupt"), "%s", read_log(td.log));
+	struct stat st;
+	cr_expect_neq(lstat(td.sock, &st), 0, "its socket is removed");
+	prefixd_close(c);
+	unlink(td.log);
+	rmdir(td.dir);
 }
 
 /* ==== Log lines ==== */
@@ -312,6 +349,84 @@ Test(log, lines_carry_a_utc_time_to_the_millisecond_and_a_level)
 	cr_expect_eq(td_stop(&td), 0);
 }
 
+/* One client sends n malformed headers, each on its own connection, and
+ * waits for each close. */
+static void send_malformed(const char *sock, int n)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	cr_assert_lt(strlen(sock), sizeof(a.sun_path));
+	memcpy(a.sun_path, sock, strlen(sock) + 1);
+	uint8_t hdr[32] = { 'P', 'F', 'X', 'D', 2, 0, 5 /* STATS */ };
+	hdr[25] = 1; /* a reserved byte */
+	for (int i = 0; i < n; i++) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+		struct timeval tv = { 10, 0 };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		cr_assert_eq(write(fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+		char b;
+		ssize_t r = read(fd, &b, 1);
+		cr_assert(r == 0 || (r < 0 && errno == ECONNRESET), "connection %d was closed (%zd)", i, r);
+		close(fd);
+	}
+}
+
+/* Lines of log holding what, and the sum of their "(and N more like it)". */
+static void count_lines(const char *log, const char *what, int *lines, unsigned long long *left_out)
+{
+	*lines = 0;
+	*left_out = 0;
+	for (const char *p = log; (p = strstr(p, what)); p++) {
+		++*lines;
+		const char *eol = strchr(p, '\n'), *more = strstr(p, "(and ");
+		unsigned long long n;
+		if (more && (!eol || more < eol) && sscanf(more, "(and %llu more like it)", &n) == 1)
+			*left_out += n;
+	}
+}
+
+static double mono_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A client can make the daemon log a line per malformed frame: at most one
+ * such line a second is written, and the next one written says how many
+ * were left out, so none is lost from the count. */
+Test(log, lines_a_client_can_cause_are_logged_at_most_once_a_second)
+{
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&td, args), 0);
+	enum { BURST = 200 };
+	double t0 = mono_s();
+	send_malformed(td.sock, BURST);
+	double t1 = mono_s();
+	/* A second later, one more: its line carries the burst's rest. */
+	usleep(1200 * 1000);
+	send_malformed(td.sock, 1);
+	/* The last frame's line is written before its connection closes;
+	 * wait for every frame to be accounted for all the same. */
+	const char *log = "";
+	int lines = 0;
+	unsigned long long left_out = 0;
+	for (int i = 0; i < 500 && lines + left_out < BURST + 1; i++) {
+		if (i)
+			usleep(10000);
+		log = read_log(td.log);
+		count_lines(log, "malformed frame header", &lines, &left_out);
+	}
+	/* One line in each second the burst touched, and the last one's. */
+	int most = (int)(t1 - t0) + 2 + 1;
+	cr_expect_leq(lines, most, "%d lines for %d malformed frames in %.2f s (at most %d):\n%s",
+		      lines, BURST + 1, t1 - t0, most, log);
+	cr_expect_eq(lines + left_out, BURST + 1, "%d lines + %llu left out, for %d frames:\n%s", lines,
+		     left_out, BURST + 1, log);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
 Test(log, in_the_journal_lines_carry_syslog_priorities_instead)
 {
 	struct spawned s;
@@ -344,6 +459,110 @@ Test(log, a_journal_stream_inherited_by_a_redirected_daemon_is_not_the_journal)
 	cr_expect(matches(read_log(s.log), STAMP "info prefixd: listening on "), "%s", read_log(s.log));
 	cr_expect_eq(stop_spawned(&s), 0);
 	remove_dir(&s);
+}
+
+/* ==== The systemd units ==== */
+
+/* The value of the last `key=` line of [section] in the unit at path (a
+ * static buffer), or NULL when it has none. */
+static const char *unit_value(const char *path, const char *section, const char *key)
+{
+	static char value[512];
+	char line[512], in[512] = "";
+	const char *found = NULL;
+	FILE *f = fopen(path, "r");
+	cr_assert(f, "%s: %s", path, strerror(errno));
+	size_t klen = strlen(key);
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (line[0] == '[')
+			snprintf(in, sizeof(in), "%s", line);
+		else if (!strcmp(in, section) && !strncmp(line, key, klen) && line[klen] == '=')
+			found = strcpy(value, line + klen + 1);
+	}
+	fclose(f);
+	return found;
+}
+
+static void expect_unit(const char *path, const char *section, const char *key, const char *want)
+{
+	const char *v = unit_value(path, section, key);
+	cr_expect(v && !strcmp(v, want), "%s: %s %s= is %s%s%s, the README says %s", path, section, key,
+		  v ? "'" : "", v ? v : "missing", v ? "'" : "", want);
+}
+
+/* What the README's "Installing" says of the units, as meson configures
+ * them (the build tree's services, the source tree's sockets). */
+Test(units, the_system_units_do_what_the_readme_says)
+{
+	char service[PATH_MAX + 64], sock[PATH_MAX + 64], sysusers[PATH_MAX + 64], contrib[PATH_MAX];
+	const char *build = getenv("PFX_BUILD"), *bindir = getenv("PFX_BINDIR");
+	cr_assert(build && bindir, "run by meson test (PFX_BUILD, PFX_BINDIR)");
+	snprintf(contrib, sizeof(contrib), "%s", INSTALL_SCRIPT);
+	*strrchr(contrib, '/') = 0; /* tests/ */
+	*strrchr(contrib, '/') = 0; /* the source tree */
+	snprintf(service, sizeof(service), "%s/contrib/systemd/prefixd.service", build);
+	snprintf(sock, sizeof(sock), "%s/contrib/systemd/prefixd.socket", contrib);
+	snprintf(sysusers, sizeof(sysusers), "%s/contrib/systemd/prefixd.sysusers", contrib);
+	/* "systemctl enable --now prefixd.socket: /run/prefixd.sock, mode
+	 * 0660, group prefixd", and it outlives the daemon. */
+	expect_unit(sock, "[Socket]", "ListenStream", "/run/prefixd.sock");
+	expect_unit(sock, "[Socket]", "SocketMode", "0660");
+	expect_unit(sock, "[Socket]", "SocketGroup", "prefixd");
+	expect_unit(sock, "[Install]", "WantedBy", "sockets.target");
+	/* "The daemon starts at the first connection, as the user prefixd",
+	 * with PREFIXD_OPTS from /etc/default/prefixd, on the socket it is
+	 * given (no --socket of its own). */
+	char exec[PATH_MAX + 32];
+	snprintf(exec, sizeof(exec), "%s/prefixd $PREFIXD_OPTS", bindir);
+	expect_unit(service, "[Service]", "ExecStart", exec);
+	expect_unit(service, "[Service]", "User", "prefixd");
+	expect_unit(service, "[Service]", "Group", "prefixd");
+	expect_unit(service, "[Service]", "EnvironmentFile", "-/etc/default/prefixd");
+	expect_unit(service, "[Unit]", "Requires", "prefixd.socket");
+	expect_unit(service, "[Install]", "Also", "prefixd.socket");
+	/* "Its log is in the journal with priorities" and "systemctl stop
+	 * prefixd stops it cleanly": stderr is not sent elsewhere, and the
+	 * stop signal is one it stops cleanly on. */
+	const char *v = unit_value(service, "[Service]", "StandardError");
+	cr_expect(!v || !strcmp(v, "journal"), "StandardError=%s: the log leaves the journal", v);
+	v = unit_value(service, "[Service]", "KillSignal");
+	cr_expect(!v || !strcmp(v, "SIGTERM") || !strcmp(v, "SIGINT"), "KillSignal=%s", v);
+	/* Connections are AF_UNIX alone, and the daemon needs no others. */
+	expect_unit(service, "[Service]", "RestrictAddressFamilies", "AF_UNIX");
+	/* "systemd-sysusers: the user and group prefixd" ('u' makes both). */
+	FILE *f = fopen(sysusers, "r");
+	cr_assert(f, "%s", sysusers);
+	char line[256];
+	int user = 0;
+	while (fgets(line, sizeof(line), f))
+		user += !strncmp(line, "u prefixd ", 10);
+	fclose(f);
+	cr_expect_eq(user, 1, "%s makes the user (and group) prefixd", sysusers);
+}
+
+Test(units, the_user_units_do_what_the_readme_says)
+{
+	char service[PATH_MAX + 64], sock[PATH_MAX + 64], contrib[PATH_MAX];
+	const char *build = getenv("PFX_BUILD"), *bindir = getenv("PFX_BINDIR");
+	cr_assert(build && bindir, "run by meson test (PFX_BUILD, PFX_BINDIR)");
+	snprintf(contrib, sizeof(contrib), "%s", INSTALL_SCRIPT);
+	*strrchr(contrib, '/') = 0;
+	*strrchr(contrib, '/') = 0;
+	snprintf(service, sizeof(service), "%s/contrib/systemd/user/prefixd.service", build);
+	snprintf(sock, sizeof(sock), "%s/contrib/systemd/user/prefixd.socket", contrib);
+	/* "systemctl --user enable --now prefixd.socket serves
+	 * $XDG_RUNTIME_DIR/prefixd.sock" (%t), only the user's (0600). */
+	expect_unit(sock, "[Socket]", "ListenStream", "%t/prefixd.sock");
+	expect_unit(sock, "[Socket]", "SocketMode", "0600");
+	expect_unit(sock, "[Install]", "WantedBy", "sockets.target");
+	/* "options: PREFIXD_OPTS=... in ~/.config/prefixd.env" (%E). */
+	char exec[PATH_MAX + 32];
+	snprintf(exec, sizeof(exec), "%s/prefixd $PREFIXD_OPTS", bindir);
+	expect_unit(service, "[Service]", "ExecStart", exec);
+	expect_unit(service, "[Service]", "EnvironmentFile", "-%E/prefixd.env");
+	expect_unit(service, "[Unit]", "Requires", "prefixd.socket");
+	cr_expect_null(unit_value(service, "[Service]", "User"), "a user unit runs as its user");
 }
 
 /* ==== meson install ==== */

@@ -3,6 +3,7 @@
  * every row count they serve and widths with tails. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,9 +243,58 @@ Test(kernels, sixteen_bit_conversions_are_exact)
 	cr_expect_eq(pfx_f32_to_f16(1.0f + 0x1p-11f), 0x3c00, "f16 ties round to even");
 }
 
+/* A positive 16-bit code's value, decoded here: f16 by its fields, bf16 as
+ * the top half of an f32. The largest code stands for where rounding
+ * overflows to it: infinity rounds like 2^16 (f16) or 2^128 (bf16). */
+static double code_value(int t, uint32_t h)
+{
+	if (t == PFX_W_F16) {
+		uint32_t e = h >> 10 & 31, m = h & 1023;
+		return e == 31 ? 65536.0 : e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24);
+	}
+	if (h >= 0x7f80)
+		return ldexp(1, 128);
+	uint32_t u = h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* The 16-bit code nearest f, ties to the even code: round to nearest even
+ * by its definition, independent of model/weight.c. */
+static uint16_t nearest_code(int t, float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	uint32_t sign = u >> 31 ? 0x8000u : 0, top = t == PFX_W_F16 ? 0x7c00u : 0x7f80u;
+	double x = fabs((double)f);
+	uint32_t lo = 0, hi = top; /* code_value(lo) <= x, found by bisection */
+	if (x >= code_value(t, top))
+		return (uint16_t)(sign | top);
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+		if (code_value(t, mid) <= x)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	double dlo = x - code_value(t, lo), dhi = code_value(t, lo + 1) - x;
+	uint32_t h = dlo < dhi ? lo : dhi < dlo ? lo + 1 : (lo & 1 ? lo + 1 : lo);
+	return (uint16_t)(sign | h);
+}
+
+static bool is_nan_code(int t, uint16_t h)
+{
+	return t == PFX_W_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff)
+			      : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
 /* The scalar f32 -> 16-bit conversions against the row conversion (the
- * CPU's own vcvtps2ph and the integer bf16 rounding with AVX-512), over
- * bit patterns of every exponent: normals, subnormals, overflow, NaN. */
+ * CPU's own vcvtps2ph and the integer bf16 rounding with AVX-512), and both
+ * against round-to-nearest-even written above, over bit patterns of every
+ * exponent: normals, subnormals, overflow, NaN. In the plain C run the row
+ * conversion is the scalar one, so there the rounding written here is what
+ * checks it. */
 Test(kernels, scalar_and_vector_rounding_agree)
 {
 	enum { N = 1 << 16 };
@@ -268,6 +318,13 @@ Test(kernels, scalar_and_vector_rounding_agree)
 			uint16_t want = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
 			cr_assert_eq(got[i], want, "type %d: %a is %#x, not %#x", t, (double)src[i],
 				     got[i], want);
+			if (isnan(src[i])) {
+				cr_assert(is_nan_code(t, want), "type %d: NaN became %#x", t, want);
+				continue;
+			}
+			uint16_t ref = nearest_code(t, src[i]);
+			cr_assert_eq(want, ref, "type %d: %a rounds to %#x, the nearest (ties to even) is %#x",
+				     t, (double)src[i], want, ref);
 		}
 	}
 }

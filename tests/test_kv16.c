@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * 16-bit KV: every fixture against transformers within the stated bounds
- * (f16: logits within 5e-2, greedy generation identical), cached equal to
+ * (f16: logits within 5e-2, greedy generation identical; bf16: each
+ * fixture's measured error and greedy agreement), cached equal to
  * uncached, and sharing through prefixd: blocks half the size, and a KV
  * dtype never hits another's blocks.
  */
@@ -18,10 +19,32 @@
 #include "weight.h"
 
 #define TOL_F16 5e-2
-/* bf16 keeps 8 significant bits where f16 keeps 11: measured on the
- * fixtures at 0.05 to 0.29 (docs/DESIGN.md); this bound only catches a
- * broken conversion. */
-#define TOL_BF16 0.5
+#define F16_GREEDY 20 /* of 20: identical */
+/* bf16 keeps 8 significant bits where f16 keeps 11: each fixture's bound is
+ * its measured error (the same with the AVX-512, portable and plain C
+ * kernels: 4.91e-2, 0.124, 0.291; docs/DESIGN.md) plus a fifth, and its
+ * greedy tokens must agree with transformers' at least as far as they
+ * were seen to (neox-tiny's diverge at a near tie after 6). */
+static const struct {
+	const char *name;
+	double tol;
+	size_t greedy;
+} bf16_bound[] = {
+	{ "neox-tiny", 6e-2, 6 },
+	{ "neox-tiny-seq", 0.15, 20 },
+	{ "llama-tiny-gqa", 0.35, 20 },
+};
+
+static double bf16_tol(const char *name, size_t *greedy)
+{
+	for (size_t i = 0; i < sizeof(bf16_bound) / sizeof(bf16_bound[0]); i++)
+		if (!strcmp(bf16_bound[i].name, name)) {
+			*greedy = bf16_bound[i].greedy;
+			return bf16_bound[i].tol;
+		}
+	cr_assert_fail("no bf16 bound for %s", name);
+	return 0;
+}
 /* Cached vs uncached with 16-bit KV: the two paths' K and V differ in the
  * last f32 bits (summation order), which now and then rounds a stored
  * value to the neighbouring 16-bit one: 2^-11 of it in f16, 2^-8 in bf16.
@@ -40,9 +63,9 @@ static struct pfx_model *load_kv(const char *name, enum pfx_kv_dtype t, int bloc
 }
 
 /* Uncached, cached split (32 frozen, 16 in one call) and greedy decoding
- * with KV of dtype t, against the fixture's references; greedy tokens must
- * all agree when exact (f16), are counted otherwise (bf16). */
-static void check_fixture(const char *name, enum pfx_kv_dtype t, double tol, bool exact)
+ * with KV of dtype t, against the fixture's references: logits within tol,
+ * and the first min_greedy greedy tokens equal to transformers'. */
+static void check_fixture(const char *name, enum pfx_kv_dtype t, double tol, size_t min_greedy)
 {
 	struct pfx_model *m = load_kv(name, t, 0);
 	int V = pfx_model_config(m)->vocab;
@@ -69,13 +92,14 @@ static void check_fixture(const char *name, enum pfx_kv_dtype t, double tol, boo
 
 	int32_t *prompt = expected_i32(name, "greedy_prompt", &np);
 	int32_t *want = expected_i32(name, "greedy_out", &no);
+	cr_assert_leq(min_greedy, no);
 	float *l = malloc(V * sizeof(float));
 	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
 	cr_assert_eq(pfx_session_append(s, prompt, np, PFX_LOGITS_LAST, l, &err), 0, "%s", err.msg);
 	size_t same = 0;
 	for (size_t i = 0; i < no; i++) {
 		int32_t g = argmax(l, V);
-		if (exact)
+		if (i < min_greedy)
 			cr_expect_eq(g, want[i], "%s, %s KV: greedy token %zu is %d, transformers says %d",
 				     name, pfx_kv_dtype_name(t), i, g, want[i]);
 		same += g == want[i] && same == i;
@@ -94,12 +118,19 @@ static void check_fixture(const char *name, enum pfx_kv_dtype t, double tol, boo
 	pfx_model_free(m);
 }
 
-Test(kv16, neox_tiny_f16) { check_fixture("neox-tiny", PFX_KV_F16, TOL_F16, true); }
-Test(kv16, neox_tiny_seq_f16) { check_fixture("neox-tiny-seq", PFX_KV_F16, TOL_F16, true); }
-Test(kv16, llama_tiny_gqa_f16) { check_fixture("llama-tiny-gqa", PFX_KV_F16, TOL_F16, true); }
-Test(kv16, neox_tiny_bf16) { check_fixture("neox-tiny", PFX_KV_BF16, TOL_BF16, false); }
-Test(kv16, neox_tiny_seq_bf16) { check_fixture("neox-tiny-seq", PFX_KV_BF16, TOL_BF16, false); }
-Test(kv16, llama_tiny_gqa_bf16) { check_fixture("llama-tiny-gqa", PFX_KV_BF16, TOL_BF16, false); }
+static void check_bf16(const char *name)
+{
+	size_t greedy;
+	double tol = bf16_tol(name, &greedy);
+	check_fixture(name, PFX_KV_BF16, tol, greedy);
+}
+
+Test(kv16, neox_tiny_f16) { check_fixture("neox-tiny", PFX_KV_F16, TOL_F16, F16_GREEDY); }
+Test(kv16, neox_tiny_seq_f16) { check_fixture("neox-tiny-seq", PFX_KV_F16, TOL_F16, F16_GREEDY); }
+Test(kv16, llama_tiny_gqa_f16) { check_fixture("llama-tiny-gqa", PFX_KV_F16, TOL_F16, F16_GREEDY); }
+Test(kv16, neox_tiny_bf16) { check_bf16("neox-tiny"); }
+Test(kv16, neox_tiny_seq_bf16) { check_bf16("neox-tiny-seq"); }
+Test(kv16, llama_tiny_gqa_bf16) { check_bf16("llama-tiny-gqa"); }
 
 /* What a session stores is the f32 run's K and V rounded once. */
 Test(kv16, blocks_hold_the_f32_values_rounded)

@@ -2,8 +2,9 @@
 # Fuzzes for a bounded time: builds the harnesses of tests/fuzz as libFuzzer
 # binaries (clang, AddressSanitizer + UndefinedBehaviorSanitizer, every
 # project source instrumented for coverage) in build-fuzz/, then runs each
-# for FUZZ_SECONDS (default 30; 0 skips). Without clang it says so and exits
-# 0: clang is not a dependency of prefixd (scripts/deps.sh).
+# for FUZZ_SECONDS (default 30; 0 skips). scripts/deps.sh installs clang and
+# its libFuzzer runtime; without them it says so, records each harness as
+# skipped and exits 0.
 #
 #   tests/fuzz/run.sh [HARNESS...]      wire, safetensors, config, record (default: all)
 #
@@ -12,17 +13,35 @@
 # build-fuzz/fuzz/NAME-crash-* and the run fails. The last line per harness
 # gives executions, exec/s and coverage; libFuzzer's log is
 # build-fuzz/fuzz/NAME.log. Each harness's result is also a TAP line in
-# build-fuzz/fuzz/results.tap, which scripts/count_tests.py counts.
+# build-fuzz/fuzz/results.tap, which scripts/count_tests.py counts: "ok",
+# "not ok", or "ok ... # SKIP why"; a failed build is a "not ok" of its own.
 set -u
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-30}
 dir=${FUZZ_BUILD:-build-fuzz}
-[ "$seconds" -gt 0 ] 2>/dev/null || { echo "fuzz: FUZZ_SECONDS=$seconds, skipped"; exit 0; }
 names=${*:-wire safetensors config record}
+out=$dir/fuzz
+results=$out/results.tap
+mkdir -p "$out"
+rm -f "$results"
+# Every harness skipped, with why: counted apart, and said.
+skip_all() {
+	echo "fuzz: $1, skipped"
+	for n in $names; do echo "ok - fuzz-$n # SKIP $1" >>"$results"; done
+	exit 0
+}
+# A step before the harnesses run failed: a failed case of its own.
+step_failed() {
+	mkdir -p "$out"
+	echo "not ok - fuzz build: $1" >>"$results"
+	echo "fuzz: $1"
+	exit 1
+}
+[ "$seconds" -gt 0 ] 2>/dev/null || skip_all "FUZZ_SECONDS=$seconds"
 cc=${FUZZ_CC:-clang}
-command -v "$cc" >/dev/null 2>&1 || { echo "fuzz: no $cc, skipped"; exit 0; }
+command -v "$cc" >/dev/null 2>&1 || skip_all "no $cc (scripts/deps.sh installs clang)"
 
-probe=$(mktemp -d) || exit 1
+probe=$(mktemp -d) || step_failed "mktemp failed"
 # Some clang packages come without the libFuzzer runtime.
 printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
 	'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' \
@@ -35,24 +54,24 @@ cargs=-fsanitize=fuzzer-no-link
 echo '_Float16 h(float v) { return (_Float16)v; }' >"$probe/h.c"
 "$cc" -c "$probe/h.c" -o "$probe/h.o" >/dev/null 2>&1 || cargs="$cargs -D_Float16=__fp16"
 rm -rf "$probe"
-[ $linked -eq 0 ] || { echo "fuzz: $cc cannot link -fsanitize=fuzzer (no libFuzzer), skipped"; exit 0; }
+[ $linked -eq 0 ] ||
+	skip_all "$cc cannot link -fsanitize=fuzzer (no libFuzzer: scripts/deps.sh installs libclang-rt-14-dev)"
 
-if [ ! -d "$dir" ]; then
+if [ ! -f "$dir/build.ninja" ]; then
+	rm -rf "$dir"
 	CC=$cc meson setup "$dir" -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
 		-Db_lundef=false -Dc_args="$cargs" \
 		-Dc_link_args=-fsanitize=fuzzer-no-link >"$dir.setup.log" 2>&1 ||
-		{ cat "$dir.setup.log"; rm -rf "$dir"; echo "fuzz: meson setup failed"; exit 1; }
+		{ cat "$dir.setup.log"; rm -rf "$dir"; step_failed "meson setup failed"; }
 	rm -f "$dir.setup.log"
+	mkdir -p "$out"
 fi
 targets=""
 for n in $names; do targets="$targets tests/fuzz/fuzz-$n"; done
 # shellcheck disable=SC2086
 ninja -C "$dir" $targets >"$dir/fuzz-build.log" 2>&1 ||
-	{ tail -30 "$dir/fuzz-build.log"; echo "fuzz: build failed"; exit 1; }
+	{ tail -30 "$dir/fuzz-build.log"; step_failed "ninja failed"; }
 
-out=$dir/fuzz
-mkdir -p "$out"
-rm -f "$out/results.tap"
 status=0
 for n in $names; do
 	mkdir -p "$out/corpus-$n"
@@ -68,10 +87,10 @@ for n in $names; do
 	cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
 	if [ $rc -eq 0 ]; then
 		echo "fuzz-$n: ok, ${runs:-?} runs in ${seconds} s (${speed:-?} exec/s), ${cov:-cov: ?}"
-		echo "ok - fuzz-$n" >>"$out/results.tap"
+		echo "ok - fuzz-$n" >>"$results"
 	else
 		status=1
-		echo "not ok - fuzz-$n" >>"$out/results.tap"
+		echo "not ok - fuzz-$n" >>"$results"
 		echo "fuzz-$n: FAILED (exit $rc) after ${runs:-?} runs; input and report:"
 		grep -E 'Test unit written to|^==[0-9]+==ERROR|SUMMARY|invariant failed|runtime error' "$log" | head -10
 		echo "  (full log: $log)"
