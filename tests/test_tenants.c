@@ -215,7 +215,8 @@ enum ag_op {
 			 * bad: of them another user's */
 	AG_EVICT,       /* --all; stored: blocks evicted, dedup: kept pinned */
 	AG_EVICT_ID,    /* the chain (base, n) of user (0: its own) */
-	AG_PIN,         /* the chain (base, n) of user (0: its own) */
+	AG_PIN,         /* the chain (base, n) of user (0: its own); stored:
+			 * the pinned bytes it is told / 8 KiB */
 	AG_UNPIN,       /* the chain (base, n) of user (0: its own) */
 	AG_STATS,       /* stored: blocks, dedup: bytes_used / 8 KiB */
 	AG_USAGE,       /* hit: rows; bad: rows of another user */
@@ -364,7 +365,9 @@ static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 				r.rc = prefixd_evict(c, &sel, &e);
 				r.stored = (uint32_t)e.blocks;
 			} else if (!r.rc) {
-				r.rc = q.op == AG_PIN ? prefixd_pin(c, &id, 0, NULL) : prefixd_unpin(c, &id);
+				uint64_t pinned = 0;
+				r.rc = q.op == AG_PIN ? prefixd_pin(c, &id, 0, &pinned) : prefixd_unpin(c, &id);
+				r.stored = (uint32_t)(pinned / BB);
 			}
 			break;
 		}
@@ -743,9 +746,14 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 		r = agent_on(&a, refused[i], 100, 4, PREFIXD_SHARED_USER);
 		cr_expect_eq(r.rc, -EACCES, "op %d on the shared namespace by A: %s", refused[i], r.msg);
 	}
-	/* A evicts everything it may: its own blocks only. */
+	/* A evicts everything it may: its own blocks only. Its pin is told
+	 * what its own pins hold, not root's too. */
+	struct prefixd_id root_id = id_of(1, t, 4, 0);
+	cr_assert_eq(prefixd_pin(root, &root_id, 0, NULL), 0, "%s", prefixd_errmsg());
 	r = agent_do(&a, AG_PIN, 1, 7000, 3);
 	cr_expect_eq(r.rc, 0, "A pins its own chain: %s", r.msg);
+	cr_expect_eq(r.stored, 3, "A's pins hold its 3 blocks; told %u, root's 4 counted too", r.stored);
+	cr_assert_eq(prefixd_unpin(root, &root_id), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(stats().pins, 1);
 	r = agent_do(&a, AG_EVICT, 0, 0, 0);
 	cr_expect_eq(r.rc, 0, "%s", r.msg);
