@@ -273,7 +273,9 @@ int prefixd_evict(struct prefixd *c, const struct prefixd_evict_sel *sel,
 
 /* Pins a chain against eviction for ttl_s seconds (0: until unpinned);
  * pinning it again sets the TTL anew. *pinned_bytes (may be NULL): what
- * pins hold now. -E2BIG past the daemon's --pin-max. */
+ * pins hold now (for a user other than the daemon's and root: the pins of
+ * the chain's namespace). -E2BIG past the daemon's --pin-max or the
+ * namespace's quota. */
 int prefixd_pin(struct prefixd *c, const struct prefixd_id *id, uint32_t ttl_s,
 		uint64_t *pinned_bytes);
 /* -ENOENT when that chain is not pinned. */

@@ -39,6 +39,15 @@ static bool may_steer(struct conn *c, uint32_t ns)
 	       (ns == PD_NS_SHARED && conn_shared_role(c) == SHARED_PUBLISHER);
 }
 
+/* The namespaces a peer that is not an admin sees. */
+static struct idx_view view_of(struct conn *c)
+{
+	struct idx_view v = { { c->cred.uid, PD_NS_SHARED }, 1 };
+	if (conn_shared_role(c) != SHARED_NONE)
+		v.n = 2;
+	return v;
+}
+
 static int not_theirs(struct conn *c, const char *what, uint32_t ns)
 {
 	if (ns == PD_NS_SHARED)
@@ -65,7 +74,7 @@ static int bad_body(struct conn *c, int rc)
 /* What a user who is not an admin sees of STATS: the usage rows they may
  * see, and counters that are the sums of their own rows, with the limits
  * every HELLO announces anyway; the daemon-wide rest reads 0. */
-static void own_stats(struct conn *c, uint64_t *v, struct pd_usage *rows, uint32_t *n)
+static void own_stats(struct conn *c, uint64_t *v, const struct pd_usage *rows, uint32_t n)
 {
 	uint64_t keep[] = { v[PD_ST_budget], v[PD_ST_quota], v[PD_ST_pin_max], v[PD_ST_disk_budget] };
 	memset(v, 0, PD_STATS_COUNT * sizeof(*v));
@@ -73,10 +82,7 @@ static void own_stats(struct conn *c, uint64_t *v, struct pd_usage *rows, uint32
 	v[PD_ST_quota] = keep[1];
 	v[PD_ST_pin_max] = keep[2];
 	v[PD_ST_disk_budget] = keep[3];
-	uint32_t k = 0;
-	for (uint32_t i = 0; i < *n; i++) {
-		if (!may_see(c, rows[i].uid))
-			continue;
+	for (uint32_t i = 0; i < n; i++) {
 		if (rows[i].uid == c->cred.uid) {
 			v[PD_ST_blocks] += rows[i].blocks;
 			v[PD_ST_bytes_used] += rows[i].bytes;
@@ -86,9 +92,7 @@ static void own_stats(struct conn *c, uint64_t *v, struct pd_usage *rows, uint32
 			v[PD_ST_query_tokens] += rows[i].query_tokens;
 			v[PD_ST_evictions] += rows[i].evictions;
 		}
-		rows[k++] = rows[i];
 	}
-	*n = k;
 }
 
 int admin_stats(struct conn *c)
@@ -137,10 +141,11 @@ int admin_stats(struct conn *c)
 	};
 	struct pd_usage *rows;
 	uint32_t n;
-	if (idx_usage(d->idx, &rows, &n))
+	struct idx_view view = view_of(c);
+	if (idx_usage_in(d->idx, is_admin(c) ? NULL : &view, &rows, &n))
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	if (!is_admin(c))
-		own_stats(c, v, rows, &n);
+		own_stats(c, v, rows, n);
 	size_t len = PD_STATS_REPLY_FIXED + 8 * (size_t)PD_STATS_COUNT + (size_t)n * PD_USAGE_SIZE;
 	uint8_t *b = conn_reply(c, PD_OK, len);
 	int rc = b && pd_stats_reply_encode(v, rows, n, b, len) == len ? 0 : -1;
@@ -161,13 +166,10 @@ int admin_list(struct conn *c)
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	uint32_t n;
 	uint64_t next;
-	idx_list(c->d->idx, &m, rows, &n, &next);
-	/* Others' rows out: a page may then hold fewer rows, as pages may. */
-	uint32_t k = 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (may_see(c, rows[i].id.uid))
-			rows[k++] = rows[i];
-	n = k;
+	/* Others' chains are skipped by the index, not filtered from a
+	 * page: pages that ended at them would count them. */
+	struct idx_view view = view_of(c);
+	idx_list_in(c->d->idx, &m, is_admin(c) ? NULL : &view, rows, &n, &next);
 	size_t len = PD_LIST_REPLY_FIXED + (size_t)n * PD_CHAIN_SIZE;
 	uint8_t *b = conn_reply(c, PD_OK, len);
 	rc = b && pd_list_reply_encode(next, rows, n, b, len) == len ? 0 : -1;
@@ -215,11 +217,17 @@ int admin_pin(struct conn *c)
 	rc = idx_pin_ns(c->d->idx, &m.id, m.ttl_s, ns_max, &r.pinned_bytes);
 	if (rc == -ENOENT)
 		return conn_fail(c, PD_E_NOTFOUND, "no chain with that id is cached");
-	if (rc == -E2BIG)
+	/* Every user's pins count against --pin-max, but a user is told only
+	 * what their own hold. */
+	if (rc == -E2BIG && is_admin(c))
 		return conn_fail(c, PD_E_LIMIT, "pins would hold %llu bytes, past the daemon's --pin-max of %llu bytes: unpin something or start prefixd with a larger --pin-max",
 				 (unsigned long long)r.pinned_bytes, (unsigned long long)r.pin_max);
+	if (rc == -E2BIG)
+		return conn_fail(c, PD_E_LIMIT, "the pins of every user would pass the daemon's --pin-max of %llu bytes: unpin something, or ask for a larger --pin-max",
+				 (unsigned long long)r.pin_max);
 	if (rc == -EDQUOT)
-		return conn_fail(c, PD_E_LIMIT, "the pins of uid %u would hold %llu bytes, past its quota of %llu bytes (prefixd --quota): unpin something first",
+		return conn_fail(c, PD_E_LIMIT, "the pins of %s %u would hold %llu bytes, past its quota of %llu bytes (prefixd --quota): unpin something first",
+				 m.id.uid == PD_NS_SHARED ? "the shared namespace, uid" : "uid",
 				 (unsigned)m.id.uid, (unsigned long long)r.pinned_bytes,
 				 (unsigned long long)c->d->lim.quota);
 	if (rc)

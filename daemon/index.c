@@ -3,7 +3,8 @@
  * The prefix index.
  *
  * DESIGN. Entries live in a chained hash table keyed by (namespace, key),
- * where key is the client's chain hash (truncated in test builds). Every
+ * where key is the client's chain hash (truncated in test builds), and
+ * hashed under a secret of the index (bucket_of). Every
  * entry points to its parent entry and counts its children, so the set of
  * entries is a forest of prefix trees, one root per group (namespace, h0).
  * A MATCH walks the client's chain and accepts entry i only if its tokens
@@ -43,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <sodium.h>
 
 /* The lists an entry can be on: the two memory LRU lists, the disk LRU
  * list, and the dirty queue. */
@@ -127,6 +130,9 @@ struct pd_index {
 	uint32_t block_tokens;
 	int key_bytes;
 	struct idx_limits lim;
+	/* A secret of this index: a user who lists sees where in the table
+	 * a page stops, which must not tell whose keys are there. */
+	uint8_t bucket_key[crypto_shorthash_KEYBYTES];
 	struct entry *buckets[NBUCKETS];
 	struct list lru;              /* every evictable block */
 	struct list disk_lru;         /* blocks held only on disk, leaves */
@@ -195,9 +201,12 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 {
 	if (!block_tokens || key_bytes < 1 || key_bytes > IDX_HASH_BYTES)
 		return -EINVAL;
+	if (sodium_init() < 0)
+		return -EIO;
 	struct pd_index *x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
+	randombytes_buf(x->bucket_key, sizeof(x->bucket_key));
 	pthread_mutex_init(&x->lock, NULL);
 	atomic_init(&x->waiting, 0);
 	x->block_tokens = block_tokens;
@@ -416,12 +425,18 @@ static void make_key(const struct pd_index *x, const uint8_t *hash, uint8_t key[
 	memcpy(key, hash, (size_t)x->key_bytes);
 }
 
+/* Keyed (SipHash): keys are chain hashes anyone can compute, so an
+ * unkeyed bucket would tell a user paging through LIST with cursors of
+ * their choosing whether a guessed prompt of another user is cached. */
 static size_t bucket_of(const struct pd_index *x, uint32_t ns, const uint8_t *key)
 {
-	uint64_t h = ns * 0x9e3779b97f4a7c15ull;
-	for (int i = 0; i < x->key_bytes; i++)
-		h = (h ^ key[i]) * 0x100000001b3ull;
-	return (size_t)(h ^ h >> 29) & (NBUCKETS - 1);
+	uint8_t in[4 + IDX_HASH_BYTES], h[crypto_shorthash_BYTES];
+	memcpy(in, &ns, 4);
+	memcpy(in + 4, key, (size_t)x->key_bytes);
+	crypto_shorthash(h, in, 4 + (size_t)x->key_bytes, x->bucket_key);
+	uint64_t v;
+	memcpy(&v, h, sizeof(v));
+	return (size_t)(v & (NBUCKETS - 1));
 }
 
 static struct entry *do_find(const struct pd_index *x, uint32_t ns, const uint8_t *key)
@@ -1506,7 +1521,21 @@ void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count)
 	pthread_mutex_unlock(&x->lock);
 }
 
+static bool in_view(const struct idx_view *v, uint32_t ns)
+{
+	for (uint32_t i = 0; v && i < v->n; i++)
+		if (v->ns[i] == ns)
+			return true;
+	return !v;
+}
+
 int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
+{
+	return idx_usage_in(x, NULL, rows, n);
+}
+
+int idx_usage_in(struct pd_index *x, const struct idx_view *view, struct pd_usage **rows,
+		 uint32_t *n)
 {
 	pthread_mutex_lock(&x->lock);
 	size_t cap = 0;
@@ -1517,6 +1546,8 @@ int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
 	/* Groups of one (user, model) differ by salt or layout: one row. Past
 	 * the rows a reply can carry, pairs not seen yet are left out. */
 	for (struct idx_group *g = x->groups; r && g; g = g->next) {
+		if (!in_view(view, g->ns))
+			continue;
 		uint32_t i = 0;
 		while (i < k && (r[i].uid != g->ns || memcmp(r[i].fp, g->fp, PD_FP_SIZE)))
 			i++;
@@ -1576,6 +1607,12 @@ static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now
 void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
 	      uint32_t *nrows, uint64_t *next)
 {
+	idx_list_in(x, req, NULL, rows, nrows, next);
+}
+
+void idx_list_in(struct pd_index *x, const struct pd_list *req, const struct idx_view *view,
+		 struct pd_chain_row *rows, uint32_t *nrows, uint64_t *next)
+{
 	/* The cursor: bucket in the high half, position in its chain below. */
 	uint64_t b = req->cursor >> 32, pos = req->cursor & 0xffffffffu;
 	uint32_t n = 0, seen = 0;
@@ -1596,6 +1633,8 @@ void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row
 			if (e->children && !(e->pins && do_pin_of(x, e)))
 				continue;
 			if ((req->flags & PD_LIST_USER) && e->g->ns != req->uid)
+				continue;
+			if (!in_view(view, e->g->ns))
 				continue;
 			if ((req->flags & PD_LIST_MODEL) && memcmp(e->g->fp, req->fp, PD_FP_SIZE))
 				continue;
@@ -1786,6 +1825,15 @@ int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t 
 	return 0;
 }
 
+static uint64_t do_ns_pinned(const struct pd_index *x, uint32_t ns)
+{
+	uint64_t sum = 0;
+	for (const struct idx_group *g = x->groups; g; g = g->next)
+		if (g->ns == ns)
+			sum += g->pinned_bytes;
+	return sum;
+}
+
 int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
 {
 	return idx_pin_ns(x, id, ttl_s, UINT64_MAX, pinned_bytes);
@@ -1815,14 +1863,9 @@ int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint6
 			rc = -E2BIG;
 			goto out;
 		}
-		uint64_t ns_pinned = 0;
-		for (const struct idx_group *g = x->groups; g && ns_max != UINT64_MAX; g = g->next)
-			if (g->ns == e->g->ns)
-				ns_pinned += g->pinned_bytes;
-		if (ns_max != UINT64_MAX && ns_pinned + add > ns_max) {
-			*pinned_bytes = ns_pinned + add;
-			pthread_mutex_unlock(&x->lock);
-			return -EDQUOT;
+		if (ns_max != UINT64_MAX && do_ns_pinned(x, e->g->ns) + add > ns_max) {
+			rc = -EDQUOT;
+			goto out;
 		}
 		if (!(p = calloc(1, sizeof(*p)))) {
 			rc = -ENOMEM;
@@ -1838,7 +1881,11 @@ int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint6
 	p->expires_ms = ttl_s ? now_ms() + (uint64_t)ttl_s * 1000 : 0;
 	add = 0;
 out:
-	*pinned_bytes = x->st.pinned_bytes + add;
+	/* A user is told of their namespace's pins only: the others' are
+	 * not theirs to count. */
+	*pinned_bytes = ns_max == UINT64_MAX ? x->st.pinned_bytes + add
+			: e                  ? do_ns_pinned(x, e->g->ns) + add
+					     : 0;
 	pthread_mutex_unlock(&x->lock);
 	return rc;
 }

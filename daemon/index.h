@@ -214,9 +214,20 @@ int idx_export_take(struct pd_index *x, const struct pd_export *sel, struct idx_
 		    uint32_t *n);
 void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n);
 
+/* The namespaces a peer that is not an admin may see (its own and, as a
+ * member, the shared one); a NULL view is every namespace. */
+struct idx_view {
+	uint32_t ns[2];
+	uint32_t n;
+};
+
 void idx_get_stats(struct pd_index *x, struct idx_stats *out);
 /* One row per (user, model), malloc'd into *rows (free it). 0 or -ENOMEM. */
 int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n);
+/* idx_usage of the namespaces of view only (NULL: all), so that the rows
+ * others fill can never crowd the view's out of a reply. */
+int idx_usage_in(struct pd_index *x, const struct idx_view *view, struct pd_usage **rows,
+		 uint32_t *n);
 /* Takes back the miss an idx_match of count blocks in g counted: the
  * MATCH goes on in another namespace, which counts it. */
 void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count);
@@ -232,6 +243,11 @@ void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count);
  */
 void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
 	      uint32_t *nrows, uint64_t *next);
+/* idx_list of the chains of view's namespaces only (NULL: all): a page
+ * ends after max_rows of them, so that where it ends tells nothing of
+ * the chains of others. */
+void idx_list_in(struct pd_index *x, const struct pd_list *req, const struct idx_view *view,
+		 struct pd_chain_row *rows, uint32_t *nrows, uint64_t *next);
 /* Evicts the unleased, unpinned blocks a selector names and counts the
  * ones kept. 0, or -ENOENT for an unknown chain id. */
 int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out);
@@ -245,7 +261,9 @@ int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t 
  * would hold with this one). */
 int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes);
 /* idx_pin, and -EDQUOT when the pins of the chain's namespace would then
- * hold more than ns_max bytes (*pinned_bytes: what they would hold). */
+ * hold more than ns_max bytes. With ns_max other than UINT64_MAX (a
+ * user's pin), *pinned_bytes is what the pins of the chain's namespace
+ * hold (or would hold), never the others'. */
 int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
 	       uint64_t *pinned_bytes);
 /* 0, or -ENOENT when no such chain is pinned. */

@@ -97,6 +97,20 @@ int partitions_get(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 	return rc;
 }
 
+int partitions_find(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
+		    struct partition **out)
+{
+	pthread_mutex_lock(&ps->lock);
+	struct partition *p = ps->head;
+	while (p && (p->uid != uid || p->block_bytes != block_bytes))
+		p = p->next;
+	if (p)
+		store_hold(p->store, 1);
+	pthread_mutex_unlock(&ps->lock);
+	*out = p;
+	return p ? 0 : -ENOENT;
+}
+
 void partitions_put(struct partitions *ps, struct partition *p)
 {
 	(void)ps;

@@ -46,6 +46,9 @@ void partitions_destroy(struct partitions *ps);
  * PARTITIONS_PER_USER in use) or -ENOMEM. */
 int partitions_get(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
 		   struct partition **out);
+/* partitions_get of a partition that exists only: -ENOENT otherwise. */
+int partitions_find(struct partitions *ps, uint32_t uid, uint64_t block_bytes,
+		    struct partition **out);
 void partitions_put(struct partitions *ps, struct partition *p);
 /* The index's view of p's store (with the size of a block's disk record). */
 void partition_ops(const struct partition *p, uint32_t block_tokens, struct idx_store *ops);

@@ -37,7 +37,10 @@ struct conn {
 	uint8_t h0[PD_HASH_SIZE];
 	/* Set by a HELLO with the SHARED flag: the shared namespace's arenas
 	 * and chain root. Its arenas go to the client with ids from
-	 * STORE_MAX_ARENAS on, so that they never clash with its own. */
+	 * STORE_MAX_ARENAS on, so that they never clash with its own. A
+	 * member's are set once a publisher has made them (shared_join). */
+	bool shared_wanted;
+	uint8_t shared_fp[PD_FP_SIZE];
 	struct partition *shared_part;
 	struct idx_group *shared_group;
 	int shared_role;          /* enum shared_role, looked up at first need */

@@ -29,7 +29,40 @@ static void hello_undo(struct conn *c)
 	c->part = NULL;
 }
 
-/* The shared namespace's group for a HELLO that asks for it, after the
+/* Joins the shared namespace's arenas and chain root. A publisher makes
+ * them on first use; a member only finds them, so that no member can take
+ * the namespace's block sizes (one whose size has none yet joins at a
+ * later MATCH). 0; -ENOENT (none yet), -EILSEQ (blocks of another size
+ * under this root), or partitions_get's error. */
+static int shared_join(struct conn *c)
+{
+	struct daemon *d = c->d;
+	struct partition *p;
+	uint64_t bb = c->part->block_bytes;
+	int rc = conn_shared_role(c) == SHARED_PUBLISHER
+			 ? partitions_get(&d->parts, PD_NS_SHARED, bb, &p)
+			 : partitions_find(&d->parts, PD_NS_SHARED, bb, &p);
+	if (rc)
+		return rc;
+	struct idx_root root = { .ns = PD_NS_SHARED };
+	memcpy(root.h0, c->h0, PD_HASH_SIZE);
+	struct idx_store ops;
+	partition_ops(p, d->block_tokens, &ops);
+	if (idx_group_get(d->idx, &root, c->shared_fp, &ops, &c->shared_group)) {
+		partitions_put(&d->parts, p);
+		return -ENOMEM;
+	}
+	if (!idx_group_has_store(c->shared_group, p->store)) {
+		idx_group_put(d->idx, c->shared_group);
+		c->shared_group = NULL;
+		partitions_put(&d->parts, p);
+		return -EILSEQ;
+	}
+	c->shared_part = p;
+	return 0;
+}
+
+/* The shared namespace for a HELLO that asks for it, after the
  * connection's own (set up). 0; or the refusal queued (1, or -1 to close),
  * and the own group undone. */
 static int attach_shared(struct conn *c, const struct pd_hello *m)
@@ -42,31 +75,16 @@ static int attach_shared(struct conn *c, const struct pd_hello *m)
 		rc = conn_fail(c, PD_E_DENIED, "uid %u is neither a member of the shared namespace's group (gid %u) nor one of its publishers",
 			       (unsigned)c->cred.uid, (unsigned)d->shared.gid);
 	else {
-		struct partition *p;
-		struct idx_root root = { .ns = PD_NS_SHARED };
-		memcpy(root.h0, c->h0, PD_HASH_SIZE);
-		int e = partitions_get(&d->parts, PD_NS_SHARED, m->block_bytes, &p);
-		if (e)
-			rc = conn_fail(c, e == -ENOMEM ? PD_E_INTERNAL : PD_E_LIMIT, "the shared namespace: %s",
-				       e == -EMFILE ? "this daemon serves too many (user, block size) pairs"
-				       : e == -EUSERS ? "it has too many block sizes in use"
-				       : "out of memory");
-		else {
-			struct idx_store ops;
-			partition_ops(p, d->block_tokens, &ops);
-			if (idx_group_get(d->idx, &root, m->fingerprint, &ops, &c->shared_group)) {
-				partitions_put(&d->parts, p);
-				rc = conn_fail(c, PD_E_INTERNAL, "out of memory");
-			} else if (!idx_group_has_store(c->shared_group, p->store)) {
-				idx_group_put(d->idx, c->shared_group);
-				c->shared_group = NULL;
-				partitions_put(&d->parts, p);
-				rc = conn_fail(c, PD_E_LAYOUT, "the shared blocks of this model and layout are of another size (an imported file claimed them): evict them first");
-			} else {
-				c->shared_part = p;
-				return 0;
-			}
+		memcpy(c->shared_fp, m->fingerprint, PD_FP_SIZE);
+		int e = shared_join(c);
+		if (!e || e == -ENOENT) {
+			c->shared_wanted = true;
+			return 0;
 		}
+		rc = e == -EILSEQ ? conn_fail(c, PD_E_LAYOUT, "the shared blocks of this model and layout are of another size (an imported file claimed them): evict them first")
+		     : e == -EMFILE ? conn_fail(c, PD_E_LIMIT, "the shared namespace: this daemon serves too many (user, block size) pairs")
+		     : e == -EUSERS ? conn_fail(c, PD_E_LIMIT, "the shared namespace: it has too many block sizes in use")
+				    : conn_fail(c, PD_E_INTERNAL, "the shared namespace: out of memory");
 	}
 	hello_undo(c);
 	return rc ? -1 : 1;
@@ -345,6 +363,8 @@ int req_match(struct conn *c)
 		    : -ENOMEM;
 	/* The user's own namespace first; with nothing there, the shared one
 	 * (the miss then counts once, there). */
+	if (!rc && !hit && c->shared_wanted && !c->shared_group)
+		shared_join(c); /* a member's: something may have been published since */
 	if (!rc && !hit && c->shared_group) {
 		idx_uncount_miss(c->d->idx, c->group, m.count);
 		v = (struct ns_view){ c->shared_group, c->shared_part->store, STORE_MAX_ARENAS, true };
@@ -427,7 +447,7 @@ int req_publish(struct conn *c)
 	const uint8_t *prev = c->h0;
 	/* A connection that attached the shared namespace publishes there,
 	 * unless it continues a lease of its own namespace. */
-	bool shared = c->shared_group != NULL;
+	bool shared = c->shared_wanted;
 	if (m.lease) {
 		struct held_lease *l = find_lease(c, m.lease);
 		if (!l)
@@ -441,6 +461,8 @@ int req_publish(struct conn *c)
 				 (unsigned)c->cred.uid);
 	struct idx_group *g = shared ? c->shared_group : c->group;
 	struct partition *part = shared ? c->shared_part : c->part;
+	if (!g) /* a publisher joins at HELLO */
+		return conn_fail(c, PD_E_INTERNAL, "the shared namespace is not attached");
 	bool leased = c->h.flags & PD_FLAG_LEASE;
 	if (leased && c->nleases >= MAX_LEASES)
 		return conn_fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
@@ -508,5 +530,6 @@ void req_end(struct conn *c)
 	c->shared_group = NULL;
 	partitions_put(&c->d->parts, c->shared_part);
 	c->shared_part = NULL;
+	c->shared_wanted = false;
 	hello_undo(c);
 }

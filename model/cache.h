@@ -103,7 +103,8 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
  * PFX_CACHE_SHARED (its publishers and root only; -EACCES otherwise).
  * Pins hold at most the daemon's --pin-max, and one user's at most their
  * quota (-E2BIG past either). *pinned_bytes: what pins hold in the daemon
- * now. */
+ * now (for a user other than the daemon's and root: the pins of the
+ * chain's namespace). */
 int pfx_cache_pin(struct pfx_cache *c, const int32_t *tokens, size_t n, uint32_t ttl_s,
 		  uint64_t *pinned_bytes, struct pfx_error *err);
 

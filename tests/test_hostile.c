@@ -782,6 +782,82 @@ Test(hostile, admin_requests_from_another_user_reach_only_their_own_chains)
 	cr_expect_eq(td_stop(&td2), 0, "the second prefixd stops cleanly");
 }
 
+/* In a child of uid 60001: LIST pages of one row from the start, until
+ * the cursor ends (at most 1000 pages); writes {pages, rows} to out. */
+static void pager_child(const char *sock, int out)
+{
+	uint32_t res[2] = { 0, 0 };
+	gid_t g = 65534;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	strcpy(a.sun_path, sock);
+	int fd = -1;
+	if (!setgroups(1, &g) && !setresgid(g, g, g) && !setresuid(60001, 60001, 60001) &&
+	    (fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    !connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		struct timeval tv = { 5, 0 };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		uint64_t cursor = 0;
+		do {
+			uint8_t body[PD_LIST_SIZE], *rb = NULL;
+			struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_LIST, 0, 0, 6, PD_LIST_SIZE };
+			struct pd_hdr r;
+			struct pd_list_reply lr;
+			list_body(body, cursor, 1, 0, 0);
+			if (pd_send(fd, &h, body, NULL, 0) || pd_recv(fd, &r, &rb, NULL, NULL) ||
+			    r.status || pd_list_reply_decode(rb, r.body_len, &lr)) {
+				free(rb);
+				res[0] = UINT32_MAX;
+				break;
+			}
+			res[0]++;
+			res[1] += lr.nrows;
+			cursor = lr.next;
+			free(rb);
+		} while (cursor && res[0] < 1000);
+	}
+	_exit(write(out, res, sizeof(res)) == (ssize_t)sizeof(res) ? 0 : 1);
+}
+
+Test(hostile, a_user_paging_one_row_at_a_time_cannot_count_others_chains)
+{
+	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root");
+	struct test_daemon td2;
+	const char *args[] = { "--block-tokens", "4", "--memory", "1M", "--group", "65534", NULL };
+	cr_assert_eq(td_start_named(&td2, "sock", args), 0);
+	cr_assert_eq(chmod(td2.dir, 0711), 0);
+	/* Root's 6 chains of 2 blocks, which uid 60001 must not learn of. */
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td2.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	for (uint32_t k = 0; k < 6; k++) {
+		uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup;
+		for (uint32_t i = 0; i < 2 * TD_BLOCK_TOKENS; i++)
+			t[i] = 1000 * (k + 1) + i;
+		cr_assert_eq(td_publish(c, 0, t, 0, 2, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	}
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		pager_child(td2.sock, p[1]);
+	}
+	close(p[1]);
+	uint32_t res[2];
+	ssize_t got = read(p[0], res, sizeof(res));
+	close(p[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	cr_assert_eq(got, (ssize_t)sizeof(res), "the child reports");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	cr_expect_eq(res[1], 0, "uid 60001 sees none of root's chains (%u rows)", res[1]);
+	/* A page that ended at each of root's rows would count them. */
+	cr_expect_eq(res[0], 1, "one page, whatever others cache: %u pages", res[0]);
+	prefixd_close(c);
+	cr_expect_eq(td_stop(&td2), 0, "the second prefixd stops cleanly");
+}
+
 /* ==== Limits: connections, request memory, deadlines ==== */
 
 /* These start their own daemon (with the limits under test). */

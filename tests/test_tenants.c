@@ -215,10 +215,13 @@ enum ag_op {
 			 * bad: of them another user's */
 	AG_EVICT,       /* --all; stored: blocks evicted, dedup: kept pinned */
 	AG_EVICT_ID,    /* the chain (base, n) of user (0: its own) */
-	AG_PIN,         /* the chain (base, n) of user (0: its own) */
+	AG_PIN,         /* the chain (base, n) of user (0: its own); stored:
+			 * the pinned bytes it is told / 8 KiB */
 	AG_UNPIN,       /* the chain (base, n) of user (0: its own) */
 	AG_STATS,       /* stored: blocks, dedup: bytes_used / 8 KiB */
 	AG_USAGE,       /* hit: rows; bad: rows of another user */
+	AG_HOLD_SHARED, /* one more connection with the shared namespace, of
+			 * blocks of 8 KiB x (n + 2), kept open */
 	AG_EXPORT,      /* every block, into a file of its own */
 	AG_IMPORT,      /* a file of its own (empty) */
 	AG_QUIT,
@@ -281,7 +284,8 @@ static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 	if (setgroups(group ? 2 : 1, gs) || setresgid(g, g, g) || setresuid(uid, uid, uid) ||
 	    geteuid() != uid)
 		_exit(64);
-	struct prefixd *c = NULL;
+	struct prefixd *c = NULL, *held[16];
+	int nheld = 0;
 	uint64_t leases[256];
 	int nleases = 0;
 	struct ag_req q;
@@ -307,6 +311,15 @@ static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 		case AG_PUBLISH:
 			r.rc = td_publish(c, 0, t, 0, q.n, &r.stored, &r.dedup);
 			break;
+		case AG_HOLD_SHARED: {
+			struct prefixd_layout l = td_layout((uint8_t)q.model);
+			l.block_bytes = TD_BLOCK_BYTES * (q.n + 2);
+			r.rc = nheld < 16 ? prefixd_connect_flags(td.sock, &l, PREFIXD_CONNECT_SHARED,
+								  &held[nheld])
+					  : -ENOSPC;
+			nheld += !r.rc;
+			break;
+		}
 		case AG_MATCH: {
 			uint64_t lease = 0;
 			const void *kv[64];
@@ -364,7 +377,9 @@ static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 				r.rc = prefixd_evict(c, &sel, &e);
 				r.stored = (uint32_t)e.blocks;
 			} else if (!r.rc) {
-				r.rc = q.op == AG_PIN ? prefixd_pin(c, &id, 0, NULL) : prefixd_unpin(c, &id);
+				uint64_t pinned = 0;
+				r.rc = q.op == AG_PIN ? prefixd_pin(c, &id, 0, &pinned) : prefixd_unpin(c, &id);
+				r.stored = (uint32_t)(pinned / BB);
 			}
 			break;
 		}
@@ -409,6 +424,8 @@ static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 			break;
 	}
 	prefixd_close(c);
+	while (nheld)
+		prefixd_close(held[--nheld]);
 	_exit(0); /* no atexit handlers: LSan and Criterion are the parent's */
 }
 
@@ -743,9 +760,14 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 		r = agent_on(&a, refused[i], 100, 4, PREFIXD_SHARED_USER);
 		cr_expect_eq(r.rc, -EACCES, "op %d on the shared namespace by A: %s", refused[i], r.msg);
 	}
-	/* A evicts everything it may: its own blocks only. */
+	/* A evicts everything it may: its own blocks only. Its pin is told
+	 * what its own pins hold, not root's too. */
+	struct prefixd_id root_id = id_of(1, t, 4, 0);
+	cr_assert_eq(prefixd_pin(root, &root_id, 0, NULL), 0, "%s", prefixd_errmsg());
 	r = agent_do(&a, AG_PIN, 1, 7000, 3);
 	cr_expect_eq(r.rc, 0, "A pins its own chain: %s", r.msg);
+	cr_expect_eq(r.stored, 3, "A's pins hold its 3 blocks; told %u, root's 4 counted too", r.stored);
+	cr_assert_eq(prefixd_unpin(root, &root_id), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(stats().pins, 1);
 	r = agent_do(&a, AG_EVICT, 0, 0, 0);
 	cr_expect_eq(r.rc, 0, "%s", r.msg);
@@ -894,6 +916,43 @@ Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_member
 	agent_stop(&a);
 	agent_stop(&b);
 	prefixd_close(root);
+	stop();
+}
+
+/* A member's HELLO makes nothing in the shared namespace: were it to make
+ * the namespace's arenas of a block size, its 8 sizes would be a member's
+ * to take, and a publisher's model refused. */
+Test(tenants, a_member_cannot_take_the_shared_namespaces_block_sizes)
+{
+	char group[16], pubs[16];
+	snprintf(group, sizeof(group), "%u", GID_SHARED);
+	snprintf(pubs, sizeof(pubs), "%u", UID_A);
+	const char *args[] = { "--shared-group", group, "--shared-publishers", pubs, NULL };
+	start(args);
+	/* B, a member, attaches first, nothing being published yet, with 8
+	 * block sizes (its own 8 too). */
+	struct agent b = agent_start_in(UID_B, GID_SHARED, 1, 1);
+	for (uint32_t k = 0; k < 7; k++) {
+		struct ag_rep r = agent_do(&b, AG_HOLD_SHARED, 1, 0, k);
+		cr_assert_eq(r.rc, 0, "the member connects with blocks of size %u: %s", k, r.msg);
+	}
+	struct agent a = agent_start_in(UID_A, 0, 1, 1);
+	struct ag_rep r = agent_do(&a, AG_HOLD_SHARED, 1, 0, 7);
+	cr_expect_eq(r.rc, 0, "the publisher's model of a 9th block size: %s", r.msg);
+	r = agent_do(&a, AG_PUBLISH, 0, 7000, 3);
+	cr_expect_eq(r.rc, 0, "%s", r.msg);
+	cr_expect_eq(r.stored, 3, "the publisher publishes");
+	/* B's connection, made before there was anything to attach, attaches
+	 * what was published since. */
+	r = agent_do(&b, AG_MATCH, 0, 7000, 3);
+	cr_expect_eq(r.hit, 3, "the member attaches it: %u blocks (%s)", r.hit, r.msg);
+	cr_expect_eq(r.bad, 0);
+	cr_expect_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
+	/* And is still refused publishing, first attached or not. */
+	r = agent_do(&b, AG_PUBLISH, 0, 9000, 2);
+	cr_expect_eq(r.rc, -EACCES, "rc %d: %s", r.rc, r.msg);
+	agent_stop(&a);
+	agent_stop(&b);
 	stop();
 }
 
