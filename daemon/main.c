@@ -72,6 +72,9 @@ static void usage(FILE *f)
 		"  --disk-budget SIZE  the most the records in DIR may hold (default: 4 x --memory,\n"
 		"                      at most 90%% of the free space at start); full, the least\n"
 		"                      recently used blocks held only on disk go\n"
+		"  --disk-sync         answer a PUBLISH only once its blocks' records are on disk,\n"
+		"                      synced (default: written behind, soon after the answer, so\n"
+		"                      a kill -9 or a crash loses what was not written yet)\n"
 		"  --test-key-bytes N  TESTS ONLY: index keys of N bytes instead of 32, so hash\n"
 		"                      collisions happen; hits are still confirmed token by token\n"
 		"  -h, --help          this text\n"
@@ -172,6 +175,7 @@ int main(int argc, char **argv)
 		{ "idle-timeout", required_argument, NULL, 'I' },
 		{ "disk-dir", required_argument, NULL, 'D' },
 		{ "disk-budget", required_argument, NULL, 'B' },
+		{ "disk-sync", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -259,6 +263,9 @@ int main(int argc, char **argv)
 		case 'B':
 			disk_budget = optarg;
 			break;
+		case 'S':
+			cfg.disk_sync = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -273,6 +280,8 @@ int main(int argc, char **argv)
 		return bad("unexpected argument '%s'", argv[optind]);
 	if (disk_budget && !cfg.disk_dir)
 		return bad("--disk-budget: only with --disk-dir");
+	if (cfg.disk_sync && !cfg.disk_dir)
+		return bad("--disk-sync: only with --disk-dir");
 	if (disk_budget && (parse_size(disk_budget, &cfg.disk_budget) || cfg.disk_budget < (64u << 10)))
 		return bad("--disk-budget: '%s' is not a size of at least 64K (e.g. 10G)", disk_budget);
 	if (cfg.disk_dir && !disk_budget)

@@ -7,6 +7,7 @@
 #ifndef PD_SERVER_H
 #define PD_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -26,6 +27,7 @@ struct server_cfg {
 	uint32_t idle_timeout_s;  /* 0: none */
 	const char *disk_dir;     /* the disk tier's directory; NULL: none */
 	uint64_t disk_budget;
+	bool disk_sync;           /* PUBLISH answered once its records are durable */
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

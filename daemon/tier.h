@@ -14,6 +14,7 @@
 #ifndef PD_TIER_H
 #define PD_TIER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char
 	      size_t errlen);
 /* The directory's descriptor, for restart.c. */
 int tier_dirfd(const struct pd_tier *t);
+/* Before tier_start: with sync, every record is synced to the disk
+ * before its block counts as written, and a PUBLISH is answered only
+ * once its blocks are (--disk-sync); without, records are written behind
+ * and a crash or kill -9 loses those not written yet. */
+void tier_set_sync(struct pd_tier *t, bool sync);
 /* Makes x write its blocks here, and starts the writer thread. 0 or -errno. */
 int tier_start(struct pd_tier *t, struct pd_index *x);
 /* Writes every block held only in memory, syncs, and stops the writer (a
