@@ -675,13 +675,14 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
 	return 0;
 }
 
-/* Waits (the lock released meanwhile) until the writer finishes one more
- * record, when blocks wait for it and it can write: true then. false at
- * once when there is nothing it could write, and after TIER_WAIT_MS
- * without a record (it is then taken for stuck until it writes one). */
+/* Waits (the lock released meanwhile) until the writer ends one more
+ * write, when one is under way (its block is held until then) or blocks
+ * wait for a writer that can write: true then. false at once when there
+ * is nothing to wait for, and after TIER_WAIT_MS without a write ending
+ * (the writer is then taken for stuck until it writes one). */
 static bool do_wait_tier(struct pd_index *x)
 {
-	if (!x->tier.drop || x->tier_stuck || !(x->ndirty + x->nwriting))
+	if (!x->tier.drop || !(x->nwriting || (x->ndirty && !x->tier_stuck)))
 		return false;
 	uint64_t seen = x->spill_ends;
 	struct timespec until;
@@ -693,7 +694,7 @@ static bool do_wait_tier(struct pd_index *x)
 		until.tv_nsec -= 1000000000L;
 	}
 	x->tier.wake(x->tier.ctx);
-	while (x->spill_ends == seen && !x->tier_stuck)
+	while (x->spill_ends == seen && (x->nwriting || !x->tier_stuck))
 		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT) {
 			if (x->spill_ends == seen)
 				x->tier_stuck = true;
@@ -717,11 +718,12 @@ static int do_disk_room(struct pd_index *x, uint64_t bytes)
 }
 
 /* The writer will not write the unwritten blocks in memory: it is stuck
- * (a full disk or disk budget), or they are not queued (their writes
- * failed for good). Only then may one leave memory unwritten. */
+ * (a full disk or disk budget) and writes none now, or they are not
+ * queued (their writes failed for good). Only then may one leave memory
+ * unwritten. */
 static bool do_tier_cannot(const struct pd_index *x)
 {
-	return x->tier_stuck || !(x->ndirty + x->nwriting);
+	return !x->nwriting && (x->tier_stuck || !x->ndirty);
 }
 
 /* A slot for g's next block, evicting as needed; `keep` must survive. A
