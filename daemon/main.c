@@ -34,7 +34,7 @@ static void usage(FILE *f)
 		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
 		"               [--max-connections N] [--max-user-connections N]\n"
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
-		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE]]\n"
+		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE] [--disk-sync]]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
 		"\n"
