@@ -49,8 +49,10 @@
  *    process publishes new 2048-token SmolLM-sized prefixes (one PUBLISH
  *    of 32 blocks each) so that the tier writes records all along:
  *    "spilling" whenever fewer than 96 blocks wait to be written (as fast
- *    as the tier takes them), "flat_out" without a pause (blocks not yet
- *    written are evicted unwritten), "spilling_1gbs" one prefix every
+ *    as the tier takes them), "flat_out" without a pause (once memory is
+ *    full of blocks not yet written, each PUBLISH waits for the tier to
+ *    write some: publish_ms_flat_out is what that pacing costs a
+ *    publisher), "spilling_1gbs" one prefix every
  *    94 ms (1 GB/s: what the tier costs a MATCH per byte, whatever its
  *    top speed). The control, "publishing_no_disk": a daemon without
  *    --disk-dir, as many publishes a second as while spilling: what
@@ -1389,7 +1391,7 @@ static bool print_json(const char *parent, const char *fs, const struct restore_
 	printf("  \"target\": {\"restore_ratio\": %.1f, \"ttft_ratio\": %.0f, \"match_p99_spilling_vs_idle\": %.1f},\n",
 	       TARGET_RESTORE_RATIO, TARGET_TTFT_RATIO, TARGET_SPILL_P99);
 	printf("  \"target_met\": %s,\n", met ? "true" : "false");
-	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting; spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
+	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting (the daemon paces it by its writer once memory is full of unwritten blocks); spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
 	       PROBE_US, PACED_PENDING, RESTART_RECORDS);
 	printf("}\n");
 	if (!met)
