@@ -23,11 +23,13 @@
  * record), both, or on its way (writing: held in memory for the tier;
  * restoring: a slot being filled from disk). New blocks queue on the dirty
  * list, oldest first, for the tier to write (write-behind: eviction from
- * memory then costs no I/O, and a kill -9 loses only what was just
- * published). Memory eviction then takes resident leaves of the resident
- * forest (no resident children): one with a record only leaves memory, one
- * without one leaves the index. Blocks held only on disk are on a third LRU
- * list, the disk budget's, leaves only. An entry neither resident nor on
+ * memory then costs no I/O, and a kill -9 loses only what was not written
+ * yet). Memory eviction then takes resident leaves of the resident forest
+ * (no resident children), written ones first (they only leave memory);
+ * one without a record would leave the index, lost, so a publish waits for
+ * the writer instead (do_alloc), and only a writer that cannot write lets
+ * one go (counted). Blocks held only on disk are on another LRU list, the
+ * disk budget's, leaves only. An entry neither resident nor on
  * disk (its restore failed) is hollow: MATCH stops there, PUBLISH fills it
  * again, and it goes with its last child.
  *

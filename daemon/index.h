@@ -181,11 +181,15 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
  * max_bytes of records hold (one at least), each held until idx_spilled;
  * and the disk budget charged for them (the least recently used blocks
  * held only on disk go to make room; a block that cannot fit stays in
- * memory only). */
+ * memory only). A block comes only after its parent has a record or is
+ * earlier in the same batch: the caller must not make a child's record
+ * visible unless its parent's is. */
 uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
 			uint64_t max_bytes);
 /* rc 0: the block's record is on disk. -ENOSPC: not written, try again
- * later. Anything else: not written, and not tried again. */
+ * later (in its place in line). Anything else: not written, and not tried
+ * again. Wakes the publishes that wait for memory or, with sync, for
+ * their records. */
 void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc);
 /* Blocks that wait to be written. */
 uint64_t idx_dirty(struct pd_index *x);

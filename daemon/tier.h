@@ -7,9 +7,10 @@
  * every block soon after it is published rather than when it is evicted.
  *
  * A record is visible only once whole: it is written under a temporary
- * name and renamed. No fsync per record: a record cut short by a crash of
- * the machine fails its checksum and is dropped, never served; a graceful
- * stop syncs the directory's file system once.
+ * name and renamed, a child's only after its parent's. No fsync per record
+ * (but with --disk-sync): a record cut short by a crash of the machine
+ * fails its checksum and is dropped, never served; a graceful stop syncs
+ * the directory's file system once.
  */
 #ifndef PD_TIER_H
 #define PD_TIER_H
