@@ -1893,7 +1893,7 @@ static void do_evict_round(struct pd_index *x, uint64_t *b, struct evict_round *
 
 static void do_count_kept(const struct entry *e, struct pd_evict_reply *out)
 {
-	if (e->leases)
+	if (e->leases || e->imports) /* an import holds it like a lease */
 		out->kept_leased++;
 	else if (e->pins)
 		out->kept_pinned++;
