@@ -7,7 +7,9 @@
  * with an uncached run); then SIGTERM or SIGKILL at a random moment, and
  * a restart on the same directory. Checked every round: no block left
  * memory before its record was written; no record on disk without its
- * parent's; every record on disk loaded again (none dropped) and served;
+ * parent's, also after a full disk freed room for a few records and a
+ * kill came during the retries; every record on disk loaded again (none
+ * dropped) and served;
  * after a SIGTERM, every block a publish confirmed served again; no wrong
  * byte, no wrong logit. Plain C for the TSan driver.
  */
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -191,9 +194,10 @@ struct scan {
 	char why[200];
 };
 
-/* Which synthetic blocks have records; the model's are counted only. A
- * record of block b > 0 whose parent has none is an orphan. */
-static int scan_disk(const char *dir, uint32_t nprompts, struct scan *sc)
+/* Which blocks of prompts [first, first + nprompts) have records (in
+ * sc->run[k - first]); others (the model's) are counted only. A record of
+ * block b > 0 whose parent has none is an orphan. */
+static int scan_disk(const char *dir, uint32_t first_k, uint32_t nprompts, struct scan *sc)
 {
 	uint8_t (*have)[BLOCKS] = calloc(nprompts ? nprompts : 1, sizeof(*have));
 	DIR *d = opendir(dir);
@@ -221,8 +225,8 @@ static int scan_disk(const char *dir, uint32_t nprompts, struct scan *sc)
 		if (r != (ssize_t)sizeof(head) || rec_check_head(head, sizeof(head), NULL, &m, NULL) ||
 		    m.block_tokens != BT)
 			continue;
-		uint32_t first = pd_token_at(m.tokens, BT, 0, 0), k = first / 1000000 - 1;
-		if (first >= 1000000 && k < nprompts && first % 1000000 / BT < BLOCKS)
+		uint32_t first = pd_token_at(m.tokens, BT, 0, 0), k = first / 1000000 - 1 - first_k;
+		if (first >= 1000000 * (first_k + 1) && k < nprompts && first % 1000000 / BT < BLOCKS)
 			have[k][first % 1000000 / BT] = 1;
 	}
 	closedir(d);
@@ -236,7 +240,7 @@ static int scan_disk(const char *dir, uint32_t nprompts, struct scan *sc)
 			if (have[k][b]) {
 				snprintf(sc->why, sizeof(sc->why),
 					 "prompt %u: block %u has a record, block %u (its ancestor) none",
-					 k, b, run);
+					 first_k + k, b, run);
 				rc = -1;
 			}
 	}
@@ -323,6 +327,80 @@ static void verify(struct loop *L, const struct test_daemon *td, const struct sc
 	prefixd_close(c);
 }
 
+/* ==== A full disk, room for a few records, a kill during the retries ==== */
+
+#define FULL_PROMPTS 3
+#define REC_BYTES (4096 + TD_BLOCK_BYTES)
+
+/* On its own small tmpfs: the file system filled, prompts published (they
+ * wait in memory), room made for a few records, a SIGKILL at a random
+ * moment of the writer's retries. The records then on disk must have
+ * their parents', and a restart must load and serve them all. */
+static void full_disk_round(struct loop *L, const char *base, int round, unsigned *seed)
+{
+	char dir[128], filler[160], out[512];
+	snprintf(dir, sizeof(dir), "%s/full-%d", base, round);
+	snprintf(filler, sizeof(filler), "%s/filler", dir);
+	if (mkdir(dir, 0700) ||
+	    td_sh(out, sizeof(out), "mount -t tmpfs -o size=1m prefixd-crashloop '%s'", dir)) {
+		fail(L, "a full disk: cannot mount a 1 MiB tmpfs on %s (the tests run as root): %s",
+		     dir, out);
+		return;
+	}
+	const char *args[] = { "--block-tokens", "4", "--memory", "1M", "--disk-dir", dir,
+			       "--disk-budget", "64M", NULL };
+	struct test_daemon td;
+	uint32_t first = MAX_PROMPTS + (uint32_t)round % 64;
+	struct scan sc = { .run = calloc(FULL_PROMPTS, sizeof(uint32_t)) };
+	if (!sc.run || td_start(&td, args)) {
+		fail(L, "a full disk: prefixd did not start");
+		goto out;
+	}
+	td_sh(out, sizeof(out), "dd if=/dev/zero of='%s' bs=4k 2>&1", filler);
+	L->sock = td.sock;
+	struct prefixd *c = connect_td(L);
+	for (uint32_t k = first; c && k < first + FULL_PROMPTS; k++) {
+		uint32_t t[BLOCKS * BT], stored, dedup;
+		prompt(k, t);
+		if (td_publish(c, 0, t, 0, BLOCKS, &stored, &dedup) || stored != BLOCKS)
+			fail(L, "a full disk: a publish: %s", prefixd_errmsg());
+	}
+	prefixd_close(c);
+	/* The writer meets the full disk, then waits a second to try again:
+	 * room for 2 to 11 records, and a kill within the next 2.5 s. */
+	usleep(200000);
+	struct stat st;
+	if (stat(filler, &st) ||
+	    truncate(filler, st.st_size - (off_t)(2 + rand_r(seed) % 10) * REC_BYTES))
+		fail(L, "a full disk: cannot make room in %s: %s", dir, strerror(errno));
+	usleep((useconds_t)(rand_r(seed) % 2500000));
+	td_kill(&td);
+	if (scan_disk(dir, first, FULL_PROMPTS, &sc))
+		fail(L, "after a full disk and a SIGKILL: %s", sc.why);
+	unlink(filler);
+	if (td_start(&td, args)) {
+		fail(L, "a full disk: prefixd did not start again");
+		goto out;
+	}
+	struct prefixd_stats s;
+	if (td_stats(&td, &s) || s.disk_blocks != sc.records)
+		fail(L, "after a full disk and a SIGKILL: %u records on disk, %llu loaded", sc.records,
+		     (unsigned long long)s.disk_blocks);
+	c = connect_td(L);
+	for (uint32_t k = 0; c && k < FULL_PROMPTS; k++) {
+		int hit = attach(L, c, first + k);
+		if (hit < (int)sc.run[k])
+			fail(L, "after a full disk and a SIGKILL: prompt %u: %d blocks attached, %u on disk",
+			     first + k, hit, sc.run[k]);
+	}
+	prefixd_close(c);
+	if (td_stop(&td))
+		fail(L, "a full disk: prefixd did not stop cleanly (its log is above)");
+out:
+	free(sc.run);
+	td_sh(out, sizeof(out), "umount '%s'; rmdir '%s'", dir, dir);
+}
+
 static int seconds_to_run(void)
 {
 	const char *e = getenv("PREFIXD_CRASHLOOP_SECONDS");
@@ -396,9 +474,12 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 		for (int i = 0; i < PUBLISHERS + 2; i++)
 			pthread_join(th[i], NULL);
 		uint32_t n = atomic_load(&L.next);
-		if (scan_disk(disk, n < MAX_PROMPTS ? n : MAX_PROMPTS, &sc))
+		if (scan_disk(disk, 0, n < MAX_PROMPTS ? n : MAX_PROMPTS, &sc))
 			fail(&L, "round %d, after a %s: %s", round, graceful ? "SIGTERM" : "SIGKILL",
 			     sc.why);
+		/* Every third round, and the first, a full disk on the side. */
+		if (round % 3 == 0 && !L.why[0])
+			full_disk_round(&L, dir, round, &seed);
 		(*rounds)++;
 	}
 	if (!L.why[0] && !atomic_load(&L.logits_checked))
