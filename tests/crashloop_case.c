@@ -10,7 +10,8 @@
  * parent's, also after a full disk freed room for a few records and a
  * kill came during the retries; every record on disk loaded again (none
  * dropped) and served;
- * after a SIGTERM, every block a publish confirmed served again; no wrong
+ * after a SIGTERM, and after any kill in a round run with --disk-sync
+ * (every fourth), every block a publish confirmed served again; no wrong
  * byte, no wrong logit. Plain C for the TSan driver.
  */
 #include "crashloop_case.h"
@@ -297,9 +298,10 @@ static double now_s(void)
 
 /* After a restart: every record loaded, the prompts of the last round
  * and some older ones served as far as their records; after a SIGTERM,
- * the last round's records hold every block its publishes confirmed. */
+ * or any kill with --disk-sync (kept_all), the last round's records hold
+ * every block its publishes confirmed. */
 static void verify(struct loop *L, const struct test_daemon *td, const struct scan *sc,
-		   uint32_t from, uint32_t upto, bool graceful, unsigned *seed)
+		   uint32_t from, uint32_t upto, const char *how, bool kept_all, unsigned *seed)
 {
 	struct prefixd *c = connect_td(L);
 	struct prefixd_stats s;
@@ -310,19 +312,18 @@ static void verify(struct loop *L, const struct test_daemon *td, const struct sc
 	}
 	if (s.disk_blocks != sc->records)
 		fail(L, "after a %s: %u records on disk, %llu loaded (the daemon's log says why)",
-		     graceful ? "SIGTERM" : "SIGKILL", sc->records,
-		     (unsigned long long)s.disk_blocks);
+		     how, sc->records, (unsigned long long)s.disk_blocks);
 	for (uint32_t i = 0; i < (upto - from) + VERIFY_OLD && upto; i++) {
 		bool last = i < upto - from; /* published in the round just ended */
 		uint32_t k = last ? from + i : (uint32_t)rand_r(seed) % upto;
-		uint32_t want = graceful && last ? atomic_load(&L->confirmed[k]) : sc->run[k];
-		if (graceful && last && sc->run[k] < want)
-			fail(L, "prompt %u: %u blocks confirmed before a SIGTERM, %u on disk after it",
-			     k, want, sc->run[k]);
+		uint32_t want = kept_all && last ? atomic_load(&L->confirmed[k]) : sc->run[k];
+		if (kept_all && last && sc->run[k] < want)
+			fail(L, "prompt %u: %u blocks confirmed before a %s, %u on disk after it", k,
+			     want, how, sc->run[k]);
 		int hit = attach(L, c, k);
 		if (hit < (int)want)
-			fail(L, "prompt %u: %d blocks attached after a %s, %u on disk", k, hit,
-			     graceful ? "SIGTERM" : "SIGKILL", sc->run[k]);
+			fail(L, "prompt %u: %d blocks attached after a %s, %u on disk", k, hit, how,
+			     sc->run[k]);
 	}
 	prefixd_close(c);
 }
@@ -423,16 +424,21 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 	struct scan sc = { .run = calloc(MAX_PROMPTS, sizeof(uint32_t)) };
 	/* 48 slots of test blocks: two publishers and restores overrun them. */
 	const char *args[] = { "--block-tokens", "4", "--memory", "384K", "--disk-dir", disk,
-			       "--disk-budget", "256M", "--threads", "2", NULL };
+			       "--disk-budget", "256M", "--threads", "2", NULL, NULL };
 	unsigned seed = (unsigned)time(NULL);
 	double end = now_s() + seconds_to_run();
-	bool graceful = false;
+	bool graceful = false, synced = false;
+	const char *how = "";
 	uint32_t last_from = 0;
 	*rounds = 0;
 	if (!sc.run || make_model(&L, model))
 		goto out;
-	for (int round = 0; !L.why[0] && (round < 2 || now_s() < end); round++) {
+	/* Rounds 0, 1 and 2 end with a SIGTERM, a SIGKILL and a SIGKILL with
+	 * --disk-sync; then at random. A last start checks the last kill. */
+	for (int round = 0;; round++) {
 		struct test_daemon td;
+		bool sync_now = round % 4 == 2; /* a PUBLISH answered once durable */
+		args[10] = sync_now ? "--disk-sync" : NULL;
 		if (td_start(&td, args)) {
 			fail(&L, "round %d: prefixd did not start", round);
 			break;
@@ -442,7 +448,12 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 		if (upto > MAX_PROMPTS)
 			upto = MAX_PROMPTS;
 		if (round)
-			verify(&L, &td, &sc, last_from, upto, graceful, &seed);
+			verify(&L, &td, &sc, last_from, upto, how, graceful || synced, &seed);
+		if (L.why[0] || (round >= 3 && now_s() >= end)) {
+			if (td_stop(&td))
+				fail(&L, "prefixd did not stop cleanly (its log is above)");
+			break;
+		}
 		last_from = upto;
 		atomic_store(&L.stop, false);
 		pthread_t th[PUBLISHERS + 2];
@@ -459,9 +470,9 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 			     (unsigned long long)s.unwritten_evictions);
 		else if (s.disk_evictions)
 			fail(&L, "round %d: the disk budget deleted records: make it larger", round);
-		/* Every round kills one way or the other, at random after the
-		 * first two (one of each). */
-		graceful = round < 2 ? round == 0 : rand_r(&seed) % 2;
+		graceful = round < 3 ? round == 0 : rand_r(&seed) % 2;
+		synced = sync_now;
+		how = graceful ? "SIGTERM" : synced ? "SIGKILL with --disk-sync" : "SIGKILL";
 		atomic_store(&L.stop, true);
 		if (graceful) {
 			int st = td_stop(&td);
@@ -475,8 +486,7 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 			pthread_join(th[i], NULL);
 		uint32_t n = atomic_load(&L.next);
 		if (scan_disk(disk, 0, n < MAX_PROMPTS ? n : MAX_PROMPTS, &sc))
-			fail(&L, "round %d, after a %s: %s", round, graceful ? "SIGTERM" : "SIGKILL",
-			     sc.why);
+			fail(&L, "round %d, after a %s: %s", round, how, sc.why);
 		/* Every third round, and the first, a full disk on the side. */
 		if (round % 3 == 0 && !L.why[0])
 			full_disk_round(&L, dir, round, &seed);
