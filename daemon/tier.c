@@ -323,7 +323,8 @@ static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint
 }
 
 /* --disk-sync: the records written whole reach the disk before their
- * renames (one submission of syncs for the batch). The ring's error, or 0. */
+ * renames (one submission of syncs for the batch); one whose sync did not
+ * complete is not done, so not renamed. The ring's error, or 0. */
 static int sync_batch(struct pd_tier *t, uint32_t n)
 {
 	uint32_t queued = 0;
@@ -334,6 +335,7 @@ static int sync_batch(struct pd_tier *t, uint32_t n)
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
 		io_uring_prep_fsync(sqe, s->fd, IORING_FSYNC_DATASYNC);
 		io_uring_sqe_set_data64(sqe, i);
+		s->done = false;
 		queued++;
 	}
 	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
@@ -344,6 +346,7 @@ static int sync_batch(struct pd_tier *t, uint32_t n)
 		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
 		if (cqe->res < 0)
 			s->rc = cqe->res;
+		s->done = true;
 		io_uring_cqe_seen(&t->ring, cqe);
 	}
 	return rc < 0 ? rc : 0;
