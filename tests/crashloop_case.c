@@ -422,9 +422,11 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 	snprintf(disk, sizeof(disk), "%s/disk", dir);
 	snprintf(model, sizeof(model), "%s/model", dir);
 	struct scan sc = { .run = calloc(MAX_PROMPTS, sizeof(uint32_t)) };
-	/* 48 slots of test blocks: two publishers and restores overrun them. */
+	/* 48 slots of test blocks: two publishers and restores overrun them.
+	 * The disk budget holds every prompt (MAX_PROMPTS x BLOCKS records of
+	 * 12 KiB, 600 MB at most), so that no record is deleted for room. */
 	const char *args[] = { "--block-tokens", "4", "--memory", "384K", "--disk-dir", disk,
-			       "--disk-budget", "256M", "--threads", "2", NULL, NULL };
+			       "--disk-budget", "1G", "--threads", "2", NULL, NULL };
 	unsigned seed = (unsigned)time(NULL);
 	double end = now_s() + seconds_to_run();
 	bool graceful = false, synced = false;
