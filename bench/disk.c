@@ -49,13 +49,24 @@
  *    process publishes new 2048-token SmolLM-sized prefixes (one PUBLISH
  *    of 32 blocks each) so that the tier writes records all along:
  *    "spilling" whenever fewer than 96 blocks wait to be written (as fast
- *    as the tier takes them), "flat_out" without a pause (blocks not yet
- *    written are evicted unwritten), "spilling_1gbs" one prefix every
+ *    as the tier takes them), "flat_out" without a pause (once memory is
+ *    full of blocks not yet written, each PUBLISH waits for the tier to
+ *    write some: publish_ms_flat_out is what that pacing costs a
+ *    publisher), "spilling_1gbs" one prefix every
  *    94 ms (1 GB/s: what the tier costs a MATCH per byte, whatever its
  *    top speed). The control, "publishing_no_disk": a daemon without
  *    --disk-dir, as many publishes a second as while spilling: what
  *    publishing alone costs a MATCH. Medians over rounds of each phase's
  *    percentiles (target: spilling <= 2 x idle).
+ *  - publish_ms_write_behind, publish_ms_disk_sync: each PUBLISH of a
+ *    2048-token SmolLM-sized prefix (32 blocks, 94 MB), as the client
+ *    times it, P of them one after the other into a fresh directory, the
+ *    daemon (--memory 1G) started without and with --disk-sync in turn,
+ *    R rounds: write-behind answers once the blocks are in memory (the
+ *    records follow: written_s, from the first publish until every record
+ *    is written, not synced); --disk-sync once every record is written and
+ *    synced (fdatasync, then the directory). disk_sync_cost = the ratio of
+ *    the two p50s; publish_mb_s_* the prefix bytes over the p50.
  *  - restart_ms: from fork+exec of prefixd on a directory of 10,000
  *    records (4-token blocks of 8 KiB), stopped gracefully before, its
  *    files in the page cache, to its first accepted connection
@@ -646,6 +657,78 @@ static int measure_restore(struct restore_run *r)
 			rc = restore_all(&d, r, k, out, ms, NULL, NULL, k < 0 ? &rss : &r->rss_steady);
 	}
 	return stop(&d) || rc ? -1 : 0;
+}
+
+/* ==== What --disk-sync costs a publisher ==== */
+
+struct sync_run {
+	char dir[PATH_MAX];
+	int prefixes, rounds;
+	samples ms[2];        /* [mode][round * prefixes + p]: each PUBLISH */
+	double written_s[2][MAX_ROUNDS];
+};
+
+static const char *const sync_names[2] = { "write_behind", "disk_sync" };
+
+/* One round of one mode: P prefixes published one after the other, each
+ * timed, then the time until every record is written. */
+static int sync_round(struct sync_run *r, int mode, int k)
+{
+	char dir[PATH_MAX + 32];
+	snprintf(dir, sizeof(dir), "%s/%s-%d", r->dir, sync_names[mode], k);
+	const char *args[] = { "--disk-dir", dir, "--memory", "1G", mode ? "--disk-sync" : NULL, NULL };
+	struct test_daemon d;
+	if (td_start(&d, args)) {
+		fail("prefixd did not start on %s", dir);
+		return -1;
+	}
+	struct prefixd_layout l = kv_layout(0x5b);
+	struct prefixd *c = NULL;
+	uint32_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
+	static uint32_t t[PREFIX_TOKENS];
+	const void *ptrs[PREFIX_BLOCKS];
+	int rc = kv ? prefixd_connect(d.sock, &l, &c) : -ENOMEM;
+	double t0 = bench_now();
+	for (int p = 0; !rc && p < r->prefixes; p++) {
+		for (int b = 0; b < PREFIX_BLOCKS; b++) {
+			uint32_t *w = kv + (size_t)b * (KV_BYTES / 4);
+			for (size_t i = 0; i < KV_BYTES / 4; i++)
+				w[i] = kv_word(p, b, i);
+			ptrs[b] = w;
+		}
+		prefix_tokens(t, p);
+		uint32_t stored, dedup;
+		double t1 = bench_now();
+		rc = prefixd_publish(c, 0, t, 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
+		r->ms[mode][k * r->prefixes + p] = (bench_now() - t1) * 1e3;
+		if (!rc && stored != PREFIX_BLOCKS)
+			rc = -EIO;
+	}
+	if (rc)
+		fail("publish: %s", rc == -EIO ? "not every block stored" : prefixd_errmsg());
+	prefixd_close(c);
+	free(kv);
+	struct prefixd_stats s;
+	if (!rc)
+		rc = wait_spilled(&d, (uint64_t)r->prefixes * PREFIX_BLOCKS, 120, &s);
+	r->written_s[mode][k] = bench_now() - t0;
+	char out[PATH_MAX + 64];
+	td_sh(out, sizeof(out), "rm -rf '%s'", dir);
+	return stop(&d) || rc ? -1 : 0;
+}
+
+static int measure_sync(struct sync_run *r)
+{
+	if (mkdir(r->dir, 0700)) {
+		fail("mkdir %s: %s", r->dir, strerror(errno));
+		return -1;
+	}
+	/* The modes in turn, each round starting with the other. */
+	for (int k = 0; k < r->rounds; k++)
+		for (int i = 0; i < 2; i++)
+			if (sync_round(r, (k + i) % 2, k))
+				return -1;
+	return 0;
 }
 
 /* ==== Time to first token ==== */
@@ -1239,6 +1322,26 @@ static void print_latency(const struct lat_run *lr, struct verdict *v)
 	num(1, LAT_PHASE_S, "latency_phase_s");
 }
 
+static void print_sync(const struct sync_run *yr)
+{
+	double p50[2];
+	for (int m = 0; m < 2; m++) {
+		int n = yr->rounds * yr->prefixes;
+		double v[MAX_ROUNDS * MAX_PREFIXES], most_ms = 0;
+		memcpy(v, yr->ms[m], (size_t)n * sizeof(double));
+		for (int i = 0; i < n; i++)
+			most_ms = most(most_ms, v[i]);
+		p50[m] = bench_median(v, n);
+		printf("  \"publish_ms_%s\": {\"p50\": %.1f, \"max\": %.1f},\n", sync_names[m], p50[m],
+		       most_ms);
+		num(0, PREFIX_BYTES / MB / (p50[m] / 1e3), "publish_mb_s_%s", sync_names[m]);
+		range(2, yr->written_s[m], yr->rounds, m ? "written_s_disk_sync" : "written_s_write_behind");
+	}
+	num(2, ratio(p50[1], p50[0]), "disk_sync_cost");
+	printf("  \"disk_sync_note\": \"each PUBLISH of a 32-block 94 MB prefix, %d one after the other a round, %d rounds, the modes in turn: write-behind answers once the blocks are in memory, its records written after (written_s: the first publish until every record is written, not synced); --disk-sync once every record is written and synced (fdatasync of each record, then of the directory), so that a kill -9 or a power cut loses no confirmed block\",\n",
+	       yr->prefixes, yr->rounds);
+}
+
 static void print_restart(const struct restart_run *sr)
 {
 	num(0, RESTART_RECORDS, "restart_records");
@@ -1256,7 +1359,8 @@ static void print_restart(const struct restart_run *sr)
 /* Prints every figure; whether the targets were met. */
 static bool print_json(const char *parent, const char *fs, const struct restore_run *rr,
 		       const struct ttft_run *tr, const struct lat_run *lr,
-		       const struct restart_run *sr, double wall, double others, double steal)
+		       const struct restart_run *sr, const struct sync_run *yr, double wall,
+		       double others, double steal)
 {
 	char cpu[128];
 	struct utsname u;
@@ -1278,6 +1382,7 @@ static bool print_json(const char *parent, const char *fs, const struct restore_
 		print_ttft(tr, &v);
 	print_latency(lr, &v);
 	print_restart(sr);
+	print_sync(yr);
 	num(1, wall, "duration_s");
 	num(2, others, "cpu_used_by_others");
 	num(3, steal, "steal");
@@ -1286,7 +1391,7 @@ static bool print_json(const char *parent, const char *fs, const struct restore_
 	printf("  \"target\": {\"restore_ratio\": %.1f, \"ttft_ratio\": %.0f, \"match_p99_spilling_vs_idle\": %.1f},\n",
 	       TARGET_RESTORE_RATIO, TARGET_TTFT_RATIO, TARGET_SPILL_P99);
 	printf("  \"target_met\": %s,\n", met ? "true" : "false");
-	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting; spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
+	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting (the daemon paces it by its writer once memory is full of unwritten blocks); spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
 	       PROBE_US, PACED_PENDING, RESTART_RECORDS);
 	printf("}\n");
 	if (!met)
@@ -1363,7 +1468,10 @@ int main(int argc, char **argv)
 	static struct ttft_run tr;
 	static struct lat_run lr;
 	static struct restart_run sr;
+	static struct sync_run yr;
 	rr.prefixes = prefixes;
+	yr.prefixes = prefixes;
+	yr.rounds = rounds < 3 ? rounds : 3;
 	rr.rounds = rounds;
 	tr.runs = ttft_runs;
 	lr.rounds = rounds < 3 ? rounds : 3;
@@ -1371,6 +1479,7 @@ int main(int argc, char **argv)
 	snprintf(tr.dir, sizeof(tr.dir), "%s/ttft", work);
 	snprintf(lr.dir, sizeof(lr.dir), "%s/latency", work);
 	snprintf(sr.dir, sizeof(sr.dir), "%s/restart", work);
+	snprintf(yr.dir, sizeof(yr.dir), "%s/sync", work);
 	snprintf(mdir, sizeof(mdir), "%s/model", work);
 	model_dir = mdir;
 
@@ -1385,6 +1494,10 @@ int main(int argc, char **argv)
 	if (!rc) {
 		fprintf(stderr, "bench/disk: MATCH latency while spilling\n");
 		rc = measure_latency(&lr);
+	}
+	if (!rc) {
+		fprintf(stderr, "bench/disk: PUBLISH with write-behind and with --disk-sync\n");
+		rc = measure_sync(&yr);
 	}
 	if (!rc && !no_ttft) {
 		fprintf(stderr, "bench/disk: time to first token\n");
@@ -1403,5 +1516,7 @@ int main(int argc, char **argv)
 		fail("failed");
 		return 1;
 	}
-	return print_json(parent, fs, &rr, no_ttft ? NULL : &tr, &lr, &sr, wall, others, steal) ? 0 : 1;
+	return print_json(parent, fs, &rr, no_ttft ? NULL : &tr, &lr, &sr, &yr, wall, others, steal)
+		       ? 0
+		       : 1;
 }

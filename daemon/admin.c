@@ -138,6 +138,7 @@ int admin_stats(struct conn *c)
 		[PD_ST_disk_corrupt] = s.disk_corrupt,
 		[PD_ST_disk_evictions] = s.disk_evictions,
 		[PD_ST_disk_pending] = s.disk_pending,
+		[PD_ST_unwritten_evictions] = s.unwritten_evictions,
 	};
 	struct pd_usage *rows;
 	uint32_t n;

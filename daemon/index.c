@@ -24,11 +24,13 @@
  * record), both, or on its way (writing: held in memory for the tier;
  * restoring: a slot being filled from disk). New blocks queue on the dirty
  * list, oldest first, for the tier to write (write-behind: eviction from
- * memory then costs no I/O, and a kill -9 loses only what was just
- * published). Memory eviction then takes resident leaves of the resident
- * forest (no resident children): one with a record only leaves memory, one
- * without one leaves the index. Blocks held only on disk are on a third LRU
- * list, the disk budget's, leaves only. An entry neither resident nor on
+ * memory then costs no I/O, and a kill -9 loses only what was not written
+ * yet). Memory eviction then takes resident leaves of the resident forest
+ * (no resident children), written ones first (they only leave memory);
+ * one without a record would leave the index, lost, so a publish waits for
+ * the writer instead (do_alloc), and only a writer that cannot write lets
+ * one go (counted). Blocks held only on disk are on another LRU list, the
+ * disk budget's, leaves only. An entry neither resident nor on
  * disk (its restore failed) is hollow: MATCH stops there, PUBLISH fills it
  * again, and it goes with its last child.
  *
@@ -47,9 +49,17 @@
 
 #include <sodium.h>
 
-/* The lists an entry can be on: the two memory LRU lists, the disk LRU
- * list, and the dirty queue. */
-enum { LRU_ALL, LRU_USER, LRU_DISK, Q_DIRTY, NLISTS };
+/* The lists an entry can be on: the two memory LRU lists of blocks that
+ * may leave memory at no loss (written, or no tier), the two of blocks
+ * that would be lost unwritten (with a tier), the disk LRU list, and the
+ * dirty queue. */
+enum { LRU_ALL, LRU_USER, LRU_UALL, LRU_UUSER, LRU_DISK, Q_DIRTY, NLISTS };
+
+/* How long a publish that needs memory held only by unwritten blocks
+ * waits for the writer to finish one more of them, before it takes the
+ * writer for stuck and drops one unwritten (counted). A batch of records
+ * takes milliseconds; a stop of seconds is a broken disk. */
+#define TIER_WAIT_MS 5000
 
 struct entry;
 
@@ -66,6 +76,7 @@ struct user {
 	uint64_t bytes;               /* of its blocks */
 	uint32_t groups;
 	struct list lru;              /* its evictable blocks */
+	struct list ulru;             /* its evictable blocks not yet written */
 	struct user *next;
 };
 
@@ -91,6 +102,8 @@ struct entry {
 	uint32_t leases;              /* leases holding this entry */
 	uint32_t pins;                /* pinned chains through this entry */
 	uint32_t exports;             /* exports reading it */
+	uint32_t imports;             /* imports holding it for its children */
+	uint64_t qseq;                /* its place in the dirty queue */
 	uint32_t depth;               /* blocks from the root, this one included */
 	uint64_t use;                 /* logical clock of the last use: LRU order */
 	uint64_t used_s;              /* monotonic seconds of the last use */
@@ -135,10 +148,14 @@ struct pd_index {
 	uint8_t bucket_key[crypto_shorthash_KEYBYTES];
 	struct entry *buckets[NBUCKETS];
 	struct list lru;              /* every evictable block */
+	struct list ulru;             /* every evictable block not yet written */
 	struct list disk_lru;         /* blocks held only on disk, leaves */
-	struct list dirty;            /* blocks to write, oldest first */
-	uint64_t ndirty;
+	struct list dirty;            /* blocks to write, oldest queued first */
+	uint64_t ndirty, nwriting, qseq;
 	struct idx_tier tier;         /* drop NULL: no tier */
+	pthread_cond_t spilled;       /* a write ended (idx_spilled) */
+	uint64_t spill_ends;          /* how many have */
+	bool tier_stuck;              /* the writer cannot write now: nobody waits */
 	uint64_t clock;
 	struct idx_group *groups;
 	struct user *users;
@@ -208,6 +225,7 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 		return -ENOMEM;
 	randombytes_buf(x->bucket_key, sizeof(x->bucket_key));
 	pthread_mutex_init(&x->lock, NULL);
+	pthread_cond_init(&x->spilled, NULL);
 	atomic_init(&x->waiting, 0);
 	x->block_tokens = block_tokens;
 	x->key_bytes = key_bytes;
@@ -253,6 +271,7 @@ void idx_free(struct pd_index *x)
 		x->users = u->next;
 		free(u);
 	}
+	pthread_cond_destroy(&x->spilled);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
@@ -264,6 +283,8 @@ static struct list *list_of(struct pd_index *x, const struct entry *e, int w)
 	switch (w) {
 	case LRU_ALL: return &x->lru;
 	case LRU_USER: return &e->g->user->lru;
+	case LRU_UALL: return &x->ulru;
+	case LRU_UUSER: return &e->g->user->ulru;
 	case LRU_DISK: return &x->disk_lru;
 	default: return &x->dirty;
 	}
@@ -341,16 +362,25 @@ static bool held(const struct entry *e)
 
 /* Memory may let it go: a resident leaf of what is resident, and one
  * that either has a record or continues no chain (it then leaves the
- * index). Without a tier: a leaf. */
+ * index); one an import holds for its children only with a record.
+ * Without a tier: a leaf. */
 static bool mem_evictable(const struct entry *e)
 {
-	return e->resident && !e->res_children && !held(e) && (e->disk || !e->children);
+	return e->resident && !e->res_children && !held(e) &&
+	       (e->disk || (!e->children && !e->imports));
+}
+
+/* The memory lists e is on when evictable: the first pair (LRU_ALL),
+ * unless it would leave unwritten while there is a tier (LRU_UALL). */
+static int mem_pair(const struct pd_index *x, const struct entry *e)
+{
+	return x->tier.drop && !e->disk ? LRU_UALL : LRU_ALL;
 }
 
 /* The disk budget may let it go: a leaf held only on disk. */
 static bool disk_evictable(const struct entry *e)
 {
-	return e->disk && !e->resident && !e->children && !held(e);
+	return e->disk && !e->resident && !e->children && !held(e) && !e->imports;
 }
 
 /* Admin eviction and hollow entries: it can leave the index. */
@@ -358,7 +388,8 @@ static bool removable(const struct entry *e)
 {
 	/* One being written goes too: it lingers as a zombie until the
 	 * writer is done with its slot (do_remove). */
-	return !e->children && !e->leases && !e->pins && !e->restoring && !e->exports;
+	return !e->children && !e->leases && !e->pins && !e->restoring && !e->exports &&
+	       !e->imports;
 }
 
 static bool hollow(const struct entry *e)
@@ -381,8 +412,11 @@ static void set_on(struct pd_index *x, struct entry *e, int w, bool want)
 static void do_update(struct pd_index *x, struct entry *e)
 {
 	bool m = mem_evictable(e);
-	set_on(x, e, LRU_ALL, m);
-	set_on(x, e, LRU_USER, m);
+	int pair = mem_pair(x, e);
+	set_on(x, e, LRU_ALL, m && pair == LRU_ALL);
+	set_on(x, e, LRU_USER, m && pair == LRU_ALL);
+	set_on(x, e, LRU_UALL, m && pair == LRU_UALL);
+	set_on(x, e, LRU_UUSER, m && pair == LRU_UALL);
 	set_on(x, e, LRU_DISK, disk_evictable(e));
 }
 
@@ -397,15 +431,31 @@ static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
 		}
 }
 
-/* Queues a new resident block for the tier to write. */
+/* Queues a new resident block for the tier to write, after every block
+ * queued before it: a parent is queued before its children. */
 static void do_dirty(struct pd_index *x, struct entry *e)
 {
 	if (!x->tier.drop || e->on[Q_DIRTY])
 		return;
+	e->qseq = ++x->qseq;
 	list_link(&x->dirty, e, x->dirty.newest, Q_DIRTY);
 	e->on[Q_DIRTY] = true;
 	x->ndirty++;
 	x->tier.wake(x->tier.ctx);
+}
+
+/* Queues a block whose write failed back in its place, by when it was
+ * first queued: a batch that failed goes back in its order, parents
+ * before children (one at a time at the front reversed it, and the next
+ * write put children on disk before their parents). */
+static void do_requeue(struct pd_index *x, struct entry *e)
+{
+	struct entry *after = NULL;
+	for (struct entry *o = x->dirty.oldest; o && o->qseq < e->qseq; o = o->l[Q_DIRTY].newer)
+		after = o;
+	list_link(&x->dirty, e, after, Q_DIRTY);
+	e->on[Q_DIRTY] = true;
+	x->ndirty++;
 }
 
 static void do_undirty(struct pd_index *x, struct entry *e)
@@ -518,19 +568,21 @@ static void do_group_gc(struct pd_index *x, struct idx_group *g)
 static void do_leave_memory_lists(struct pd_index *x, struct entry *e)
 {
 	struct entry *p = e->parent;
-	if (!e->on[LRU_ALL])
+	int k = e->on[LRU_ALL] ? LRU_ALL : e->on[LRU_UALL] ? LRU_UALL : -1;
+	if (k < 0)
 		return;
-	if (p && !p->on[LRU_ALL] && mem_evictable(p) && p->use <= e->use) {
+	if (p && !p->on[LRU_ALL] && !p->on[LRU_UALL] && mem_evictable(p) &&
+	    mem_pair(x, p) == k && p->use <= e->use) {
 		p->use = e->use;
-		for (int w = LRU_ALL; w <= LRU_USER; w++) {
+		for (int w = k; w <= k + 1; w++) {
 			list_replace(list_of(x, e, w), e, p, w);
 			p->on[w] = true;
 		}
 	} else {
-		for (int w = LRU_ALL; w <= LRU_USER; w++)
+		for (int w = k; w <= k + 1; w++)
 			list_unlink(list_of(x, e, w), e, w);
 	}
-	e->on[LRU_ALL] = e->on[LRU_USER] = false;
+	e->on[k] = e->on[k + 1] = false;
 }
 
 /* e's slot goes back to its store (punch: and its memory to the budget). */
@@ -630,11 +682,42 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
 	v->g->evictions++;
 	x->st.evictions++;
 	bool punch = v->g->store.ctx != g->store.ctx;
-	if (v->disk)
+	if (v->disk) {
 		do_to_disk(x, v, punch);
-	else
+	} else {
+		if (x->tier.drop)
+			x->st.unwritten_evictions++;
 		do_remove(x, v, punch);
+	}
 	return 0;
+}
+
+/* Waits (the lock released meanwhile) until the writer ends one more
+ * write, when one is under way (its block is held until then) or blocks
+ * wait for a writer that can write: true then. false at once when there
+ * is nothing to wait for, and after TIER_WAIT_MS without a write ending
+ * (the writer is then taken for stuck until it writes one). */
+static bool do_wait_tier(struct pd_index *x)
+{
+	if (!x->tier.drop || !(x->nwriting || (x->ndirty && !x->tier_stuck)))
+		return false;
+	uint64_t seen = x->spill_ends;
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += TIER_WAIT_MS / 1000;
+	until.tv_nsec += (long)(TIER_WAIT_MS % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	x->tier.wake(x->tier.ctx);
+	while (x->spill_ends == seen && (x->nwriting || !x->tier_stuck))
+		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT) {
+			if (x->spill_ends == seen)
+				x->tier_stuck = true;
+			break;
+		}
+	return x->spill_ends != seen;
 }
 
 /* Room for a record of `bytes` within the disk budget: the least recently
@@ -651,11 +734,26 @@ static int do_disk_room(struct pd_index *x, uint64_t bytes)
 	return 0;
 }
 
+/* The writer will not write the unwritten blocks in memory: it is stuck
+ * (a full disk or disk budget) and writes none now, or they are not
+ * queued (their writes failed for good). Only then may one leave memory
+ * unwritten. */
+static bool do_tier_cannot(const struct pd_index *x)
+{
+	return !x->nwriting && (x->tier_stuck || !x->ndirty);
+}
+
 /* A slot for g's next block, evicting as needed; `keep` must survive. A
  * user at their quota gives up their own blocks first; anyone's oldest
- * block goes when the budget is full. */
+ * block goes when the budget is full. With a tier, blocks already
+ * written go first; when only unwritten ones are left, a caller that may
+ * wait (a publish) waits for the writer to write some (the lock is
+ * released meanwhile), so that a block confirmed to its publisher leaves
+ * memory only once it is on disk; a MATCH's restore gets no slot then.
+ * The oldest unwritten block goes only when the writer cannot write it
+ * (do_tier_cannot), counted. */
 static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
-		    struct idx_loc *loc)
+		    struct idx_loc *loc, bool may_wait)
 {
 	uint64_t slot = g->store.slot_bytes;
 	struct user *u = g->user;
@@ -669,16 +767,18 @@ static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
 		/* A user alone at a quota of the whole budget meets the budget:
 		 * say so (the store's -ENOSPC below). */
 		if (u->bytes + slot > x->lim.quota && x->lim.quota < x->lim.budget) {
-			if (do_evict_from(x, &u->lru, g)) {
-				rc = -EDQUOT;
-				break;
-			}
-			continue;
+			if (!do_evict_from(x, &u->lru, g) || (may_wait && do_wait_tier(x)) ||
+			    (do_tier_cannot(x) && !do_evict_from(x, &u->ulru, g)))
+				continue;
+			rc = -EDQUOT;
+			break;
 		}
 		if ((rc = g->store.alloc(g->store.ctx, loc)) != -ENOSPC)
 			break;
-		if (do_evict_from(x, &x->lru, g))
-			break;
+		if (!do_evict_from(x, &x->lru, g) || (may_wait && do_wait_tier(x)) ||
+		    (do_tier_cannot(x) && !do_evict_from(x, &x->ulru, g)))
+			continue;
+		break;
 	}
 	if (keep)
 		lease_drop(x, keep);
@@ -846,7 +946,9 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 		struct entry *e = l->blocks[i];
 		if (!e->resident) {
 			struct idx_loc loc;
-			if (do_alloc(x, g, NULL, &loc)) {
+			/* A MATCH does not wait for the writer: its hit
+			 * ends here instead. */
+			if (do_alloc(x, g, NULL, &loc, false)) {
 				for (uint32_t j = n; j-- > i;)
 					lease_drop(x, l->blocks[j]);
 				n = i;
@@ -1047,11 +1149,25 @@ static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *par
 	struct idx_loc loc;
 	if (e)
 		lease_add(x, e); /* it stays while its slot is found */
-	int rc = do_alloc(x, g, parent, &loc);
+	int rc = do_alloc(x, g, parent, &loc, true);
 	if (e)
 		lease_drop(x, e);
 	if (rc)
 		return rc;
+	/* do_alloc may have waited for the writer without the lock: another
+	 * publish or a restore may have filed or filled the block since. */
+	if (!e && (e = do_find(x, g->ns, key)) && !do_confirms(x, e, parent, g, t)) {
+		g->store.free(g->store.ctx, loc, true);
+		x->st.collisions++;
+		return -EEXIST;
+	}
+	if (e && (e->resident || e->restoring)) {
+		g->store.free(g->store.ctx, loc, true);
+		*dedup = true;
+		do_touch(x, e, now);
+		*out = e;
+		return 0;
+	}
 	if (!e) {
 		if (!(e = calloc(1, sizeof(struct entry) + x->block_tokens * sizeof(uint32_t)))) {
 			g->store.free(g->store.ctx, loc, true);
@@ -1214,6 +1330,13 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 		if (e->parent)
 			do_update(x, e->parent);
 	}
+	/* --disk-sync: the publisher hears of its blocks once they are on
+	 * disk (or the writer cannot write them: a full disk, said in the
+	 * log). The chain stays leased meanwhile. */
+	for (uint32_t i = 0; x->tier.sync && i < end; i++)
+		while (!chain[i]->disk && (chain[i]->on[Q_DIRTY] || chain[i]->writing) &&
+		       do_wait_tier(x))
+			;
 	for (uint32_t i = placed; i-- > end;)
 		lease_drop(x, chain[i]);
 	if (lease_out) {
@@ -1266,18 +1389,57 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
 }
 
 int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
-	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup)
+	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
+	       struct idx_held *h)
 {
 	struct entry *parent;
 	uint32_t stored = 0, there = 0;
+	uint64_t lease = 0;
+	if (h->n == h->cap) {
+		uint32_t cap = h->cap ? 2 * h->cap : 256;
+		void **m = realloc(h->e, cap * sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		h->e = m;
+		h->cap = cap;
+	}
 	hot_lock(x);
 	if (!do_parent_of(x, g, b, &parent)) {
 		pthread_mutex_unlock(&x->lock);
 		return -ENOENT;
 	}
-	int rc = do_publish(x, g, parent, b->hash, b->tokens, 1, fill, ctx, &stored, &there, 0, NULL);
+	/* A lease on the block until it is held: from its publish on, it
+	 * is never without one or the other. */
+	int rc = do_publish(x, g, parent, b->hash, b->tokens, 1, fill, ctx, &stored, &there, 0,
+			    &lease);
 	*dedup = there;
+	if (lease) {
+		hot_lock(x);
+		const struct lease *l = *do_lease_slot(x, lease);
+		struct entry *e = l->blocks[l->n - 1];
+		e->imports++;
+		h->e[h->n++] = e;
+		do_update(x, e);
+		pthread_mutex_unlock(&x->lock);
+		idx_release(x, lease);
+	}
 	return rc;
+}
+
+void idx_import_end(struct pd_index *x, struct idx_held *h)
+{
+	pthread_mutex_lock(&x->lock);
+	/* Children first: each then enters the LRU lists before its parent. */
+	for (uint32_t i = h->n; i-- > 0;) {
+		struct entry *e = h->e[i];
+		e->imports--;
+		do_update(x, e);
+		if (hollow(e) && removable(e))
+			do_remove(x, e, true);
+	}
+	pthread_mutex_unlock(&x->lock);
+	free(h->e);
+	*h = (struct idx_held){ 0 };
 }
 
 /* ==== The disk tier ==== */
@@ -1288,15 +1450,32 @@ uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
 	uint32_t n = 0;
 	uint64_t bytes = 0;
 	pthread_mutex_lock(&x->lock);
-	while (n < max && x->dirty.oldest) {
-		struct entry *e = x->dirty.oldest;
+	for (struct entry *e = x->dirty.oldest, *next; n < max && e; e = next) {
+		next = e->l[Q_DIRTY].newer;
+		/* A parent is written before its children (in this batch, the
+		 * tier renames a child's record only after its parent's): a
+		 * record without its parent is deleted at the next start. */
+		struct entry *p = e->parent;
+		if (p && !p->disk && !p->writing) {
+			if (p->on[Q_DIRTY] || p->restoring)
+				continue; /* it comes first */
+			/* Its parent will not be written (its write failed for
+			 * good): neither is this block, which stays in memory. */
+			do_undirty(x, e);
+			do_update(x, e);
+			continue;
+		}
 		if (n && (bytes >= max_bytes || e->g->store.record_bytes > max_bytes - bytes))
 			break;
 		bytes += e->g->store.record_bytes;
-		if (do_disk_room(x, e->g->store.record_bytes))
+		if (do_disk_room(x, e->g->store.record_bytes)) {
+			x->tier_stuck = true; /* a publish must not wait for it */
+			pthread_cond_broadcast(&x->spilled);
 			break; /* the disk holds what memory holds too: wait */
+		}
 		do_undirty(x, e);
 		e->writing = true;
+		x->nwriting++;
 		x->st.disk_bytes += e->g->store.record_bytes;
 		do_update(x, e);
 		fill_block(x, e, &out[n++]);
@@ -1310,6 +1489,11 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 	pthread_mutex_lock(&x->lock);
 	struct entry *e = (struct entry *)b->ref;
 	e->writing = false;
+	x->nwriting--;
+	x->spill_ends++;
+	/* A full disk: a publish that needs memory no longer waits for it. */
+	x->tier_stuck = rc == -ENOSPC;
+	pthread_cond_broadcast(&x->spilled);
 	if (e->zombie) {
 		/* Removed while it was written: what it held goes now. */
 		struct idx_group *g = e->g;
@@ -1330,11 +1514,8 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 		x->st.spills++;
 	} else {
 		x->st.disk_bytes -= e->g->store.record_bytes;
-		if (rc == -ENOSPC) { /* first in line again */
-			list_link(&x->dirty, e, NULL, Q_DIRTY);
-			e->on[Q_DIRTY] = true;
-			x->ndirty++;
-		}
+		if (rc == -ENOSPC) /* in line again, where it was */
+			do_requeue(x, e);
 	}
 	do_update(x, e);
 	pthread_mutex_unlock(&x->lock);
@@ -1508,7 +1689,7 @@ void idx_get_stats(struct pd_index *x, struct idx_stats *out)
 	pthread_mutex_lock(&x->lock);
 	do_expire(x);
 	*out = x->st;
-	out->disk_pending = x->ndirty;
+	out->disk_pending = x->ndirty + x->nwriting;
 	pthread_mutex_unlock(&x->lock);
 }
 
@@ -1764,7 +1945,7 @@ static void do_evict_round(struct pd_index *x, uint64_t *b, struct evict_round *
 
 static void do_count_kept(const struct entry *e, struct pd_evict_reply *out)
 {
-	if (e->leases)
+	if (e->leases || e->imports) /* an import holds it like a lease */
 		out->kept_leased++;
 	else if (e->pins)
 		out->kept_pinned++;

@@ -53,6 +53,7 @@ struct idx_tier {
 	void (*drop)(void *ctx, uint32_t ns, const uint8_t *hash);
 	void (*wake)(void *ctx);
 	void *ctx;
+	bool sync;              /* a publish returns once its blocks are written */
 };
 
 /* The context every chain of one client starts from: namespace (from the
@@ -76,7 +77,8 @@ struct idx_stats {
 		refused_blocks, pins_expired,
 		/* the disk tier */
 		disk_blocks, disk_bytes, spills, restores, restore_bytes, disk_corrupt,
-		disk_evictions, disk_pending;
+		disk_evictions, disk_pending,
+		unwritten_evictions; /* with a tier: left memory before their record was written */
 };
 
 /*
@@ -179,11 +181,15 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
  * max_bytes of records hold (one at least), each held until idx_spilled;
  * and the disk budget charged for them (the least recently used blocks
  * held only on disk go to make room; a block that cannot fit stays in
- * memory only). */
+ * memory only). A block comes only after its parent has a record or is
+ * earlier in the same batch: the caller must not make a child's record
+ * visible unless its parent's is. */
 uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
 			uint64_t max_bytes);
 /* rc 0: the block's record is on disk. -ENOSPC: not written, try again
- * later. Anything else: not written, and not tried again. */
+ * later (in its place in line). Anything else: not written, and not tried
+ * again. Wakes the publishes that wait for memory or, with sync, for
+ * their records. */
 void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc);
 /* Blocks that wait to be written. */
 uint64_t idx_dirty(struct pd_index *x);
@@ -201,11 +207,25 @@ int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_bl
 /* Records found damaged elsewhere (at start), for the disk_corrupt count. */
 void idx_count_corrupt(struct pd_index *x, uint64_t n);
 
+/* The blocks one import stored or found, each held in the index (never
+ * removed; out of memory only once written to disk) until idx_import_end,
+ * so that a parent is still there when its children come: zeroed at the
+ * start of an import. */
+struct idx_held {
+	void **e;
+	uint32_t n, cap;
+};
+
 /* Stores block b (ns, depth, hash, parent, tokens) of group g, as a
- * publish would, after its parent, found by hash. 0 (*dedup: it was
- * there), -ENOENT (no such parent), or idx_publish's errors. */
+ * publish would, after its parent, found by hash, and holds it in h.
+ * When memory is full of blocks not yet written, waits for the disk tier
+ * to write some. 0 (*dedup: it was there), -ENOENT (no such parent), or
+ * idx_publish's errors. */
 int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
-	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup);
+	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
+	       struct idx_held *h);
+/* Lets go of what an import held (h is emptied). */
+void idx_import_end(struct pd_index *x, struct idx_held *h);
 
 /* The blocks an export selects (flags of struct pd_export), parents
  * first, each held (neither evicted nor removed) until idx_export_done:

@@ -36,7 +36,7 @@ static void usage(FILE *f)
 		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
 		"               [--max-connections N] [--max-user-connections N]\n"
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
-		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE]]\n"
+		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE] [--disk-sync]]\n"
 		"               [--shared-group GROUP [--shared-publishers UID[,UID...]]]\n"
 		"               [--force]\n"
 		"\n"
@@ -76,6 +76,9 @@ static void usage(FILE *f)
 		"  --disk-budget SIZE  the most the records in DIR may hold (default: 4 x --memory,\n"
 		"                      at most 90%% of the free space at start); full, the least\n"
 		"                      recently used blocks held only on disk go\n"
+		"  --disk-sync         answer a PUBLISH only once its blocks' records are on disk,\n"
+		"                      synced (default: written behind, soon after the answer, so\n"
+		"                      a kill -9 or a crash loses what was not written yet)\n"
 		"  --shared-group GROUP\n"
 		"                      a shared namespace: GROUP's members may attach its prefixes\n"
 		"                      (prefix-run --shared), besides their own\n"
@@ -202,6 +205,7 @@ int main(int argc, char **argv)
 		{ "disk-budget", required_argument, NULL, 'B' },
 		{ "shared-group", required_argument, NULL, 'S' },
 		{ "shared-publishers", required_argument, NULL, 'P' },
+		{ "disk-sync", no_argument, NULL, 'Y' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "force", no_argument, NULL, 'F' },
@@ -303,6 +307,9 @@ int main(int argc, char **argv)
 		case 'F':
 			force = true;
 			break;
+		case 'Y':
+			cfg.disk_sync = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -319,6 +326,8 @@ int main(int argc, char **argv)
 		return bad("--shared-publishers: only with --shared-group");
 	if (disk_budget && !cfg.disk_dir)
 		return bad("--disk-budget: only with --disk-dir");
+	if (cfg.disk_sync && !cfg.disk_dir)
+		return bad("--disk-sync: only with --disk-dir");
 	if (disk_budget && (parse_size(disk_budget, &cfg.disk_budget) || cfg.disk_budget < (64u << 10)))
 		return bad("--disk-budget: '%s' is not a size of at least 64K (e.g. 10G)", disk_budget);
 	if (cfg.disk_dir && !disk_budget)

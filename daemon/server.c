@@ -371,6 +371,7 @@ static int disk_start(const struct server_cfg *cfg, struct daemon *d)
 	       (double)cfg->disk_budget / (1 << 20), r.ms,
 	       r.manifest ? "the manifest" : "a scan", (unsigned long long)r.corrupt,
 	       (unsigned long long)r.torn, (unsigned long long)r.dropped);
+	tier_set_sync(d->tier, cfg->disk_sync);
 	if ((rc = tier_start(d->tier, d->idx))) {
 		pd_err("cannot start the disk tier: %s", strerror(-rc));
 		return -1;

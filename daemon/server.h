@@ -7,6 +7,7 @@
 #ifndef PD_SERVER_H
 #define PD_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -29,6 +30,7 @@ struct server_cfg {
 	const char *disk_dir;     /* the disk tier's directory; NULL: none */
 	uint64_t disk_budget;
 	struct shared_cfg shared; /* --shared-group, --shared-publishers */
+	bool disk_sync;           /* PUBLISH answered once its records are durable */
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

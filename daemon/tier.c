@@ -81,6 +81,7 @@ struct pd_tier {
 
 	pthread_t thread;
 	bool started;
+	bool sync;                  /* --disk-sync: records synced before they count */
 	struct io_uring ring;       /* the writer's */
 	uint8_t *bufs;              /* SPILL_BATCH x (head, one page of padding) */
 	struct spill batch[SPILL_BATCH];
@@ -321,6 +322,49 @@ static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint
 	return s->fd < 0 ? -errno : 0;
 }
 
+/* --disk-sync: the records written whole reach the disk before their
+ * renames (one submission of syncs for the batch); one whose sync did not
+ * complete is not done, so not renamed. The ring's error, or 0. */
+static int sync_batch(struct pd_tier *t, uint32_t n)
+{
+	uint32_t queued = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct spill *s = &t->batch[i];
+		if (s->fd < 0 || s->rc || !s->done)
+			continue;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+		io_uring_prep_fsync(sqe, s->fd, IORING_FSYNC_DATASYNC);
+		io_uring_sqe_set_data64(sqe, i);
+		s->done = false;
+		queued++;
+	}
+	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
+	for (uint32_t done = 0; rc >= 0 && done < queued; done++) {
+		struct io_uring_cqe *cqe;
+		if ((rc = io_uring_wait_cqe(&t->ring, &cqe)))
+			break;
+		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
+		if (cqe->res < 0)
+			s->rc = cqe->res;
+		s->done = true;
+		io_uring_cqe_seen(&t->ring, cqe);
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* The write of the record of b's parent failed in this batch (before
+ * batch[i]): rc of it, else 0. */
+static int parent_failed(const struct pd_tier *t, uint32_t i)
+{
+	const struct idx_block *b = &t->batch[i].b;
+	for (uint32_t j = 0; b->depth && j < i; j++) {
+		const struct spill *p = &t->batch[j];
+		if (p->rc && p->b.ns == b->ns && !memcmp(p->b.hash, b->parent, PD_HASH_SIZE))
+			return p->rc;
+	}
+	return 0;
+}
+
 /* Writes a batch: one submission, then renames what was written whole.
  * The deleted records' files are taken over first; those left are
  * deleted before any rename, which could otherwise give a new record a
@@ -352,6 +396,8 @@ static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
 		s->done = true;
 		io_uring_cqe_seen(&t->ring, cqe);
 	}
+	if (rc >= 0 && t->sync)
+		rc = sync_batch(t, n);
 	if (rc < 0) {
 		/* Out of step: what did not complete counts as not written, and
 		 * a new ring, so that no late completion is taken for a record
@@ -366,6 +412,10 @@ static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
 	}
 	unlink_drops(t, r->d + r->next, r->n - r->next);
 	r->next = r->n;
+	/* In batch order, parents before children (idx_spill_take): a child's
+	 * record goes in only after its parent's, so that no kill between
+	 * two renames leaves a child on disk without its parent. */
+	bool renamed = false;
 	for (uint32_t i = 0; i < n; i++) {
 		struct spill *s = &t->batch[i];
 		char tmp[TIER_NAME_MAX], name[TIER_NAME_MAX];
@@ -373,10 +423,13 @@ static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
 		tier_name(s->b.ns, s->b.hash, ".rec", name);
 		if (s->fd >= 0 && !s->rc && !s->done)
 			s->rc = -EIO;
+		if (!s->rc)
+			s->rc = parent_failed(t, i);
 		if (s->fd >= 0)
 			close(s->fd);
 		if (!s->rc && renameat(t->dirfd, tmp, t->dirfd, name))
 			s->rc = -errno;
+		renamed |= !s->rc;
 		if (!s->rc)
 			forget_drop(t, s->b.ns, s->b.hash);
 		if (s->rc) {
@@ -389,8 +442,13 @@ static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
 			if (s->rc == -EDQUOT)
 				s->rc = -ENOSPC;
 		}
-		idx_spilled(t->x, &s->b, s->rc);
 	}
+	/* --disk-sync: the renames reach the disk before a publish hears of
+	 * its records. */
+	if (renamed && t->sync && fsync(t->dirfd))
+		pd_log("disk tier: syncing %s: %s", t->dir, strerror(errno));
+	for (uint32_t i = 0; i < n; i++)
+		idx_spilled(t->x, &t->batch[i].b, t->batch[i].rc);
 }
 
 static void *writer(void *arg)
@@ -461,6 +519,11 @@ static void *writer(void *arg)
 	return NULL;
 }
 
+void tier_set_sync(struct pd_tier *t, bool sync)
+{
+	t->sync = sync;
+}
+
 int tier_start(struct pd_tier *t, struct pd_index *x)
 {
 	size_t per = t->head_bytes + REC_ALIGN;
@@ -473,7 +536,7 @@ int tier_start(struct pd_tier *t, struct pd_index *x)
 		return rc;
 	}
 	t->x = x;
-	struct idx_tier cb = { on_drop, on_wake, t };
+	struct idx_tier cb = { on_drop, on_wake, t, t->sync };
 	idx_set_tier(x, &cb);
 	if ((rc = -pthread_create(&t->thread, NULL, writer, t))) {
 		io_uring_queue_exit(&t->ring);

@@ -7,13 +7,15 @@
  * every block soon after it is published rather than when it is evicted.
  *
  * A record is visible only once whole: it is written under a temporary
- * name and renamed. No fsync per record: a record cut short by a crash of
- * the machine fails its checksum and is dropped, never served; a graceful
- * stop syncs the directory's file system once.
+ * name and renamed, a child's only after its parent's. No fsync per record
+ * (but with --disk-sync): a record cut short by a crash of the machine
+ * fails its checksum and is dropped, never served; a graceful stop syncs
+ * the directory's file system once.
  */
 #ifndef PD_TIER_H
 #define PD_TIER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +30,11 @@ int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char
 	      size_t errlen);
 /* The directory's descriptor, for restart.c. */
 int tier_dirfd(const struct pd_tier *t);
+/* Before tier_start: with sync, every record is synced to the disk
+ * before its block counts as written, and a PUBLISH is answered only
+ * once its blocks are (--disk-sync); without, records are written behind
+ * and a crash or kill -9 loses those not written yet. */
+void tier_set_sync(struct pd_tier *t, bool sync);
 /* Makes x write its blocks here, and starts the writer thread. 0 or -errno. */
 int tier_start(struct pd_tier *t, struct pd_index *x);
 /* Writes every block held only in memory, syncs, and stops the writer (a

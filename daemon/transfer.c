@@ -216,6 +216,7 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 		      struct pd_import_reply *r, const char **why)
 {
 	struct group_set gs = { 0 };
+	struct idx_held held = { 0 };
 	int rc = 0;
 	for (off_t off = 0; !rc && off < size;) {
 		struct rec_meta meta;
@@ -237,7 +238,7 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 		}
 		struct fill_ctx f = { store, rd->payload, meta.payload };
 		bool there;
-		err = idx_import(c->d->idx, g, &b, fill_from_record, &f, &there);
+		err = idx_import(c->d->idx, g, &b, fill_from_record, &f, &there, &held);
 		if (!err && there)
 			r->dedup++;
 		else if (!err) {
@@ -250,6 +251,7 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 		else
 			rc = err;
 	}
+	idx_import_end(c->d->idx, &held);
 	group_set_release(&gs, c->d);
 	return rc;
 }

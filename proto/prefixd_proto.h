@@ -62,6 +62,7 @@
 	X(restore_bytes, counter, "KV bytes read back from disk")                      \
 	X(disk_corrupt, counter, "records that failed a check: dropped, never served") \
 	X(disk_evictions, counter, "records deleted to keep within the disk budget")   \
-	X(disk_pending, gauge, "blocks waiting to be written to disk")
+	X(disk_pending, gauge, "blocks waiting to be written to disk")                \
+	X(unwritten_evictions, counter, "blocks evicted before their record was written (lost)")
 
 #endif

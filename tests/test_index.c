@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -833,6 +834,7 @@ Test(index, a_chain_longer_than_a_round_is_evicted_whole)
 
 static uint8_t dropped[64][IDX_HASH_BYTES];
 static int ndropped, woken;
+static atomic_int wakes; /* woken, read by another thread than the index's */
 
 static void on_drop(void *ctx, uint32_t ns, const uint8_t *hash)
 {
@@ -846,6 +848,7 @@ static void on_wake(void *ctx)
 {
 	(void)ctx;
 	woken++;
+	atomic_fetch_add(&wakes, 1);
 }
 
 static struct pd_index *tiered(struct store *s, int cap, uint64_t disk_budget, struct idx_group **g)
@@ -856,7 +859,7 @@ static struct pd_index *tiered(struct store *s, int cap, uint64_t disk_budget, s
 	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX, disk_budget };
 	struct pd_index *x;
 	cr_assert_eq(idx_new(B, 32, &lim, &x), 0);
-	struct idx_tier t = { on_drop, on_wake, NULL };
+	struct idx_tier t = { on_drop, on_wake, NULL, false };
 	idx_set_tier(x, &t);
 	ndropped = woken = 0;
 	struct idx_root r = { 1, { 1 } };
@@ -929,15 +932,179 @@ Test(index, written_blocks_leave_memory_for_disk_and_come_back)
 	uint32_t nfetch;
 	cr_expect_eq(match(x, g, &a, &lease, locs), 0, "without restores, a miss");
 	int ok[4] = { 0 };
+	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 0,
+		     "B, not yet written, is not dropped to make room for a restore");
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.unwritten_evictions, 0);
+	cr_expect_eq(write_all(x, 0), 4);
 	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 4);
 	cr_expect_eq(nfetch, 4);
 	idx_get_stats(x, &st);
 	cr_expect_eq(st.restores, 4);
-	cr_expect_eq(st.blocks, 4, "B, never written, made room for them");
+	cr_expect_eq(st.blocks, 4, "B, written now, made room for them");
 	cr_expect_eq(idx_release(x, lease), 0);
 	cr_expect_eq(match_fetch(x, g, &a, ok, &nfetch, &lease), 4);
 	cr_expect_eq(nfetch, 0, "in memory now");
 	cr_expect_eq(idx_release(x, lease), 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, with_a_tier_written_blocks_leave_memory_before_unwritten_ones)
+{
+	struct store s;
+	struct idx_group *g;
+	struct idx_loc locs[64];
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a, b, c;
+	make_prompt(&a, 1, 2, 0, 0);
+	make_prompt(&b, 2, 2, 0, 0);
+	make_prompt(&c, 3, 2, 0, 0);
+	int rc;
+	uint64_t lease;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 2, &rc), 2);
+	cr_assert_eq(write_all(x, 0), 2);
+	cr_assert_eq(publish(x, &s, g, 0, &b, 0, 2, &rc), 2); /* not written */
+	cr_assert_eq(match(x, g, &a, &lease, locs), 2);       /* A used after B */
+	idx_release(x, lease);
+	/* B is the least recently used, but has no record: A goes. */
+	cr_assert_eq(publish(x, &s, g, 0, &c, 0, 2, &rc), 2);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.unwritten_evictions, 0);
+	cr_expect_eq(match(x, g, &b, &lease, locs), 2, "B is still in memory");
+	idx_release(x, lease);
+	cr_expect_eq(match(x, g, &a, &lease, locs), 0, "A is on disk only");
+	cr_expect_eq(st.disk_blocks, 2);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+struct publisher {
+	struct pd_index *x;
+	struct store *s;
+	struct idx_group *g;
+	const struct prompt *p;
+	uint32_t stored;
+	int rc;
+};
+
+static void *publish_thread(void *arg)
+{
+	struct publisher *w = arg;
+	w->stored = publish(w->x, w->s, w->g, 0, w->p, 0, w->p->n, &w->rc);
+	return NULL;
+}
+
+Test(index, a_publish_into_memory_full_of_unwritten_blocks_waits_for_the_writer)
+{
+	struct store s;
+	struct idx_group *g;
+	struct idx_loc locs[64];
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 4, 0, 0);
+	make_prompt(&b, 2, 2, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 4, &rc), 4);
+	int before = atomic_load(&wakes);
+	struct publisher w = { x, &s, g, &b, 0, 0 };
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, publish_thread, &w), 0);
+	/* The publisher asks the writer for room (a wake-up), then waits. */
+	for (int i = 0; i < 2000 && atomic_load(&wakes) == before + 0; i++)
+		usleep(1000);
+	cr_assert_gt(atomic_load(&wakes), before, "the publisher waits for the writer");
+	uint32_t wrote = 0;
+	for (int i = 0; i < 2000 && wrote < 4; i++) {
+		wrote += write_all(x, 0);
+		usleep(1000);
+	}
+	pthread_join(t, NULL);
+	cr_expect_eq(w.rc, 0);
+	cr_expect_eq(w.stored, 2);
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.unwritten_evictions, 0, "no block left memory before it was written");
+	cr_expect_eq(st.disk_blocks, 4);
+	uint64_t lease;
+	cr_expect_eq(match(x, g, &b, &lease, locs), 2);
+	idx_release(x, lease);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, a_full_disk_lets_unwritten_blocks_go_and_counts_them)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 4, 0, 0);
+	make_prompt(&b, 2, 1, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 4, &rc), 4);
+	cr_assert_eq(write_all(x, -ENOSPC), 4);
+	cr_assert_eq(publish(x, &s, g, 0, &b, 0, 1, &rc), 1, "no wait for a writer that cannot write");
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.unwritten_evictions, 1);
+	cr_expect_eq(st.disk_pending, 4, "A's three others, and B");
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, writes_that_failed_for_a_full_disk_are_taken_again_parents_first)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct prompt a;
+	make_prompt(&a, 1, 10, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 10, &rc), 10);
+	struct idx_block b[16];
+	for (int round = 0; round < 3; round++) {
+		uint32_t n = idx_spill_take(x, b, 16, UINT64_MAX);
+		cr_assert_eq(n, 10, "round %d", round);
+		for (uint32_t i = 0; i < n; i++)
+			cr_expect_eq(b[i].depth, i, "round %d: block %u of the batch is at depth %u",
+				     round, i, b[i].depth);
+		for (uint32_t i = 0; i < n; i++)
+			idx_spilled(x, &b[i], -ENOSPC);
+	}
+	/* Half of a batch written: the rest comes next, in order. */
+	uint32_t n = idx_spill_take(x, b, 4, UINT64_MAX);
+	cr_assert_eq(n, 4);
+	idx_spilled(x, &b[0], 0);
+	idx_spilled(x, &b[1], 0);
+	idx_spilled(x, &b[2], -ENOSPC);
+	idx_spilled(x, &b[3], -ENOSPC);
+	n = idx_spill_take(x, b, 16, UINT64_MAX);
+	cr_assert_eq(n, 8);
+	for (uint32_t i = 0; i < n; i++)
+		cr_expect_eq(b[i].depth, i + 2);
+	for (uint32_t i = 0; i < n; i++)
+		idx_spilled(x, &b[i], 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, a_child_waits_for_its_parent_written_and_is_given_up_with_it)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct prompt a;
+	make_prompt(&a, 1, 3, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 3, &rc), 3);
+	struct idx_block b[16];
+	cr_assert_eq(idx_spill_take(x, b, 1, UINT64_MAX), 1);
+	idx_spilled(x, b, -EIO); /* not tried again */
+	cr_expect_eq(idx_spill_take(x, b, 16, UINT64_MAX), 0,
+		     "no record of a block whose parent has none");
+	cr_expect_eq(idx_dirty(x), 0);
 	idx_group_put(x, g);
 	idx_free(x);
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "concurrency_cases.h"
+#include "crashloop_case.h"
 #include "daemon_cases.h"
 
 int main(void)
@@ -33,6 +34,13 @@ int main(void)
 	} else {
 		printf("ok 4 - daemon_many_clients_disk\n");
 	}
-	printf("1..4\n");
+	int rounds = 0;
+	if (case_crash_loop(why, sizeof(why), &rounds)) {
+		printf("not ok 5 - crash_loop: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 5 - crash_loop (%d rounds)\n", rounds);
+	}
+	printf("1..5\n");
 	return failed ? 1 : 0;
 }

@@ -72,6 +72,7 @@ static const char *const prom_names[NCOUNTERS] = {
 	[C_disk_corrupt] = "prefixd_disk_corrupt_records",
 	[C_disk_evictions] = "prefixd_disk_evictions",
 	[C_disk_pending] = "prefixd_disk_pending_blocks",
+	[C_unwritten_evictions] = "prefixd_disk_unwritten_evictions",
 };
 
 #define PROM_PREFIX "prefixd_"

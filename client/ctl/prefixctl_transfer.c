@@ -74,5 +74,11 @@ int cmd_import(const struct ctl_args *a)
 	       (unsigned long long)r.blocks, r.blocks == 1 ? "" : "s", fmt_bytes(r.bytes, size),
 	       a->arg, (unsigned long long)r.deduplicated, (unsigned long long)r.skipped,
 	       (unsigned long long)r.refused);
+	/* A block the file has and the daemon now lacks is a failed import. */
+	if (r.skipped || r.refused)
+		return ctl_fail("%llu of the file's %llu blocks were not imported: %llu refused (the daemon's memory, or its disk budget, is full of blocks it must keep: give it a --disk-dir or more --memory), %llu without a parent (theirs was refused, or is in neither the file nor the cache)",
+				(unsigned long long)(r.skipped + r.refused),
+				(unsigned long long)(r.blocks + r.deduplicated + r.skipped + r.refused),
+				(unsigned long long)r.refused, (unsigned long long)r.skipped);
 	return CTL_OK;
 }
