@@ -335,7 +335,13 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 		socklen_t len = sizeof(cred);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
 			pd_err("SO_PEERCRED: %s", strerror(errno));
-			close(fd);
+			reaper_close_conn(fd, (uid_t)-1);
+			continue;
+		}
+		if (reaper_over(cred.uid)) {
+			pd_log_limited(&closed, "pid %d uid %u: more than %d descriptors it sent wait to be closed; connection closed at once",
+				       (int)cred.pid, (unsigned)cred.uid, REAPER_USER_MAX);
+			reaper_close_conn(fd, cred.uid);
 			continue;
 		}
 		int tell;
@@ -343,7 +349,7 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 		if (refused && !tell) {
 			pd_log_limited(&closed, "pid %d uid %u: too many connections; closed at once",
 				       (int)cred.pid, (unsigned)cred.uid);
-			close(fd);
+			reaper_close_conn(fd, cred.uid);
 			continue;
 		}
 		struct conn *c = conn_new(d, fd, &cred, refused);
