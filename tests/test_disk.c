@@ -1249,3 +1249,35 @@ Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
 	prefixd_close(c);
 	stop();
 }
+
+Test(disk, the_least_recently_used_before_a_graceful_restart_goes_first_after_it)
+{
+	/* A disk budget of 8 prompts of 4 blocks. */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(32 * REC_BYTES));
+	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
+	start(args);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 8; k++)
+		publish(c, k, 4);
+	/* Used again in this order: prompt 5 is now the least recently used,
+	 * then 2, then 6. */
+	static const uint32_t order[] = { 5, 2, 6, 0, 7, 1, 3, 4 };
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(match(c, order[i], 4).hit, 4);
+	prefixd_close(c);
+	stop();
+	start(args);
+	c = client();
+	/* Room for a new prompt: the disk budget lets the oldest go. */
+	publish(c, 8, 4);
+	wait_spilled(4);
+	cr_expect_eq(match(c, 5, 4).hit, 0, "the least recently used before the restart went");
+	for (int i = 1; i < 8; i++) {
+		struct got g = match(c, order[i], 4);
+		cr_expect_eq(g.hit, 4, "prompt %u, used later, stayed", order[i]);
+		cr_expect_eq(g.bad, 0);
+	}
+	prefixd_close(c);
+	stop();
+}
