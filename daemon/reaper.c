@@ -128,16 +128,19 @@ bool reaper_over(uid_t uid)
 }
 
 /* Reads a closing connection drains before its socket goes whole to the
- * reaper: a client's last request and what came with it, not a queue an
- * attacker stuffed. */
-#define DRAIN_READS 4
+ * reaper: enough for what a Unix socket queues by default (a 208 KiB send
+ * buffer: a body the daemon refused to read, say), not for a queue
+ * stuffed with descriptors (a read stops after each message that carries
+ * some). */
+#define DRAIN_READS 8
+#define DRAIN_BYTES (64u << 10)
 
 void reaper_close_conn(int fd, uid_t uid)
 {
 	/* Nothing can be queued on it after this, so once its queue is empty
 	 * its close drops no descriptor in flight, and cannot block. */
 	shutdown(fd, SHUT_RD);
-	uint8_t buf[4096];
+	uint8_t buf[DRAIN_BYTES]; /* read and dropped */
 	for (int i = 0; i < DRAIN_READS; i++) {
 		int nfds = 0;
 		ssize_t r = pd_recv_some_to(fd, buf, sizeof(buf), MSG_DONTWAIT, NULL, &nfds,
