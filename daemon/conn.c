@@ -44,7 +44,7 @@ struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred, int re
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	if (!c) {
-		close(fd);
+		reaper_close_conn(fd, cred->uid);
 		give_back(d, cred->uid, refused);
 		return NULL;
 	}
@@ -68,7 +68,7 @@ void conn_close_fds(int *fds, int *n)
 static void drop_client_fds(struct conn *c)
 {
 	for (int i = 0; i < c->nfds; i++)
-		reaper_close(c->fds[i]);
+		reaper_close(c->fds[i], c->cred.uid);
 	c->nfds = 0;
 }
 
@@ -84,7 +84,7 @@ void conn_free(struct conn *c)
 	pd_buf_free(&c->body_buf);
 	pd_buf_free(&c->out_buf);
 	admission_body_give(&c->d->adm, c->body_charged);
-	close(c->fd);
+	reaper_close_conn(c->fd, c->cred.uid);
 	give_back(c->d, c->cred.uid, c->refused);
 	atomic_fetch_sub(&c->d->connections, 1);
 	free(c);
@@ -213,7 +213,10 @@ int conn_on_output(struct conn *c)
 /* Reads into buf[*got .. want). 1 when complete, 0 for later, -1 to close. */
 static int read_part(struct conn *c, uint8_t *buf, size_t want, size_t *got)
 {
-	ssize_t r = pd_recv_some(c->fd, buf + *got, want - *got, c->fds, &c->nfds);
+	/* Descriptors past what a request may carry go to the reaper, not
+	 * closed here: a peer can make a close block (reaper.h). */
+	ssize_t r = pd_recv_some_to(c->fd, buf + *got, want - *got, 0, c->fds, &c->nfds,
+				    reaper_take, &c->cred.uid);
 	if (r == -EAGAIN)
 		return 0;
 	if (r <= 0)
@@ -258,6 +261,15 @@ static int refuse(struct conn *c)
 int conn_on_input(struct conn *c)
 {
 	int rc;
+	if (reaper_over(c->cred.uid)) {
+		/* Read nothing more from a user whose descriptors the reaper
+		 * cannot keep up with: every read may bring more. */
+		static struct pd_log_limit cut;
+		pd_log_limited(&cut, "pid %d uid %u: more than %d descriptors it sent wait to be closed (a close that blocks: a lingering socket, say); closing its connection",
+			       (int)c->cred.pid, (unsigned)c->cred.uid, REAPER_USER_MAX);
+		atomic_fetch_add(&c->d->errors, 1);
+		return -1;
+	}
 	if (c->hdr_got < PD_HDR_SIZE) {
 		size_t had = c->hdr_got;
 		rc = read_part(c, c->hdr, PD_HDR_SIZE, &c->hdr_got);
@@ -312,7 +324,7 @@ int conn_on_input(struct conn *c)
 	int takes = c->h.op == PD_OP_PUBLISH || c->h.op == PD_OP_EXPORT || c->h.op == PD_OP_IMPORT;
 	if (c->nfds > takes) {
 		for (int i = takes; i < c->nfds; i++)
-			reaper_close(c->fds[i]);
+			reaper_close(c->fds[i], c->cred.uid);
 		c->nfds = takes;
 		c->extra_fds = true;
 	}

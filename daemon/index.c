@@ -172,9 +172,13 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
+/* Far from 0, so that a last use from before this boot, which a restart
+ * brings back, still lies after it (idle times are differences). */
+#define USE_CLOCK_BASE_S ((uint64_t)1 << 40)
+
 static uint64_t now_s(void)
 {
-	return now_ms() / 1000;
+	return now_ms() / 1000 + USE_CLOCK_BASE_S;
 }
 
 /* The lock for requests of the hot path (MATCH, RELEASE, PUBLISH). A
@@ -1553,7 +1557,16 @@ int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
 	}
 	e->sum = b->sum;
 	e->disk = true;
-	do_link(x, e, g, parent, key, b->hash, b->tokens, now_s());
+	uint64_t now = now_s();
+	do_link(x, e, g, parent, key, b->hash, b->tokens, b->idle_s < now ? now - b->idle_s : 0);
+	e->hits = b->hits;
+	if (b->use) {
+		/* Its place among what the last run used: the clock runs on
+		 * from the latest, so that what is used now is newer. */
+		e->use = b->use;
+		if (x->clock < b->use)
+			x->clock = b->use;
+	}
 	do_update(x, e);
 	x->st.disk_blocks++;
 	x->st.disk_bytes += g->store.record_bytes;
@@ -1661,16 +1674,29 @@ void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
 	free(b);
 }
 
+static const struct pin *do_pin_of(const struct pd_index *x, const struct entry *e);
+
 int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
 		    void *ctx)
 {
 	int rc = 0;
 	struct idx_block b;
 	pthread_mutex_lock(&x->lock);
+	do_expire(x);
+	uint64_t now = now_s(), ms = now_ms();
 	for (size_t k = 0; k < NBUCKETS && !rc; k++)
 		for (struct entry *e = x->buckets[k]; e && !rc; e = e->hnext)
 			if (e->disk) {
 				fill_block(x, e, &b);
+				b.hits = e->hits;
+				b.use = e->use;
+				b.idle_s = now > e->used_s ? now - e->used_s : 0;
+				const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
+				b.pin_end = p != NULL;
+				if (p && p->expires_ms) /* whole seconds, rounded up, at least 1 */
+					b.pin_ttl_s = p->expires_ms > ms
+							      ? (uint32_t)((p->expires_ms - ms + 999) / 1000)
+							      : 1;
 				rc = fn(ctx, &b);
 			}
 	pthread_mutex_unlock(&x->lock);

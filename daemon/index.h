@@ -97,6 +97,13 @@ struct idx_block {
 	uint64_t sum;                 /* the payload's checksum (restores) */
 	uint32_t pos;                 /* restores: its place in the MATCH */
 	bool resident;                /* exports: read it from its slot, not its record */
+	/* Its use, which a graceful restart keeps (idx_each_record fills
+	 * them, idx_load takes them back): */
+	uint64_t hits;
+	uint64_t use;                 /* LRU order (logical clock); 0: now */
+	uint64_t idle_s;              /* seconds since its last use */
+	bool pin_end;                 /* a pin ends at this block (idx_pin) */
+	uint32_t pin_ttl_s;           /* that pin's TTL left, rounded up; 0: none */
 };
 
 struct pd_index;
@@ -195,13 +202,16 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc);
 uint64_t idx_dirty(struct pd_index *x);
 /*
  * A block found on disk at start: b->ns, depth, hash, parent, tokens and
- * sum, in group g (its h0 and fp). Its parent must be loaded first.
+ * sum, in group g (its h0 and fp), with its hits, use and idle time as
+ * idx_each_record gave them (zero: unknown). Its parent must be loaded
+ * first.
  * 0, -ENOENT (no such parent in g), -EEXIST (there already), -ENOSPC (the
  * disk budget is full) or -ENOMEM.
  */
 int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b);
 /* Calls fn for every block with a record on disk (under the index lock:
- * for a daemon that stops) until fn returns non-zero, which it returns. */
+ * for a daemon that stops) until fn returns non-zero, which it returns.
+ * The blocks come with their hits, use and pin. */
 int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
 		    void *ctx);
 /* Records found damaged elsewhere (at start), for the disk_corrupt count. */

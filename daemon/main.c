@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* prefixd: command line, signals, then the server. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -74,8 +77,9 @@ static void usage(FILE *f)
 		"                      a DIR): written soon after they are published, served again\n"
 		"                      after eviction from memory and after a restart\n"
 		"  --disk-budget SIZE  the most the records in DIR may hold (default: 4 x --memory,\n"
-		"                      at most 90%% of the free space at start); full, the least\n"
-		"                      recently used blocks held only on disk go\n"
+		"                      at most 90%% of the free space at start, DIR's records\n"
+		"                      counted as free, and never less than those records);\n"
+		"                      full, the least recently used blocks held only on disk go\n"
 		"  --disk-sync         answer a PUBLISH only once its blocks' records are on disk,\n"
 		"                      synced (default: written behind, soon after the answer, so\n"
 		"                      a kill -9 or a crash loses what was not written yet)\n"
@@ -160,15 +164,43 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 	return 0;
 }
 
+/* What DIR's own files of a disk tier hold: *span the bytes they take on
+ * the file system (free once they are gone), *records what the disk
+ * budget counts of the records (their sizes). Temporary files are what a
+ * start deletes anyway. */
+static void own_files(const char *dir, uint64_t *span, uint64_t *records)
+{
+	*span = *records = 0;
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		bool rec = n > 4 && !strcmp(e->d_name + n - 4, ".rec");
+		bool tmp = n > 4 && !strcmp(e->d_name + n - 4, ".tmp");
+		struct stat st;
+		if ((!rec && !tmp) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		*span += (uint64_t)st.st_blocks * 512;
+		if (rec)
+			*records += (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+}
+
 /* 4 x the memory budget, within 90% of what DIR's file system has free
- * (of its parent's, when DIR is still to be made). */
+ * (of its parent's, when DIR is still to be made) counting DIR's own
+ * records as free: they are the tier's to keep or let go. Never less than
+ * those records, so that a restart without --disk-budget keeps every
+ * record the last run left, however full the disk is now. */
 static uint64_t default_disk_budget(const char *dir, uint64_t memory)
 {
-	uint64_t want = memory * 4;
+	uint64_t want = memory * 4, span, records;
 	struct statvfs fs;
 	char parent[4096];
 	snprintf(parent, sizeof(parent), "%s", dir);
 	int rc = statvfs(dir, &fs);
+	own_files(dir, &span, &records);
 	if (rc) {
 		char *slash = strrchr(parent, '/');
 		if (slash && slash != parent)
@@ -178,11 +210,11 @@ static uint64_t default_disk_budget(const char *dir, uint64_t memory)
 		rc = statvfs(parent, &fs);
 	}
 	if (!rc) {
-		uint64_t free_bytes = (uint64_t)fs.f_bavail * fs.f_frsize / 10 * 9;
-		if (free_bytes < want)
-			want = free_bytes > (1u << 20) ? free_bytes : (1u << 20);
+		uint64_t usable = ((uint64_t)fs.f_bavail * fs.f_frsize + span) / 10 * 9;
+		if (usable < want)
+			want = usable > (1u << 20) ? usable : (1u << 20);
 	}
-	return want;
+	return want > records ? want : records;
 }
 
 int main(int argc, char **argv)

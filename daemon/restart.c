@@ -24,6 +24,7 @@ struct found {
 	struct idx_block b;
 	uint64_t payload;
 	uint32_t *tokens;
+	uint64_t pin_until;   /* b.pin_end: when its pin ends (Unix s); 0: never */
 };
 
 static bool has_suffix(const char *s, const char *suf)
@@ -114,13 +115,36 @@ static struct found *next_found(struct found_list *l)
 /* ==== The manifest ====
  *
  * Written at a graceful stop: MANIFEST_MAGIC, u32 version, u32
- * block_tokens, u64 count, u64 0; then each record's head as in its file;
- * then the XXH3-64 of all that. Read (and deleted) at the next start in
- * place of a scan of every file; a missing or damaged one means a scan. */
+ * block_tokens, u64 count, u64 0; then each record's head as in its file,
+ * followed (version 2) by its use: u64 hits, u64 last use (Unix seconds),
+ * u64 LRU clock, u32 flags (MAN_PIN_END: a pin ends here), u32 0, u64 the
+ * pin's end (Unix seconds; 0: none); then the XXH3-64 of all that. Read
+ * (and deleted) at the next start in place of a scan of every file; a
+ * missing or damaged one means a scan, which keeps the records but not
+ * their use. Version 1 (heads alone) is still read. */
 
 #define MANIFEST "manifest"
 #define MANIFEST_HDR 32
+#define MANIFEST_VERSION 2
+#define MAN_USE 40 /* a record's use, after its head */
+#define MAN_PIN_END 1u
 static const uint8_t manifest_magic[8] = { 'P', 'F', 'X', 'D', 'M', 'A', 'N', 0 };
+
+static uint64_t unix_s(void)
+{
+	return (uint64_t)time(NULL);
+}
+
+/* A record's use from the manifest into f (now: Unix seconds). */
+static void use_decode(const uint8_t *u, uint64_t now, struct found *f)
+{
+	uint64_t last = rec_get_le(u + 8, 8), pin_until = rec_get_le(u + 32, 8);
+	f->b.hits = rec_get_le(u, 8);
+	f->b.idle_s = now > last ? now - last : 0;
+	f->b.use = rec_get_le(u + 16, 8);
+	f->b.pin_end = rec_get_le(u + 24, 4) & MAN_PIN_END;
+	f->pin_until = f->b.pin_end ? pin_until : 0;
+}
 
 /* The records the manifest lists into l: 1, 0 when there is none, or
  * -EBADMSG (with *why) when it is damaged; -ENOMEM. It is deleted, so
@@ -144,18 +168,21 @@ static int read_manifest(int dirfd, uint32_t bt, struct found_list *l, const cha
 	close(fd);
 	if (!rc && (unlinkat(dirfd, MANIFEST, 0) || fsync(dirfd)))
 		rc = -errno;
-	uint64_t count = 0;
+	uint64_t count = 0, version = len >= 12 ? rec_get_le(buf + 8, 4) : 0;
+	size_t stride = head_bytes + (version >= 2 ? MAN_USE : 0);
 	if (!rc) {
 		*why = "it is damaged";
-		if (len < MANIFEST_HDR + 8 || memcmp(buf, manifest_magic, 8) || rec_get_le(buf + 8, 4) != 1 ||
-		    rec_get_le(buf + 24, 8) || XXH3_64bits(buf, len - 8) != rec_get_le(buf + len - 8, 8))
+		if (len < MANIFEST_HDR + 8 || memcmp(buf, manifest_magic, 8) || version < 1 ||
+		    version > MANIFEST_VERSION || rec_get_le(buf + 24, 8) ||
+		    XXH3_64bits(buf, len - 8) != rec_get_le(buf + len - 8, 8))
 			rc = -EBADMSG;
 		else if (rec_get_le(buf + 12, 4) != bt)
 			*why = "it lists records of another block size", rc = -EBADMSG;
-		else if ((count = rec_get_le(buf + 16, 8)) != (len - MANIFEST_HDR - 8) / head_bytes ||
-			 (len - MANIFEST_HDR - 8) % head_bytes)
+		else if ((count = rec_get_le(buf + 16, 8)) != (len - MANIFEST_HDR - 8) / stride ||
+			 (len - MANIFEST_HDR - 8) % stride)
 			rc = -EBADMSG;
 	}
+	uint64_t now = unix_s();
 	for (uint64_t i = 0; !rc && i < count; i++) {
 		struct found *f = next_found(l);
 		if (!f) {
@@ -164,9 +191,12 @@ static int read_manifest(int dirfd, uint32_t bt, struct found_list *l, const cha
 		}
 		/* Its own checksum passed with the manifest's: a head that fails
 		 * here was written wrong, and the whole manifest is suspect. */
-		if ((rc = check_head(buf + MANIFEST_HDR + i * head_bytes, head_bytes, bt, NULL, 0, f,
-				     why)))
+		const uint8_t *rec = buf + MANIFEST_HDR + i * stride;
+		if ((rc = check_head(rec, head_bytes, bt, NULL, 0, f, why)))
 			break;
+		f->pin_until = 0;
+		if (version >= 2)
+			use_decode(rec + head_bytes, now, f);
 		l->n++;
 	}
 	free(buf);
@@ -190,8 +220,9 @@ struct manifest_writer {
 
 static void man_put(struct manifest_writer *w, const void *p, size_t n)
 {
+	errno = 0;
 	if (!w->rc && fwrite(p, 1, n, w->f) != n)
-		w->rc = -EIO;
+		w->rc = errno ? -errno : -EIO; /* ENOSPC, EDQUOT: the caller says so */
 	XXH3_64bits_update(w->sum, p, n);
 }
 
@@ -203,6 +234,15 @@ static int man_record(void *ctx, const struct idx_block *b)
 	if (rec_encode_head(&m, b->tokens, b->sum, w->head, w->head_bytes) < 0)
 		return 0; /* a block no record can hold was never written */
 	man_put(w, w->head, w->head_bytes);
+	/* Wall-clock times: the monotonic clock starts again with a reboot. */
+	uint8_t u[MAN_USE] = { 0 };
+	uint64_t now = unix_s();
+	rec_put_le(u, b->hits, 8);
+	rec_put_le(u + 8, now > b->idle_s ? now - b->idle_s : 0, 8);
+	rec_put_le(u + 16, b->use, 8);
+	rec_put_le(u + 24, b->pin_end ? MAN_PIN_END : 0, 4);
+	rec_put_le(u + 32, b->pin_end && b->pin_ttl_s ? now + b->pin_ttl_s : 0, 8);
+	man_put(w, u, sizeof(u));
 	w->count++;
 	return w->rc;
 }
@@ -233,7 +273,7 @@ int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records)
 	if (!rc) {
 		uint8_t hdr[MANIFEST_HDR] = { 0 }, tail[8];
 		memcpy(hdr, manifest_magic, 8);
-		rec_put_le(hdr + 8, 1, 4);
+		rec_put_le(hdr + 8, MANIFEST_VERSION, 4);
 		rec_put_le(hdr + 12, d->block_tokens, 4);
 		rec_put_le(hdr + 16, count, 8);
 		XXH3_64bits_reset(w.sum);
@@ -242,8 +282,9 @@ int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records)
 		if (!rc && w.count != count)
 			rc = -EAGAIN;
 		rec_put_le(tail, XXH3_64bits_digest(w.sum), 8);
+		errno = 0;
 		if (!rc && fwrite(tail, 1, 8, w.f) != 8)
-			rc = -EIO;
+			rc = errno ? -errno : -EIO;
 		if (!rc && (fflush(w.f) || fsync(fileno(w.f))))
 			rc = -errno;
 	}
@@ -324,6 +365,30 @@ static int scan(int dirfd, uint32_t bt, struct found_list *l, struct restart_rep
 	return rc;
 }
 
+/* The pin that ended at f when the last run stopped, once f and every
+ * block before it are loaded (its children are not needed). */
+static void pin_again(struct daemon *d, const struct found *f, struct restart_report *r)
+{
+	uint64_t now = unix_s(), pinned;
+	if (f->pin_until && f->pin_until <= now) {
+		r->pins_expired++;
+		return;
+	}
+	struct pd_id id = { .uid = f->b.ns };
+	memcpy(id.key, f->b.hash, PD_HASH_SIZE);
+	uint32_t ttl = f->pin_until ? (uint32_t)(f->pin_until - now) : 0;
+	int e = idx_pin(d->idx, &id, ttl, &pinned);
+	if (!e) {
+		r->pins++;
+		return;
+	}
+	r->pins_lost++;
+	char name[TIER_NAME_MAX];
+	tier_name(f->b.ns, f->b.hash, ".rec", name);
+	pd_log("disk tier: the pin of the chain ending at %s is not kept: %s", name,
+	       e == -E2BIG ? "pins would hold more than --pin-max" : strerror(-e));
+}
+
 int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 {
 	struct timespec t0;
@@ -353,20 +418,28 @@ int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
 		if (!e) {
 			r->loaded++;
 			r->bytes += rec_size(bt, f->payload);
+			if (f->b.pin_end)
+				pin_again(d, f, r);
 		} else if (!rc) {
 			char name[TIER_NAME_MAX];
 			tier_name(f->b.ns, f->b.hash, ".rec", name);
 			unlinkat(dirfd, name, 0);
 			r->dropped++;
-			static const char *const reason[] = { "its parent is not there",
-							      "the disk budget is full",
-							      "no partition is left for its user and block size",
-							      "its chain root's blocks are of another size" };
-			pd_log("disk tier: %s: %s: deleted", name,
-			       e == -ENOENT || e == -EEXIST ? reason[0]
-			       : e == -ENOSPC && g ? reason[1]
-			       : e == -EUSERS || e == -EMFILE ? reason[2]
-			       : e == -EXDEV ? reason[3] : strerror(-e));
+			/* Loaded by depth: once the budget is full, nothing deeper
+			 * loads, and a block whose parent went for it goes for it
+			 * too. Those are counted, not logged one by one. */
+			if ((e == -ENOSPC && g) || (e == -ENOENT && r->over_budget)) {
+				r->over_budget++;
+				r->over_budget_bytes += rec_size(bt, f->payload);
+			} else {
+				static const char *const reason[] = { "its parent is not there",
+								      "no partition is left for its user and block size",
+								      "its chain root's blocks are of another size" };
+				pd_log("disk tier: %s: %s: deleted", name,
+				       e == -ENOENT || e == -EEXIST ? reason[0]
+				       : e == -EUSERS || e == -EMFILE ? reason[1]
+				       : e == -EXDEV ? reason[2] : strerror(-e));
+			}
 		}
 		free(f->tokens);
 	}

@@ -22,6 +22,10 @@ struct restart_report {
 	uint64_t torn;        /* temporary files of a write a stop cut short */
 	uint64_t dropped;     /* intact, but of another block size, without their
 			       * parent, past the disk budget or a partition limit */
+	uint64_t over_budget, over_budget_bytes; /* of those, past the disk budget, or
+						  * continuing a block that was */
+	uint64_t pins;        /* pins kept from the last run (its manifest) */
+	uint64_t pins_expired, pins_lost; /* ended while it was down; past --pin-max */
 	double ms;
 	bool manifest;        /* read from the manifest of a graceful stop, not a scan */
 };

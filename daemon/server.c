@@ -335,7 +335,13 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 		socklen_t len = sizeof(cred);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
 			pd_err("SO_PEERCRED: %s", strerror(errno));
-			close(fd);
+			reaper_close_conn(fd, (uid_t)-1);
+			continue;
+		}
+		if (reaper_over(cred.uid)) {
+			pd_log_limited(&closed, "pid %d uid %u: more than %d descriptors it sent wait to be closed; connection closed at once",
+				       (int)cred.pid, (unsigned)cred.uid, REAPER_USER_MAX);
+			reaper_close_conn(fd, cred.uid);
 			continue;
 		}
 		int tell;
@@ -343,7 +349,7 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 		if (refused && !tell) {
 			pd_log_limited(&closed, "pid %d uid %u: too many connections; closed at once",
 				       (int)cred.pid, (unsigned)cred.uid);
-			close(fd);
+			reaper_close_conn(fd, cred.uid);
 			continue;
 		}
 		struct conn *c = conn_new(d, fd, &cred, refused);
@@ -372,6 +378,15 @@ static int disk_start(const struct server_cfg *cfg, struct daemon *d)
 	       r.manifest ? "the manifest" : "a scan", (unsigned long long)r.corrupt,
 	       (unsigned long long)r.torn, (unsigned long long)r.dropped);
 	tier_set_sync(d->tier, cfg->disk_sync);
+	if (r.pins || r.pins_expired || r.pins_lost)
+		pd_log("disk tier: %llu pins kept from the last run, %llu ended while prefixd was down, %llu not kept",
+		       (unsigned long long)r.pins, (unsigned long long)r.pins_expired,
+		       (unsigned long long)r.pins_lost);
+	if (r.over_budget)
+		pd_log("disk tier: %llu intact records (%.1f MiB) deleted because the directory held %.1f MiB of records, more than --disk-budget %.1f MiB allows (the deepest blocks of their chains went); without --disk-budget, or with a larger one, a restart keeps them",
+		       (unsigned long long)r.over_budget, (double)r.over_budget_bytes / (1 << 20),
+		       (double)(r.bytes + r.over_budget_bytes) / (1 << 20),
+		       (double)cfg->disk_budget / (1 << 20));
 	if ((rc = tier_start(d->tier, d->idx))) {
 		pd_err("cannot start the disk tier: %s", strerror(-rc));
 		return -1;
@@ -517,7 +532,11 @@ out:
 			       (unsigned long long)left);
 		uint64_t listed;
 		int mrc = restart_save(&d, d.tier, &listed);
-		if (mrc)
+		if (mrc == -ENOSPC || mrc == -EDQUOT)
+			pd_log("disk tier: no manifest: %s %s (%s): the next start scans the directory instead, which keeps every record but takes longer; free some space there",
+			       mrc == -ENOSPC ? "the file system is full at" : "prefixd's user is over its disk quota at",
+			       cfg->disk_dir, strerror(-mrc));
+		else if (mrc)
 			pd_log("disk tier: no manifest (%s): the next start scans the directory",
 			       strerror(-mrc));
 		else

@@ -42,7 +42,7 @@ static int file_arg(struct conn *c, const char *op, bool write, int *fd)
 		why = write ? "is not open for writing" : "is not open for reading";
 	if (!why)
 		return 0;
-	reaper_close(*fd); /* a socket's close may block */
+	reaper_close(*fd, c->cred.uid); /* a socket's close may block */
 	return conn_fail(c, PD_E_MALFORMED, "%s: the descriptor %s", op, why) ? -1 : 1;
 }
 

@@ -62,14 +62,20 @@ int pd_send(int sock, const struct pd_hdr *h, const uint8_t *body, const int *fd
 	return 0;
 }
 
-ssize_t pd_recv_some(int sock, void *buf, size_t n, int *fds, int *nfds)
+ssize_t pd_recv_some_to(int sock, void *buf, size_t n, int flags, int *fds, int *nfds,
+			void (*extra)(void *ctx, int fd), void *ctx)
 {
-	char cbuf[CMSG_SPACE(sizeof(int) * PD_MAX_FDS * 2)];
+	/* Room for all a message can carry: with less, the kernel would drop
+	 * the rest itself, in this thread, where a close may block. */
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * PD_RECV_FDS_MAX)];
+		struct cmsghdr align;
+	} cbuf;
 	struct iovec iov = { buf, n };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			      .msg_controllen = sizeof(cbuf) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf,
+			      .msg_controllen = sizeof(cbuf.buf) };
 	ssize_t r;
-	while ((r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+	while ((r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
 		;
 	if (r < 0)
 		return -errno;
@@ -82,11 +88,18 @@ ssize_t pd_recv_some(int sock, void *buf, size_t n, int *fds, int *nfds)
 			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 			if (fds && *nfds < PD_MAX_FDS)
 				fds[(*nfds)++] = fd;
+			else if (extra)
+				extra(ctx, fd); /* more than the protocol allows */
 			else
-				close(fd); /* more than the protocol allows */
+				close(fd);
 		}
 	}
 	return r;
+}
+
+ssize_t pd_recv_some(int sock, void *buf, size_t n, int *fds, int *nfds)
+{
+	return pd_recv_some_to(sock, buf, n, 0, fds, nfds, NULL, NULL);
 }
 
 /* Reads exactly n bytes, collecting descriptors that arrive on the way. */

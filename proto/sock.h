@@ -30,10 +30,19 @@ int pd_recv(int sock, struct pd_hdr *h, uint8_t **body, int *fds, int *nfds);
 /* One sendmsg (the daemon's non-blocking replies): bytes written or
  * -errno; the descriptors go with the first byte. */
 ssize_t pd_send_some(int sock, const struct iovec *iov, int iovcnt, const int *fds, int nfds);
+/* The most descriptors one message can carry (Linux's SCM_MAX_FD). */
+#define PD_RECV_FDS_MAX 253
+
 /* One recvmsg: bytes read (0 at end of stream) or -errno. Descriptors that
  * came with them are appended to fds while *nfds < PD_MAX_FDS; the rest
  * are closed. */
 ssize_t pd_recv_some(int sock, void *buf, size_t n, int *fds, int *nfds);
+/* pd_recv_some with recvmsg flags, where the descriptors fds has no room
+ * for (all of them when fds is NULL) go to extra(ctx, fd), whose to close:
+ * the daemon's reaper, since a peer can make a close block. Every
+ * descriptor a message carries is received, none dropped by the kernel. */
+ssize_t pd_recv_some_to(int sock, void *buf, size_t n, int flags, int *fds, int *nfds,
+			void (*extra)(void *ctx, int fd), void *ctx);
 
 /* The daemon's default socket: $PREFIXD_SOCKET (a system daemon's, say),
  * else $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock. Returns 0,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -990,6 +991,293 @@ Test(disk, new_records_take_over_the_files_of_records_that_left)
 	cr_expect_eq(bad, 0);
 	cr_expect_eq(stats().disk_corrupt, 0);
 	cr_expect_eq(count_files(".tmp"), 0);
+	prefixd_close(c);
+	stop();
+}
+
+/* ==== The default disk budget and a small disk ==== */
+
+/* What the disk tier's own files take on the file system, and what the
+ * disk budget counts of its records. */
+static void own_span(uint64_t *span, uint64_t *records)
+{
+	*span = *records = 0;
+	DIR *d = opendir(disk);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		if (n < 5 || (strcmp(e->d_name + n - 4, ".rec") && strcmp(e->d_name + n - 4, ".tmp")))
+			continue;
+		char path[PATH_MAX + 300];
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/%s", disk, e->d_name);
+		cr_assert_eq(stat(path, &st), 0);
+		*span += (uint64_t)st.st_blocks * 512;
+		*records += strcmp(e->d_name + n - 4, ".rec") ? 0 : (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+}
+
+/* The README's default: 4 x --memory, at most 90% of the free space with
+ * the directory's records counted as free, never less than the records. */
+static uint64_t expected_budget(uint64_t memory)
+{
+	struct statvfs fs;
+	uint64_t span, records;
+	cr_assert_eq(statvfs(disk, &fs), 0);
+	own_span(&span, &records);
+	uint64_t usable = ((uint64_t)fs.f_bavail * fs.f_frsize + span) / 10 * 9, want = 4 * memory;
+	want = usable < want ? usable : want;
+	return want > records ? want : records;
+}
+
+static void mount_small(const char *size)
+{
+	char out[4096];
+	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=%s prefixd-test '%s'", size, disk),
+		     0, "these tests run as root, who may mount a small tmpfs: %s", out);
+}
+
+/* Fills what the file system has left with one file. */
+static void fill_disk(void)
+{
+	char out[4096];
+	td_sh(out, sizeof(out), "dd if=/dev/zero of='%s/filler' bs=4k 2>/dev/null; sync", disk);
+	struct statvfs fs;
+	cr_assert_eq(statvfs(disk, &fs), 0);
+	cr_assert_eq(fs.f_bavail, 0, "the file system is full");
+}
+
+#define SMALL_PROMPTS 8
+#define SMALL_BLOCKS 64
+
+static void expect_all_served(void)
+{
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < SMALL_PROMPTS; k++) {
+		struct got g = match(c, k, SMALL_BLOCKS);
+		cr_expect_eq(g.hit, SMALL_BLOCKS, "prompt %u: every block served again", k);
+		cr_expect_eq(g.bad, 0, "prompt %u", k);
+	}
+	prefixd_close(c);
+}
+
+Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_is_90_percent)
+{
+	/* 8 MiB of tmpfs; 4 x --memory is 32 MiB, so 90% of the disk caps
+	 * the budget. 512 records of 12 KiB (6 MiB): more than 90% of what
+	 * is left free once they are written, so a budget of the free space
+	 * alone would delete most of them at a restart. */
+	mount_small("8m");
+	const uint64_t mem = 8u << 20;
+	const char *args[] = { "--memory", "8M", NULL };
+	uint64_t want = expected_budget(mem);
+	cr_assert_lt(want, 4 * mem, "the disk, not the memory, bounds this budget");
+	start(args);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.disk_budget, want, "the default budget is 90%% of the free space: %llu, not %llu",
+		     (unsigned long long)s.disk_budget, (unsigned long long)want);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < SMALL_PROMPTS; k++)
+		publish(c, k, SMALL_BLOCKS);
+	prefixd_close(c);
+	wait_spilled(SMALL_PROMPTS * SMALL_BLOCKS);
+	stop();
+	const int n = SMALL_PROMPTS * SMALL_BLOCKS;
+	cr_assert_eq(count_files(".rec"), n);
+
+	/* A restart: the records count as usable space. */
+	want = expected_budget(mem);
+	start(args);
+	s = stats();
+	cr_expect_eq(s.disk_blocks, (uint64_t)n, "every record is loaded again");
+	cr_expect_eq(s.disk_budget, want, "90%% of the free space and the records: %llu, not %llu",
+		     (unsigned long long)s.disk_budget, (unsigned long long)want);
+	cr_expect(log_has(" 0 others dropped"), "nothing dropped");
+	expect_all_served();
+	stop();
+
+	/* Another file takes the rest of the disk: the budget is then the
+	 * records themselves, and a restart still keeps them all. */
+	fill_disk();
+	start(args);
+	s = stats();
+	cr_expect_eq(s.disk_blocks, (uint64_t)n, "every record is loaded again on a full disk");
+	cr_expect_eq(s.disk_budget, (uint64_t)n * REC_BYTES, "the budget holds what is there");
+	expect_all_served();
+	stop();
+	cr_expect_eq(count_files(".rec"), n);
+
+	/* Only an explicit, smaller --disk-budget deletes intact records,
+	 * and the log says how many and why. */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(100 * REC_BYTES));
+	const char *lower[] = { "--memory", "8M", "--disk-budget", budget, NULL };
+	start(lower);
+	s = stats();
+	cr_expect_eq(s.disk_blocks, 100);
+	char line[128];
+	snprintf(line, sizeof(line), "%d intact records (", n - 100);
+	if (!log_has(line)) {
+		char out[16384];
+		td_sh(out, sizeof(out), "grep -v ': the disk budget is full: deleted' '%s'", td.log);
+		cr_expect_fail("the log counts the records the smaller budget deleted (%s): %s", line, out);
+	}
+	cr_expect(log_has("more than --disk-budget"), "and says why");
+	stop();
+	cr_expect_eq(count_files(".rec"), 100);
+}
+
+Test(disk, a_disk_full_at_stop_says_so)
+{
+	mount_small("1m");
+	const char *args[] = { "--memory", "1M", NULL };
+	start(args);
+	struct prefixd *c = client();
+	publish(c, 0, 8);
+	prefixd_close(c);
+	wait_spilled(8);
+	fill_disk();
+	/* SIGTERM: the manifest cannot be written. The log is read before
+	 * td_stop removes it. */
+	kill(td.pid, SIGTERM);
+	int st;
+	cr_assert_eq(waitpid(td.pid, &st, 0), td.pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "prefixd stops cleanly");
+	td.pid = 0;
+	cr_expect(log_has("no manifest: the file system is full at"), "the log says the disk is full");
+	cr_expect(!log_has("Input/output error"), "not an I/O error");
+	char out[8192];
+	td_sh(out, sizeof(out), "cat '%s'", td.log);
+	unlink(td.sock);
+	unlink(td.log);
+	rmdir(td.dir);
+	cr_log_info("%s", out);
+	/* Nothing is lost: the next start scans the directory. */
+	start(args);
+	c = client();
+	struct got g = match(c, 0, 8);
+	cr_expect_eq(g.hit, 8);
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
+	stop();
+}
+
+/* ==== What a graceful restart keeps of each chain's use ==== */
+
+static struct prefixd_id prompt_id(uint32_t k, uint32_t n)
+{
+	uint32_t t[64 * BT];
+	prompt(k, n, t);
+	struct prefixd_id id;
+	struct prefixd_prompt *pp;
+	struct prefixd_layout l = td_layout(1);
+	cr_assert_eq(prefixd_prompt_new(&l, &pp), 0);
+	cr_assert_eq(prefixd_prompt_append(pp, t, n * BT), 0);
+	cr_assert_eq(prefixd_prompt_id(pp, &id), 0);
+	prefixd_prompt_free(pp);
+	return id;
+}
+
+/* The listing's row of prompt k's chain (n blocks). */
+static struct prefixd_chain chain_of(uint32_t k, uint32_t n)
+{
+	struct prefixd_id id = prompt_id(k, n);
+	struct prefixd *adm;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0, "%s", prefixd_errmsg());
+	struct prefixd_chain *rows, row = { 0 };
+	size_t nrows;
+	cr_assert_eq(prefixd_list(adm, NULL, &rows, &nrows), 0, "%s", prefixd_errmsg());
+	bool found = false;
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].id.user == id.user && !memcmp(rows[i].id.key, id.key, sizeof(id.key))) {
+			row = rows[i];
+			found = true;
+		}
+	free(rows);
+	prefixd_close(adm);
+	cr_assert(found, "prompt %u is listed", k);
+	return row;
+}
+
+Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
+{
+	start(NULL);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 4; k++)
+		publish(c, k, 4);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(match(c, 0, 4).hit, 4);
+	cr_assert_eq(match(c, 3, 4).hit, 4);
+	prefixd_close(c);
+	struct prefixd *adm;
+	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
+	uint64_t pinned;
+	struct prefixd_id id1 = prompt_id(1, 4), id2 = prompt_id(2, 4);
+	cr_assert_eq(prefixd_pin(adm, &id1, 3600, &pinned), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(prefixd_pin(adm, &id2, 0, &pinned), 0, "%s", prefixd_errmsg());
+	prefixd_close(adm);
+	/* Time passes, so that a last use the restart forgot would show. */
+	sleep(3);
+	struct prefixd_chain before = chain_of(0, 4);
+	cr_assert_eq(before.hits, 3);
+	cr_assert_geq(before.idle_s, 3);
+	stop();
+	start(NULL);
+	struct prefixd_chain c0 = chain_of(0, 4), c1 = chain_of(1, 4), c2 = chain_of(2, 4),
+			     c3 = chain_of(3, 4);
+	cr_expect_eq(c0.where, PREFIXD_ON_DISK, "read back from disk, not used again");
+	cr_expect_eq(c0.hits, 3, "hits survive: %llu", (unsigned long long)c0.hits);
+	cr_expect_eq(c3.hits, 1);
+	cr_expect_eq(c1.hits, 0);
+	cr_expect_geq(c0.idle_s, before.idle_s, "the last use survives: idle %u s, %u s before the stop",
+		      c0.idle_s, before.idle_s);
+	cr_expect_lt(c0.idle_s, before.idle_s + 60);
+	cr_expect(c1.pinned, "a pin with a TTL survives");
+	cr_expect_gt(c1.pin_ttl_s, 3500, "and its TTL runs on: %u s left", c1.pin_ttl_s);
+	cr_expect_leq(c1.pin_ttl_s, 3600 - 3);
+	cr_expect(c2.pinned, "a pin without one too");
+	cr_expect_eq(c2.pin_ttl_s, 0);
+	cr_expect(!c0.pinned && !c3.pinned);
+	cr_expect(log_has("2 pins kept from the last run"));
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.pins, 2);
+	c = client();
+	struct got g = match(c, 1, 4);
+	cr_expect_eq(g.hit, 4);
+	cr_expect_eq(g.bad, 0);
+	prefixd_close(c);
+	stop();
+}
+
+Test(disk, the_least_recently_used_before_a_graceful_restart_goes_first_after_it)
+{
+	/* A disk budget of 8 prompts of 4 blocks. */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(32 * REC_BYTES));
+	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
+	start(args);
+	struct prefixd *c = client();
+	for (uint32_t k = 0; k < 8; k++)
+		publish(c, k, 4);
+	/* Used again in this order: prompt 5 is now the least recently used,
+	 * then 2, then 6. */
+	static const uint32_t order[] = { 5, 2, 6, 0, 7, 1, 3, 4 };
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(match(c, order[i], 4).hit, 4);
+	prefixd_close(c);
+	stop();
+	start(args);
+	c = client();
+	/* Room for a new prompt: the disk budget lets the oldest go. */
+	publish(c, 8, 4);
+	wait_spilled(4);
+	cr_expect_eq(match(c, 5, 4).hit, 0, "the least recently used before the restart went");
+	for (int i = 1; i < 8; i++) {
+		struct got g = match(c, order[i], 4);
+		cr_expect_eq(g.hit, 4, "prompt %u, used later, stayed", order[i]);
+		cr_expect_eq(g.bad, 0);
+	}
 	prefixd_close(c);
 	stop();
 }

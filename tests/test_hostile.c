@@ -6,7 +6,10 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <regex.h>
 #include <signal.h>
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,6 +27,7 @@
 #include <unistd.h>
 
 #include "daemon_util.h"
+#include "reaper.h"
 #include "sock.h"
 #include "wire.h"
 
@@ -1239,5 +1244,226 @@ Test(limits, a_block_larger_than_the_quota_in_whole_pages_is_refused_at_hello)
 	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -ENOSPC, "refused at HELLO, not at every publish");
 	cr_expect(strstr(prefixd_errmsg(), "whole pages"), "%s", prefixd_errmsg());
 	prefixd_close(c);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+/* ==== Descriptors whose close blocks ==== */
+
+#define LINGER_CONNS 14
+/* A frame's descriptors: harmless ones, with LINGER_RUN lingering sockets
+ * past the 16th (what a request may carry) and as many past the 32nd (the
+ * room the daemon's control buffer had). */
+#define LINGER_RUN 4
+#define LINGER_FDS (2 * PD_MAX_FDS + LINGER_RUN)
+#define LINGER_S 30
+/* Requests sent ahead of the frame: replies to them overflow the socket. */
+#define LINGER_REQUESTS 2000
+
+/*
+ * A loopback TCP socket whose close() blocks for LINGER_S seconds: SO_LINGER
+ * set, and its send queue full of data its peer never reads, so its FIN
+ * cannot go out. *peer is that peer, which must stay open (closing it
+ * resets the connection and ends the wait).
+ */
+static int lingering_socket(int lfd, const struct sockaddr_in *at, int *peer)
+{
+	int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+	if (a < 0 || setsockopt(a, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) ||
+	    connect(a, (const struct sockaddr *)at, sizeof(*at)))
+		return -1;
+	if ((*peer = accept(lfd, NULL, NULL)) < 0)
+		return -1;
+	struct linger l = { 1, LINGER_S };
+	if (setsockopt(a, SOL_SOCKET, SO_LINGER, &l, sizeof(l)))
+		return -1;
+	static const char junk[4096];
+	while (send(a, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;
+	return errno == EAGAIN || errno == EWOULDBLOCK ? a : -1;
+}
+
+/*
+ * Another user (uid 60001) that sends, on each of LINGER_CONNS connections,
+ * a frame carrying LINGER_FDS descriptors, some of them lingering sockets,
+ * closes its own copies (the daemon's are then the last) and keeps the
+ * sockets' peers open until killed.
+ */
+static pid_t linger_attack(void)
+{
+	int up[2];
+	cr_assert_eq(pipe(up), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		/* Holds nothing of the test's, not even its output: a failed test
+		 * must not wait for it. */
+		for (int fd = 3; fd < 1024; fd++)
+			if (fd != up[1])
+				close(fd);
+		int null = open("/dev/null", O_RDWR);
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		close(null);
+		gid_t g = 65534;
+		if (setgroups(1, &g) || setresgid(g, g, g) || setresuid(60001, 60001, 60001))
+			_exit(1);
+		/* After the uid change, which clears it: dies with the test. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+		struct sockaddr_in at = { .sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t len = sizeof(at);
+		/* The peers' small receive buffers (accepted sockets inherit it). */
+		if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) ||
+		    bind(lfd, (struct sockaddr *)&at, sizeof(at)) || listen(lfd, 64) ||
+		    getsockname(lfd, (struct sockaddr *)&at, &len))
+			_exit(2);
+		struct sockaddr_un un = { .sun_family = AF_UNIX };
+		strcpy(un.sun_path, td.sock);
+		uint8_t hdr[PD_HDR_SIZE];
+		struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_STATS, 0, 0, 1, 0 };
+		pd_hdr_encode(&h, hdr);
+		uint8_t *many = malloc(LINGER_REQUESTS * sizeof(hdr));
+		if (!many)
+			_exit(5);
+		for (int k = 0; k < LINGER_REQUESTS; k++)
+			memcpy(many + k * sizeof(hdr), hdr, sizeof(hdr));
+		struct pollfd socks[LINGER_CONNS];
+		for (int i = 0; i < LINGER_CONNS; i++) {
+			int fds[LINGER_FDS], peers[2 * LINGER_RUN], np = 0;
+			for (int k = 0; k < LINGER_FDS; k++) {
+				bool linger = (k >= PD_MAX_FDS && k < PD_MAX_FDS + LINGER_RUN) ||
+					      k >= 2 * PD_MAX_FDS;
+				fds[k] = linger ? lingering_socket(lfd, &at, &peers[np++])
+						: open("/dev/null", O_RDONLY | O_CLOEXEC);
+				if (fds[k] < 0)
+					_exit(linger ? 30 + errno % 100 : 3);
+			}
+			int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			if (s < 0 || connect(s, (struct sockaddr *)&un, sizeof(un)))
+				_exit(4);
+			/* Requests whose replies this process does not take yet:
+			 * more than the socket holds, so the daemon stops reading
+			 * this connection until they are taken, and the frame
+			 * below stays unread while its descriptors' copies here
+			 * are closed. The daemon's are then the last. */
+			for (size_t off = 0; off < LINGER_REQUESTS * sizeof(hdr);) {
+				ssize_t w = send(s, many + off, LINGER_REQUESTS * sizeof(hdr) - off,
+						 MSG_NOSIGNAL);
+				if (w <= 0)
+					break; /* refused: the bound at work */
+				off += (size_t)w;
+			}
+			char cbuf[CMSG_SPACE(sizeof(fds))] = { 0 };
+			struct iovec iov = { hdr, sizeof(hdr) };
+			struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+					      .msg_controllen = sizeof(cbuf) };
+			struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(fds));
+			memcpy(CMSG_DATA(c), fds, sizeof(fds));
+			(void)sendmsg(s, &msg, MSG_NOSIGNAL);
+			for (int k = 0; k < LINGER_FDS; k++)
+				close(fds[k]); /* not the last: the message holds them */
+			socks[i] = (struct pollfd){ s, POLLIN, 0 };
+			/* The peers stay open. */
+		}
+		char ok = 'k';
+		if (write(up[1], &ok, 1) != 1)
+			_exit(8);
+		/* Takes the replies: the daemon reads on, up to the descriptors. */
+		static uint8_t sink[1 << 16];
+		for (;;) {
+			if (poll(socks, LINGER_CONNS, -1) < 0)
+				continue;
+			for (int i = 0; i < LINGER_CONNS; i++)
+				if (socks[i].revents && recv(socks[i].fd, sink, sizeof(sink), 0) <= 0)
+					socks[i].fd = -1; /* closed by the daemon */
+		}
+	}
+	close(up[1]);
+	char c;
+	if (read(up[0], &c, 1) != 1) {
+		int st = 0;
+		waitpid(pid, &st, 0);
+		cr_assert_fail("the attacker sent its frames (it exited with %d, errno %d)",
+			       WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), errno);
+	}
+	close(up[0]);
+	return pid;
+}
+
+/* Seconds from connect to HELLO's answer; 99 without one within 5 s. */
+static double timed_hello(void)
+{
+	double t0 = now_s();
+	int fd = raw_connect();
+	uint8_t fp[PD_FP_SIZE], body[128];
+	memset(fp, 1, sizeof(fp));
+	struct pd_hello m = { PD_VERSION, PD_VERSION, TD_BLOCK_TOKENS, TD_BLOCK_BYTES, 1, fp, 0, NULL };
+	size_t n = pd_hello_encode(&m, body, sizeof(body));
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_HELLO, 0, 0, 9, (uint32_t)n }, r;
+	uint8_t *rb = NULL;
+	int rfds[PD_MAX_FDS], nr = 0;
+	bool ok = !pd_send(fd, &h, body, NULL, 0) && !pd_recv(fd, &r, &rb, rfds, &nr) &&
+		  r.status == PD_OK;
+	for (int i = 0; i < nr; i++)
+		close(rfds[i]);
+	free(rb);
+	close(fd);
+	return ok ? now_s() - t0 : 99.0;
+}
+
+static int by_value(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+Test(limits, descriptors_whose_close_blocks_stall_no_worker)
+{
+	const char *extra[] = { "--threads", "2", "--group", "65534", NULL };
+	start_limited(extra);
+	cr_assert_eq(td_share_dir(&td), 0, "let another user reach the socket");
+	pid_t attacker = linger_attack();
+	/* A good client's HELLOs meanwhile. A worker that closed one of those
+	 * sockets itself would stall for LINGER_S seconds, and raw_connect's
+	 * 5 s receive timeout would fail the HELLO. */
+	/* While the daemon takes in the attacker's descriptors: until it has
+	 * cut the attacker off for having too many waiting to be closed (at
+	 * least 1 s, at most 15 s). */
+	enum { MAX = 100000 };
+	double *took = malloc(MAX * sizeof(double)), t0 = now_s(), t = t0;
+	int n = 0;
+	bool cut = false;
+	char out[256];
+	cr_assert(took);
+	while (n < MAX && t < t0 + 15 && !(cut && t > t0 + 1)) {
+		/* One unanswered is enough to fail: the rest would wait too. */
+		if ((took[n++] = timed_hello()) == 99.0)
+			break;
+		cut = cut || td_sh(out, sizeof(out), "grep -q 'uid 60001: more than %d descriptors it sent wait' '%s'",
+				   REAPER_USER_MAX, td.log) == 0;
+		t = now_s();
+	}
+	qsort(took, (size_t)n, sizeof(took[0]), by_value);
+	double p99 = took[n * 99 / 100], worst = took[n - 1];
+	free(took);
+	cr_expect_lt(p99, 2.0, "a good client's HELLO is answered (p99 %.3f s, max %.3f s, %d HELLOs)",
+		     p99, worst, n);
+	if (p99 >= 2.0) {
+		/* Stalled workers would not stop in time either. */
+		kill(attacker, SIGKILL);
+		waitpid(attacker, NULL, 0);
+		td_kill(&td);
+		return;
+	}
+	cr_expect(cut, "the attacker's connections are cut once it has too many descriptors waiting");
+	/* Its peers go: the lingering closes end with a reset, and the daemon
+	 * stops without waiting for them. */
+	kill(attacker, SIGKILL);
+	waitpid(attacker, NULL, 0);
 	cr_expect_eq(td_stop(&td), 0);
 }
