@@ -360,7 +360,7 @@ static void misplaced_buffer(struct tset *s)
 Test(loader, rejects_a_config_with_fewer_layers_than_the_weights)
 {
 	char *d = variant("neox-tiny", one_layer, NULL);
-	expect_reject(d, -EINVAL, "gpt_neox.layers.1.", "does not use");
+	expect_reject(d, -EINVAL, "gpt_neox.layers.1.", "(GPTNeoXForCausalLM, 1 layer) does not use");
 	tmpdir_free(d);
 }
 
