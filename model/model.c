@@ -286,10 +286,10 @@ static int check_unused(const struct pfx_model *m, const struct binder *b, struc
 	if (listed < unused)
 		snprintf(more, sizeof(more), " and %zu more", unused - listed);
 	return pfx_errorf(err, -EINVAL,
-			  "%s: %zu tensor%s that config.json (%s, %d layers) does not use: %s%s; "
+			  "%s: %zu tensor%s that config.json (%s, %d layer%s) does not use: %s%s; "
 			  "the config does not describe these weights",
 			  ckpt_source(m->ckpt), unused, unused == 1 ? "" : "s", m->cfg.arch,
-			  m->cfg.n_layers, names, more);
+			  m->cfg.n_layers, m->cfg.n_layers == 1 ? "" : "s", names, more);
 }
 
 /* ==== Fingerprint ==== */

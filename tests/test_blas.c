@@ -7,6 +7,7 @@
  * to measure).
  */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,54 @@ Test(blas, probe_sees_this_cpu)
 	cr_expect_eq(isa.avx512f, !!__builtin_cpu_supports("avx512f"));
 	cr_expect_eq(isa.avx512bw, !!__builtin_cpu_supports("avx512bw"));
 	cr_expect_eq(isa.sse42, !!__builtin_cpu_supports("sse4.2"));
+}
+
+/* Whether /proc/cpuinfo lists flag for the first CPU: the kernel's view,
+ * which also drops what the OS does not save (XCR0). */
+static bool cpuinfo_has(const char *flag)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	cr_assert(f);
+	char line[8192];
+	bool found = false;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "flags", 5)) {
+			for (char *w = strtok(strchr(line, ':') + 1, " \n"); w; w = strtok(NULL, " \n"))
+				found |= !strcmp(w, flag);
+			break;
+		}
+	fclose(f);
+	return found;
+}
+
+/* Every bit the choice reads, against the kernel's reading of CPUID: a
+ * wrong leaf, subleaf or bit shows on a CPU that has the feature. */
+Test(blas, probe_agrees_with_the_kernel)
+{
+	struct pfx_cpu_isa isa;
+	pfx_cpu_isa_probe(&isa);
+	static const struct {
+		const char *flag;
+		size_t off;
+	} bits[] = {
+		{ "pni", offsetof(struct pfx_cpu_isa, sse3) },
+		{ "ssse3", offsetof(struct pfx_cpu_isa, ssse3) },
+		{ "sse4_1", offsetof(struct pfx_cpu_isa, sse41) },
+		{ "sse4_2", offsetof(struct pfx_cpu_isa, sse42) },
+		{ "avx", offsetof(struct pfx_cpu_isa, avx) },
+		{ "avx2", offsetof(struct pfx_cpu_isa, avx2) },
+		{ "fma", offsetof(struct pfx_cpu_isa, fma) },
+		{ "avx512f", offsetof(struct pfx_cpu_isa, avx512f) },
+		{ "avx512dq", offsetof(struct pfx_cpu_isa, avx512dq) },
+		{ "avx512bw", offsetof(struct pfx_cpu_isa, avx512bw) },
+		{ "avx512vl", offsetof(struct pfx_cpu_isa, avx512vl) },
+		{ "avx512cd", offsetof(struct pfx_cpu_isa, avx512cd) },
+		{ "avx512_bf16", offsetof(struct pfx_cpu_isa, avx512_bf16) },
+	};
+	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+		cr_expect_eq(*(const bool *)((const char *)&isa + bits[i].off),
+			     cpuinfo_has(bits[i].flag), "%s", bits[i].flag);
+	cr_expect_eq(isa.amx_bf16, cpuinfo_has("amx_bf16") && cpuinfo_has("amx_tile"));
 }
 
 /* This process runs the core chosen for this CPU, unless the environment

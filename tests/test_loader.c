@@ -262,23 +262,20 @@ static void check_16bit(const char *dtype)
 Test(loader, f16_upcast) { check_16bit("F16"); }
 Test(loader, bf16_upcast) { check_16bit("BF16"); }
 
-Test(loader, sharded_equals_single_file)
+/* s as two shards and their index in d: the first half, then the rest. */
+static void write_two_shards(struct tset *s, const char *d)
 {
-	struct tset s;
-	tset_load(&s, "neox-tiny");
-	char *d = tmpdir_new();
-	write_config("neox-tiny", d, NULL);
 	json_object *idx = json_object_new_object(), *map = json_object_new_object();
-	struct tset one = s;
-	one.n = s.n / 2;
-	struct tset two = s;
-	memmove(two.t, s.t + s.n / 2, (s.n - s.n / 2) * sizeof(s.t[0]));
-	two.n = s.n - s.n / 2;
+	struct tset one = *s;
+	one.n = s->n / 2;
+	struct tset two = *s;
+	memmove(two.t, s->t + s->n / 2, (s->n - s->n / 2) * sizeof(s->t[0]));
+	two.n = s->n - s->n / 2;
 	tset_write(&one, d, "model-00001-of-00002.safetensors");
 	tset_write(&two, d, "model-00002-of-00002.safetensors");
-	for (size_t i = 0; i < s.n; i++)
-		json_object_object_add(map, s.t[i].name,
-				       json_object_new_string(i < s.n / 2 ? "model-00001-of-00002.safetensors"
+	for (size_t i = 0; i < s->n; i++)
+		json_object_object_add(map, s->t[i].name,
+				       json_object_new_string(i < s->n / 2 ? "model-00001-of-00002.safetensors"
 								      : "model-00002-of-00002.safetensors"));
 	json_object_object_add(idx, "metadata", json_object_new_object());
 	json_object_object_add(idx, "weight_map", map);
@@ -286,6 +283,15 @@ Test(loader, sharded_equals_single_file)
 	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", d);
 	cr_assert_eq(json_object_to_file(path, idx), 0);
 	json_object_put(idx);
+}
+
+Test(loader, sharded_equals_single_file)
+{
+	struct tset s;
+	tset_load(&s, "neox-tiny");
+	char *d = tmpdir_new();
+	write_config("neox-tiny", d, NULL);
+	write_two_shards(&s, d);
 	expect_same_as_neox_tiny(d, "sharding must not change the fingerprint");
 	tmpdir_free(d);
 	tset_free(&s);
@@ -354,7 +360,7 @@ static void misplaced_buffer(struct tset *s)
 Test(loader, rejects_a_config_with_fewer_layers_than_the_weights)
 {
 	char *d = variant("neox-tiny", one_layer, NULL);
-	expect_reject(d, -EINVAL, "gpt_neox.layers.1.", "does not use");
+	expect_reject(d, -EINVAL, "gpt_neox.layers.1.", "(GPTNeoXForCausalLM, 1 layer) does not use");
 	tmpdir_free(d);
 }
 
@@ -365,6 +371,38 @@ Test(loader, rejects_tensors_nothing_uses)
 	tmpdir_free(d);
 	d = variant("neox-tiny", NULL, misplaced_buffer);
 	expect_reject(d, -EINVAL, "'gpt_neox.attention.rotary_emb.inv_freq'", "does not use");
+	tmpdir_free(d);
+}
+
+/* Every shard is looked at, not the first only: the stray tensor is last,
+ * so in the second. */
+Test(loader, rejects_tensors_nothing_uses_in_any_shard)
+{
+	struct tset s;
+	tset_load(&s, "neox-tiny");
+	stray_tensor(&s);
+	char *d = tmpdir_new();
+	write_config("neox-tiny", d, NULL);
+	write_two_shards(&s, d);
+	expect_reject(d, -EINVAL, "'gpt_neox.layers.0.attention.extra.weight'", "does not use");
+	tmpdir_free(d);
+	tset_free(&s);
+}
+
+static void tie(json_object *j)
+{
+	json_object_object_add(j, "tie_word_embeddings", json_object_new_boolean(1));
+}
+
+/* A tied head may still be stored (transformers saves it): unused, not
+ * refused. */
+Test(loader, tied_head_stored_is_accepted)
+{
+	char *d = variant("neox-tiny", tie, NULL);
+	struct pfx_model *m = load_model_dir(d, 1);
+	cr_expect(pfx_model_config(m)->tied_embeddings);
+	cr_expect_eq(m->w.lm_head.p, m->w.embed.p);
+	pfx_model_free(m);
 	tmpdir_free(d);
 }
 
