@@ -37,7 +37,7 @@ void gotoblas_dynamic_quit(void) __attribute__((weak));
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const char *expected;   /* set once by init_once */
 static char user_core[32];     /* OPENBLAS_CORETYPE as the user set it */
-static bool switch_refused;    /* OpenBLAS ran another core than asked */
+static bool switch_refused;    /* OpenBLAS ran another core than asked for */
 
 /* ==== What the CPU has ==== */
 
@@ -170,6 +170,25 @@ static void select_core(const char *core)
 		unsetenv("OPENBLAS_CORETYPE");
 }
 
+/* Whether core can run here: this OpenBLAS has its table and, unless the
+ * user chose, switching to it sticks (OpenBLAS falls back to a core of its
+ * own choosing for a name it cannot force, e.g. a newer OpenBLAS that
+ * lists SapphireRapids but cannot select it). Tried best first, so a
+ * refused core gives way to the next best, not to OpenBLAS's default. */
+static bool usable(const char *core, void *handle)
+{
+	if (!openblas_has(core, handle))
+		return false;
+	if (user_core[0] || !strcasecmp(openblas_get_corename(), core))
+		return true;
+	select_core(core);
+	if (strcasecmp(openblas_get_corename(), core)) {
+		switch_refused = true;
+		return false;
+	}
+	return true;
+}
+
 static void init_once(void)
 {
 	const char *user = getenv("OPENBLAS_CORETYPE");
@@ -179,17 +198,10 @@ static void init_once(void)
 	if (h) {
 		struct pfx_cpu_isa isa;
 		pfx_cpu_isa_probe(&isa);
-		expected = pfx_blas_best_core(&isa, openblas_has, h);
+		expected = pfx_blas_best_core(&isa, usable, h);
 		dlclose(h);
-	}
-	if (expected && !user_core[0] && strcasecmp(openblas_get_corename(), expected)) {
-		select_core(expected);
-		/* Checked, not assumed: an OpenBLAS whose table for the core is
-		 * an alias of another reports that one. Then its own choice. */
-		if (strcasecmp(openblas_get_corename(), expected)) {
-			switch_refused = true;
+		if (!expected && switch_refused)
 			select_core(NULL);
-		}
 	}
 	openblas_set_num_threads(1);
 }
@@ -197,6 +209,14 @@ static void init_once(void)
 void pfx_blas_init(void)
 {
 	pthread_once(&once, init_once);
+}
+
+/* Also at load: switching cores sets the environment and briefly empties
+ * OpenBLAS's kernel table, which is only safe while no other thread of the
+ * host program reads either, as before its main() starts threads. */
+__attribute__((constructor)) static void blas_at_load(void)
+{
+	pfx_blas_init();
 }
 
 const char *pfx_blas_corename(void)

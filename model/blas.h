@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Idempotent and thread-safe. */
+/* Idempotent and thread-safe; also run when the library is loaded. */
 void pfx_blas_init(void);
 
 /* What the CPU can run, from CPUID and XGETBV: an instruction set counts
@@ -31,8 +31,9 @@ const char *pfx_blas_best_core(const struct pfx_cpu_isa *isa,
 			       bool (*has)(const char *core, void *ctx), void *ctx);
 
 /* The core this process should run: the best for this CPU among those
- * this OpenBLAS has. NULL when it cannot tell (OpenBLAS built for a single
- * core, or a CPU older than every core). */
+ * this OpenBLAS has and accepts when asked (a core it refuses to switch to
+ * gives way to the next best). NULL when it cannot tell (OpenBLAS built for
+ * a single core, or a CPU older than every core). */
 const char *pfx_blas_expected_core(void);
 
 /*
