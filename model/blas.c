@@ -157,6 +157,22 @@ static void *openblas_handle(void)
 	return dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
 }
 
+/*
+ * OpenBLAS's first buffer allocation in any thread runs its core selection
+ * too (0.3.21 memory.c), and its server threads make theirs when they start:
+ * one that does so while select_core has the kernel table emptied writes it
+ * under us (a crash about once in 3,000 starts). One product, too large for
+ * the small-matrix kernels that need no buffer, makes that first allocation
+ * here, under OpenBLAS's lock: any later one skips the selection.
+ */
+static void openblas_settle(void)
+{
+	enum { N = 128 };
+	static float a[N * N], c[N * N];
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, a, N, 0.0f, c,
+		    N);
+}
+
 /* Re-runs OpenBLAS's core selection with OPENBLAS_CORETYPE=core (NULL:
  * its own choice); the variable is removed again so that children of this
  * process choose for themselves. */
@@ -198,6 +214,8 @@ static void init_once(void)
 	if (h) {
 		struct pfx_cpu_isa isa;
 		pfx_cpu_isa_probe(&isa);
+		if (!user_core[0])
+			openblas_settle();
 		expected = pfx_blas_best_core(&isa, usable, h);
 		dlclose(h);
 		if (!expected && switch_refused)
