@@ -156,6 +156,7 @@ struct pd_index {
 	pthread_cond_t spilled;       /* a write ended (idx_spilled) */
 	uint64_t spill_ends;          /* how many have */
 	bool tier_stuck;              /* the writer cannot write now: nobody waits */
+	bool tier_hung;               /* no write ended for TIER_WAIT_MS: nobody waits */
 	uint64_t clock;
 	struct idx_group *groups;
 	struct user *users;
@@ -696,10 +697,13 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
  * write, when one is under way (its block is held until then) or blocks
  * wait for a writer that can write: true then. false at once when there
  * is nothing to wait for, and after TIER_WAIT_MS without a write ending
- * (the writer is then taken for stuck until it writes one). */
+ * (the writer is then taken for stuck until it writes one: a disk that
+ * hangs in the middle of a write would otherwise cost every publish, and
+ * a --disk-sync one every block, TIER_WAIT_MS of its worker). */
 static bool do_wait_tier(struct pd_index *x)
 {
-	if (!x->tier.drop || !(x->nwriting || (x->ndirty && !x->tier_stuck)))
+	if (!x->tier.drop || x->tier_hung ||
+	    !(x->nwriting || (x->ndirty && !x->tier_stuck)))
 		return false;
 	uint64_t seen = x->spill_ends;
 	struct timespec until;
@@ -714,7 +718,7 @@ static bool do_wait_tier(struct pd_index *x)
 	while (x->spill_ends == seen && (x->nwriting || !x->tier_stuck))
 		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT) {
 			if (x->spill_ends == seen)
-				x->tier_stuck = true;
+				x->tier_stuck = x->tier_hung = true;
 			break;
 		}
 	return x->spill_ends != seen;
@@ -1493,6 +1497,7 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 	x->spill_ends++;
 	/* A full disk: a publish that needs memory no longer waits for it. */
 	x->tier_stuck = rc == -ENOSPC;
+	x->tier_hung = false;
 	pthread_cond_broadcast(&x->spilled);
 	if (e->zombie) {
 		/* Removed while it was written: what it held goes now. */

@@ -1054,6 +1054,70 @@ Test(index, a_full_disk_lets_unwritten_blocks_go_and_counts_them)
 	idx_free(x);
 }
 
+/* A disk that hangs in the middle of a write: the writer holds a block
+ * and never ends. One publish waits the index's TIER_WAIT_MS (5 s) for it
+ * (each wait starts with a wake-up of the writer); the next ones, and the
+ * next blocks of a --disk-sync publish, do not wait again until it
+ * writes. */
+Test(index, a_writer_hung_in_a_write_is_waited_for_once, .timeout = 120)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a[4], b, c, d;
+	int rc;
+	for (int i = 0; i < 4; i++) { /* four leaves */
+		make_prompt(&a[i], 10 + i, 1, 0, 0);
+		cr_assert_eq(publish(x, &s, g, 0, &a[i], 0, 1, &rc), 1);
+	}
+	make_prompt(&b, 2, 1, 0, 0);
+	make_prompt(&c, 3, 1, 0, 0);
+	make_prompt(&d, 4, 1, 0, 0);
+	struct idx_block hung;
+	cr_assert_eq(idx_spill_take(x, &hung, 1, UINT64_MAX), 1);
+	int before = atomic_load(&wakes);
+	cr_expect_eq(publish(x, &s, g, 0, &b, 0, 1, &rc), 0);
+	cr_expect_eq(rc, -ENOSPC, "memory is full of blocks not written");
+	cr_expect_eq(atomic_load(&wakes), before + 1, "the first publish waited for the writer");
+	before = atomic_load(&wakes);
+	cr_expect_eq(publish(x, &s, g, 0, &c, 0, 1, &rc), 0);
+	cr_expect_eq(rc, -ENOSPC);
+	cr_expect_eq(atomic_load(&wakes), before, "the next one does not wait again");
+	/* The write ends: publishes count on the writer again. */
+	idx_spilled(x, &hung, 0);
+	cr_expect_eq(publish(x, &s, g, 0, &d, 0, 1, &rc), 1, "the written block made room");
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.unwritten_evictions, 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, a_disk_sync_publish_waits_once_for_a_hung_writer, .timeout = 120)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 1, 0, 0);
+	make_prompt(&b, 2, 3, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 1, &rc), 1);
+	struct idx_block hung;
+	cr_assert_eq(idx_spill_take(x, &hung, 1, UINT64_MAX), 1);
+	struct idx_tier t = { on_drop, on_wake, NULL, true }; /* --disk-sync */
+	idx_set_tier(x, &t);
+	int before = atomic_load(&wakes);
+	cr_expect_eq(publish(x, &s, g, 0, &b, 0, 3, &rc), 3);
+	cr_expect_eq(rc, 0);
+	/* One wake-up for each block queued, one for the single wait. */
+	cr_expect_eq(atomic_load(&wakes), before + 3 + 1,
+		     "a wait for its first block, none for the two others");
+	idx_spilled(x, &hung, 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
 Test(index, writes_that_failed_for_a_full_disk_are_taken_again_parents_first)
 {
 	struct store s;
