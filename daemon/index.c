@@ -693,6 +693,18 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
 	return 0;
 }
 
+/* TIER_WAIT_MS from now, for pthread_cond_timedwait. */
+static void tier_deadline(struct timespec *until)
+{
+	clock_gettime(CLOCK_REALTIME, until);
+	until->tv_sec += TIER_WAIT_MS / 1000;
+	until->tv_nsec += (long)(TIER_WAIT_MS % 1000) * 1000000;
+	if (until->tv_nsec >= 1000000000L) {
+		until->tv_sec++;
+		until->tv_nsec -= 1000000000L;
+	}
+}
+
 /* Waits (the lock released meanwhile) until the writer ends one more
  * write, when one is under way (its block is held until then) or blocks
  * wait for a writer that can write: true then. false at once when there
@@ -707,13 +719,7 @@ static bool do_wait_tier(struct pd_index *x)
 		return false;
 	uint64_t seen = x->spill_ends;
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += TIER_WAIT_MS / 1000;
-	until.tv_nsec += (long)(TIER_WAIT_MS % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	tier_deadline(&until);
 	x->tier.wake(x->tier.ctx);
 	while (x->spill_ends == seen && (x->nwriting || !x->tier_stuck))
 		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT) {
@@ -722,6 +728,27 @@ static bool do_wait_tier(struct pd_index *x)
 			break;
 		}
 	return x->spill_ends != seen;
+}
+
+/* --disk-sync: waits (the lock released meanwhile) for e's record: for
+ * the writer once e is queued (do_wait_tier), and before that for the
+ * publish that still copies e's bytes (this one found e being filled and
+ * counts it as there; a kill -9 before its record would lose a block
+ * confirmed to both), at most TIER_WAIT_MS. true: look again. */
+static bool do_wait_record(struct pd_index *x, struct entry *e)
+{
+	if (e->disk)
+		return false;
+	if (e->on[Q_DIRTY] || e->writing)
+		return do_wait_tier(x);
+	if (!e->restoring)
+		return false; /* hollow, or its write failed for good */
+	struct timespec until;
+	tier_deadline(&until);
+	while (e->restoring)
+		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT)
+			return false;
+	return true;
 }
 
 /* Room for a record of `bytes` within the disk budget: the least recently
@@ -1336,10 +1363,12 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 	}
 	/* --disk-sync: the publisher hears of its blocks once they are on
 	 * disk (or the writer cannot write them: a full disk, said in the
-	 * log). The chain stays leased meanwhile. */
+	 * log). The chain stays leased meanwhile. A publish that found some
+	 * of these blocks while this one copied them waits for them too. */
+	if (x->tier.sync)
+		pthread_cond_broadcast(&x->spilled);
 	for (uint32_t i = 0; x->tier.sync && i < end; i++)
-		while (!chain[i]->disk && (chain[i]->on[Q_DIRTY] || chain[i]->writing) &&
-		       do_wait_tier(x))
+		while (do_wait_record(x, chain[i]))
 			;
 	for (uint32_t i = placed; i-- > end;)
 		lease_drop(x, chain[i]);

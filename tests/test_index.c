@@ -1570,6 +1570,77 @@ static void racer_end(struct racer *r, pthread_t t)
 	sem_destroy(&r->go);
 }
 
+/* A --disk-sync publish, and what was on disk when it was answered. */
+struct synced {
+	struct pd_index *x;
+	struct store *s;
+	const struct prompt *p;
+	int rc;
+	uint32_t stored, dedup;
+	uint64_t disk_blocks;
+	sem_t done;
+};
+
+static void *synced_run(void *arg)
+{
+	struct synced *b = arg;
+	struct fill_ctx f = { b->s, b->p->tags };
+	b->rc = idx_publish(b->x, root1, 0, b->p->hashes, b->p->tokens, b->p->n, fill, &f,
+			    &b->stored, &b->dedup);
+	struct idx_stats st;
+	idx_get_stats(b->x, &st);
+	b->disk_blocks = st.disk_blocks;
+	sem_post(&b->done);
+	return NULL;
+}
+
+/* --disk-sync: b finds the blocks a still copies and counts them as there;
+ * it is answered only once they are on disk, as a is (a kill -9 between
+ * the two answers would otherwise lose blocks confirmed to b). */
+Test(index, a_disk_sync_publish_that_finds_blocks_being_copied_waits_for_their_records,
+     .timeout = 60)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct idx_tier t = { on_drop, on_wake, NULL, true };
+	idx_set_tier(x, &t);
+	root1 = g; /* the racers' group */
+	struct prompt p;
+	make_prompt(&p, 1, 2, 0, 0);
+	struct racer a;
+	pthread_t ta, tb;
+	racer_start(&a, &ta, x, &s, &p, 2, false, false); /* a is in its copy */
+	struct synced b = { .x = x, .s = &s, .p = &p };
+	sem_init(&b.done, 0, 0);
+	cr_assert_eq(pthread_create(&tb, NULL, synced_run, &b), 0);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	cr_expect_neq(sem_timedwait(&b.done, &until), 0,
+		      "b was answered while a still copied the blocks it found");
+	sem_post(&a.go);
+	/* This thread is the writer. */
+	struct idx_stats st = { 0 };
+	for (int i = 0; i < 20000 && st.disk_blocks < 2; i++) {
+		write_all(x, 0);
+		idx_get_stats(x, &st);
+		usleep(1000);
+	}
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	cr_expect_eq(a.rc, 0);
+	cr_expect_eq(a.stored, 2);
+	cr_expect_eq(b.rc, 0);
+	cr_expect_eq(b.dedup, 2);
+	cr_expect_eq(b.disk_blocks, 2, "b was answered once the blocks it found were on disk");
+	sem_destroy(&a.in);
+	sem_destroy(&a.go);
+	sem_destroy(&b.done);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
 Test(index, a_publish_fills_the_blocks_of_another_whose_copy_failed)
 {
 	struct store s;
