@@ -156,6 +156,7 @@ struct pd_index {
 	pthread_cond_t spilled;       /* a write ended (idx_spilled) */
 	uint64_t spill_ends;          /* how many have */
 	bool tier_stuck;              /* the writer cannot write now: nobody waits */
+	bool tier_hung;               /* no write ended for TIER_WAIT_MS: nobody waits */
 	uint64_t clock;
 	struct idx_group *groups;
 	struct user *users;
@@ -696,32 +697,62 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
 	return 0;
 }
 
+/* TIER_WAIT_MS from now, for pthread_cond_timedwait. */
+static void tier_deadline(struct timespec *until)
+{
+	clock_gettime(CLOCK_REALTIME, until);
+	until->tv_sec += TIER_WAIT_MS / 1000;
+	until->tv_nsec += (long)(TIER_WAIT_MS % 1000) * 1000000;
+	if (until->tv_nsec >= 1000000000L) {
+		until->tv_sec++;
+		until->tv_nsec -= 1000000000L;
+	}
+}
+
 /* Waits (the lock released meanwhile) until the writer ends one more
  * write, when one is under way (its block is held until then) or blocks
  * wait for a writer that can write: true then. false at once when there
  * is nothing to wait for, and after TIER_WAIT_MS without a write ending
- * (the writer is then taken for stuck until it writes one). */
+ * (the writer is then taken for stuck until it writes one: a disk that
+ * hangs in the middle of a write would otherwise cost every publish, and
+ * a --disk-sync one every block, TIER_WAIT_MS of its worker). */
 static bool do_wait_tier(struct pd_index *x)
 {
-	if (!x->tier.drop || !(x->nwriting || (x->ndirty && !x->tier_stuck)))
+	if (!x->tier.drop || x->tier_hung ||
+	    !(x->nwriting || (x->ndirty && !x->tier_stuck)))
 		return false;
 	uint64_t seen = x->spill_ends;
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += TIER_WAIT_MS / 1000;
-	until.tv_nsec += (long)(TIER_WAIT_MS % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	tier_deadline(&until);
 	x->tier.wake(x->tier.ctx);
 	while (x->spill_ends == seen && (x->nwriting || !x->tier_stuck))
 		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT) {
 			if (x->spill_ends == seen)
-				x->tier_stuck = true;
+				x->tier_stuck = x->tier_hung = true;
 			break;
 		}
 	return x->spill_ends != seen;
+}
+
+/* --disk-sync: waits (the lock released meanwhile) for e's record: for
+ * the writer once e is queued (do_wait_tier), and before that for the
+ * publish that still copies e's bytes (this one found e being filled and
+ * counts it as there; a kill -9 before its record would lose a block
+ * confirmed to both), at most TIER_WAIT_MS. true: look again. */
+static bool do_wait_record(struct pd_index *x, struct entry *e)
+{
+	if (e->disk)
+		return false;
+	if (e->on[Q_DIRTY] || e->writing)
+		return do_wait_tier(x);
+	if (!e->restoring)
+		return false; /* hollow, or its write failed for good */
+	struct timespec until;
+	tier_deadline(&until);
+	while (e->restoring)
+		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT)
+			return false;
+	return true;
 }
 
 /* Room for a record of `bytes` within the disk budget: the least recently
@@ -1336,10 +1367,12 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 	}
 	/* --disk-sync: the publisher hears of its blocks once they are on
 	 * disk (or the writer cannot write them: a full disk, said in the
-	 * log). The chain stays leased meanwhile. */
+	 * log). The chain stays leased meanwhile. A publish that found some
+	 * of these blocks while this one copied them waits for them too. */
+	if (x->tier.sync)
+		pthread_cond_broadcast(&x->spilled);
 	for (uint32_t i = 0; x->tier.sync && i < end; i++)
-		while (!chain[i]->disk && (chain[i]->on[Q_DIRTY] || chain[i]->writing) &&
-		       do_wait_tier(x))
+		while (do_wait_record(x, chain[i]))
 			;
 	for (uint32_t i = placed; i-- > end;)
 		lease_drop(x, chain[i]);
@@ -1497,6 +1530,7 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 	x->spill_ends++;
 	/* A full disk: a publish that needs memory no longer waits for it. */
 	x->tier_stuck = rc == -ENOSPC;
+	x->tier_hung = false;
 	pthread_cond_broadcast(&x->spilled);
 	if (e->zombie) {
 		/* Removed while it was written: what it held goes now. */

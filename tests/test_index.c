@@ -1054,6 +1054,70 @@ Test(index, a_full_disk_lets_unwritten_blocks_go_and_counts_them)
 	idx_free(x);
 }
 
+/* A disk that hangs in the middle of a write: the writer holds a block
+ * and never ends. One publish waits the index's TIER_WAIT_MS (5 s) for it
+ * (each wait starts with a wake-up of the writer); the next ones, and the
+ * next blocks of a --disk-sync publish, do not wait again until it
+ * writes. */
+Test(index, a_writer_hung_in_a_write_is_waited_for_once, .timeout = 120)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct prompt a[4], b, c, d;
+	int rc;
+	for (int i = 0; i < 4; i++) { /* four leaves */
+		make_prompt(&a[i], 10 + i, 1, 0, 0);
+		cr_assert_eq(publish(x, &s, g, 0, &a[i], 0, 1, &rc), 1);
+	}
+	make_prompt(&b, 2, 1, 0, 0);
+	make_prompt(&c, 3, 1, 0, 0);
+	make_prompt(&d, 4, 1, 0, 0);
+	struct idx_block hung;
+	cr_assert_eq(idx_spill_take(x, &hung, 1, UINT64_MAX), 1);
+	int before = atomic_load(&wakes);
+	cr_expect_eq(publish(x, &s, g, 0, &b, 0, 1, &rc), 0);
+	cr_expect_eq(rc, -ENOSPC, "memory is full of blocks not written");
+	cr_expect_eq(atomic_load(&wakes), before + 1, "the first publish waited for the writer");
+	before = atomic_load(&wakes);
+	cr_expect_eq(publish(x, &s, g, 0, &c, 0, 1, &rc), 0);
+	cr_expect_eq(rc, -ENOSPC);
+	cr_expect_eq(atomic_load(&wakes), before, "the next one does not wait again");
+	/* The write ends: publishes count on the writer again. */
+	idx_spilled(x, &hung, 0);
+	cr_expect_eq(publish(x, &s, g, 0, &d, 0, 1, &rc), 1, "the written block made room");
+	struct idx_stats st;
+	idx_get_stats(x, &st);
+	cr_expect_eq(st.unwritten_evictions, 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
+Test(index, a_disk_sync_publish_waits_once_for_a_hung_writer, .timeout = 120)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct prompt a, b;
+	make_prompt(&a, 1, 1, 0, 0);
+	make_prompt(&b, 2, 3, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, g, 0, &a, 0, 1, &rc), 1);
+	struct idx_block hung;
+	cr_assert_eq(idx_spill_take(x, &hung, 1, UINT64_MAX), 1);
+	struct idx_tier t = { on_drop, on_wake, NULL, true }; /* --disk-sync */
+	idx_set_tier(x, &t);
+	int before = atomic_load(&wakes);
+	cr_expect_eq(publish(x, &s, g, 0, &b, 0, 3, &rc), 3);
+	cr_expect_eq(rc, 0);
+	/* One wake-up for each block queued, one for the single wait. */
+	cr_expect_eq(atomic_load(&wakes), before + 3 + 1,
+		     "a wait for its first block, none for the two others");
+	idx_spilled(x, &hung, 0);
+	idx_group_put(x, g);
+	idx_free(x);
+}
+
 Test(index, writes_that_failed_for_a_full_disk_are_taken_again_parents_first)
 {
 	struct store s;
@@ -1504,6 +1568,77 @@ static void racer_end(struct racer *r, pthread_t t)
 	pthread_join(t, NULL);
 	sem_destroy(&r->in);
 	sem_destroy(&r->go);
+}
+
+/* A --disk-sync publish, and what was on disk when it was answered. */
+struct synced {
+	struct pd_index *x;
+	struct store *s;
+	const struct prompt *p;
+	int rc;
+	uint32_t stored, dedup;
+	uint64_t disk_blocks;
+	sem_t done;
+};
+
+static void *synced_run(void *arg)
+{
+	struct synced *b = arg;
+	struct fill_ctx f = { b->s, b->p->tags };
+	b->rc = idx_publish(b->x, root1, 0, b->p->hashes, b->p->tokens, b->p->n, fill, &f,
+			    &b->stored, &b->dedup);
+	struct idx_stats st;
+	idx_get_stats(b->x, &st);
+	b->disk_blocks = st.disk_blocks;
+	sem_post(&b->done);
+	return NULL;
+}
+
+/* --disk-sync: b finds the blocks a still copies and counts them as there;
+ * it is answered only once they are on disk, as a is (a kill -9 between
+ * the two answers would otherwise lose blocks confirmed to b). */
+Test(index, a_disk_sync_publish_that_finds_blocks_being_copied_waits_for_their_records,
+     .timeout = 60)
+{
+	struct store s;
+	struct idx_group *g;
+	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct idx_tier t = { on_drop, on_wake, NULL, true };
+	idx_set_tier(x, &t);
+	root1 = g; /* the racers' group */
+	struct prompt p;
+	make_prompt(&p, 1, 2, 0, 0);
+	struct racer a;
+	pthread_t ta, tb;
+	racer_start(&a, &ta, x, &s, &p, 2, false, false); /* a is in its copy */
+	struct synced b = { .x = x, .s = &s, .p = &p };
+	sem_init(&b.done, 0, 0);
+	cr_assert_eq(pthread_create(&tb, NULL, synced_run, &b), 0);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	cr_expect_neq(sem_timedwait(&b.done, &until), 0,
+		      "b was answered while a still copied the blocks it found");
+	sem_post(&a.go);
+	/* This thread is the writer. */
+	struct idx_stats st = { 0 };
+	for (int i = 0; i < 20000 && st.disk_blocks < 2; i++) {
+		write_all(x, 0);
+		idx_get_stats(x, &st);
+		usleep(1000);
+	}
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	cr_expect_eq(a.rc, 0);
+	cr_expect_eq(a.stored, 2);
+	cr_expect_eq(b.rc, 0);
+	cr_expect_eq(b.dedup, 2);
+	cr_expect_eq(b.disk_blocks, 2, "b was answered once the blocks it found were on disk");
+	sem_destroy(&a.in);
+	sem_destroy(&a.go);
+	sem_destroy(&b.done);
+	idx_group_put(x, g);
+	idx_free(x);
 }
 
 Test(index, a_publish_fills_the_blocks_of_another_whose_copy_failed)
