@@ -778,6 +778,17 @@ static bool do_tier_cannot(const struct pd_index *x)
 	return !x->nwriting && (x->tier_stuck || !x->ndirty);
 }
 
+/* One block out of memory for g, from a pair of LRU lists: a written one
+ * (from `written`); else, when the caller may, a wait for the writer;
+ * else an unwritten one (from `unwritten`) when the writer cannot write
+ * it. true: something changed, look for a slot again. */
+static bool do_make_room(struct pd_index *x, struct list *written, struct list *unwritten,
+			 const struct idx_group *g, bool may_wait)
+{
+	return !do_evict_from(x, written, g) || (may_wait && do_wait_tier(x)) ||
+	       (do_tier_cannot(x) && !do_evict_from(x, unwritten, g));
+}
+
 /* A slot for g's next block, evicting as needed; `keep` must survive. A
  * user at their quota gives up their own blocks first; anyone's oldest
  * block goes when the budget is full. With a tier, blocks already
@@ -802,16 +813,14 @@ static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
 		/* A user alone at a quota of the whole budget meets the budget:
 		 * say so (the store's -ENOSPC below). */
 		if (u->bytes + slot > x->lim.quota && x->lim.quota < x->lim.budget) {
-			if (!do_evict_from(x, &u->lru, g) || (may_wait && do_wait_tier(x)) ||
-			    (do_tier_cannot(x) && !do_evict_from(x, &u->ulru, g)))
+			if (do_make_room(x, &u->lru, &u->ulru, g, may_wait))
 				continue;
 			rc = -EDQUOT;
 			break;
 		}
 		if ((rc = g->store.alloc(g->store.ctx, loc)) != -ENOSPC)
 			break;
-		if (!do_evict_from(x, &x->lru, g) || (may_wait && do_wait_tier(x)) ||
-		    (do_tier_cannot(x) && !do_evict_from(x, &x->ulru, g)))
+		if (do_make_room(x, &x->lru, &x->ulru, g, may_wait))
 			continue;
 		break;
 	}
