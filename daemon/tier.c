@@ -322,6 +322,27 @@ static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint
 	return s->fd < 0 ? -errno : 0;
 }
 
+/* Submits the `queued` operations on batch entries in the ring and takes
+ * their completions: each entry done, with its error (of `writes`, one
+ * shorter than the record: the disk is full). The ring's error, or 0. */
+static int complete_batch(struct pd_tier *t, uint32_t queued, bool writes)
+{
+	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
+	for (uint32_t done = 0; rc >= 0 && done < queued; done++) {
+		struct io_uring_cqe *cqe;
+		if ((rc = io_uring_wait_cqe(&t->ring, &cqe)))
+			break;
+		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
+		if (cqe->res < 0)
+			s->rc = cqe->res;
+		else if (writes && (size_t)cqe->res != s->total)
+			s->rc = -ENOSPC;
+		s->done = true;
+		io_uring_cqe_seen(&t->ring, cqe);
+	}
+	return rc < 0 ? rc : 0;
+}
+
 /* --disk-sync: the records written whole reach the disk before their
  * renames (one submission of syncs for the batch); one whose sync did not
  * complete is not done, so not renamed. The ring's error, or 0. */
@@ -338,18 +359,7 @@ static int sync_batch(struct pd_tier *t, uint32_t n)
 		s->done = false;
 		queued++;
 	}
-	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
-	for (uint32_t done = 0; rc >= 0 && done < queued; done++) {
-		struct io_uring_cqe *cqe;
-		if ((rc = io_uring_wait_cqe(&t->ring, &cqe)))
-			break;
-		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
-		if (cqe->res < 0)
-			s->rc = cqe->res;
-		s->done = true;
-		io_uring_cqe_seen(&t->ring, cqe);
-	}
-	return rc < 0 ? rc : 0;
+	return complete_batch(t, queued, false);
 }
 
 /* The write of the record of b's parent failed in this batch (before
@@ -385,17 +395,7 @@ static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
 		io_uring_sqe_set_data64(sqe, i);
 		queued++;
 	}
-	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
-	for (uint32_t done = 0; rc >= 0 && done < queued; done++) {
-		struct io_uring_cqe *cqe;
-		if ((rc = io_uring_wait_cqe(&t->ring, &cqe)))
-			break;
-		struct spill *s = &t->batch[io_uring_cqe_get_data64(cqe)];
-		/* A short write of a regular file: the disk is full. */
-		s->rc = cqe->res < 0 ? cqe->res : (size_t)cqe->res == s->total ? 0 : -ENOSPC;
-		s->done = true;
-		io_uring_cqe_seen(&t->ring, cqe);
-	}
+	int rc = complete_batch(t, queued, true);
 	if (rc >= 0 && t->sync)
 		rc = sync_batch(t, n);
 	if (rc < 0) {
