@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -281,17 +280,11 @@ int main(int argc, char **argv)
 				return bad("--block-tokens: '%s' is not a power of two from 1 to %d", optarg, PREFIXD_MAX_BLOCK_TOKENS);
 			cfg.block_tokens = (uint32_t)v;
 			break;
-		case 'g': {
-			struct group *g = getgrnam(optarg);
-			if (g)
-				cfg.group = g->gr_gid;
-			else if (!parse_int(optarg, 0, INT32_MAX, &v))
-				cfg.group = (gid_t)v;
-			else
+		case 'g':
+			if (id_of_group(optarg, &cfg.group))
 				return bad("--group: no group '%s'", optarg);
 			cfg.has_group = 1;
 			break;
-		}
 		case 'k':
 			if (parse_int(optarg, 1, 32, &v))
 				return bad("--test-key-bytes: '%s' is not a number from 1 to 32", optarg);

@@ -18,15 +18,22 @@ static long long number(const char *s, long long max)
 	return errno || end == s || *end || v < 0 || v > max ? -1 : v;
 }
 
-int shared_parse_group(struct shared_cfg *s, const char *arg, char *err, size_t n)
+int id_of_group(const char *arg, gid_t *gid)
 {
 	struct group *g = getgrnam(arg);
 	long long v = g ? (long long)g->gr_gid : number(arg, INT32_MAX);
-	if (v < 0) {
+	if (v < 0)
+		return -1;
+	*gid = (gid_t)v;
+	return 0;
+}
+
+int shared_parse_group(struct shared_cfg *s, const char *arg, char *err, size_t n)
+{
+	if (id_of_group(arg, &s->gid)) {
 		snprintf(err, n, "--shared-group: no group '%s' (give a group name or a gid)", arg);
 		return -1;
 	}
-	s->gid = (gid_t)v;
 	s->on = 1;
 	return 0;
 }
