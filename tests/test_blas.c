@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/wait.h>
 
 #include "blas.h"
+#include "daemon_util.h"
 #include "helpers.h"
 #include "model.h"
 
@@ -189,14 +189,10 @@ Test(blas, a_users_coretype_is_kept_and_info_says_so)
 		cr_expect(strstr(r.out, line), "no '%s' in:\n%s", line, r.out);
 	}
 	struct cmd_result forced;
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "OPENBLAS_CORETYPE=Prescott %s info --model %s/neox-tiny 2>&1",
-		 PREFIX_RUN, fixtures_dir());
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t n = fread(forced.out, 1, sizeof(forced.out) - 1, p);
-	forced.out[n] = 0;
-	cr_assert_eq(pclose(p), 0, "%s", forced.out);
+	forced.status = td_sh(forced.out, sizeof(forced.out),
+			      "OPENBLAS_CORETYPE=Prescott %s info --model %s/neox-tiny", PREFIX_RUN,
+			      fixtures_dir());
+	cr_assert_eq(forced.status, 0, "%s", forced.out);
 	snprintf(line, sizeof(line),
 		 "BLAS kernels     Prescott, not %s, the best this CPU supports "
 		 "(OPENBLAS_CORETYPE=Prescott is set)\n", want);
@@ -211,14 +207,9 @@ Test(blas, bench_forward_refuses_to_measure_on_other_kernels)
 	cr_assert(want);
 	if (!strcasecmp(want, "Prescott"))
 		cr_skip_test("Prescott is the best this CPU supports");
-	char cmd[512], out[4096];
-	snprintf(cmd, sizeof(cmd), "OPENBLAS_CORETYPE=Prescott %s 2>&1", BENCH_FORWARD);
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = 0;
-	int st = pclose(p);
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, out);
+	char out[4096];
+	int st = td_sh(out, sizeof(out), "OPENBLAS_CORETYPE=Prescott %s", BENCH_FORWARD);
+	cr_expect_eq(st, 1, "status %d: %s", st, out);
 	char line[160];
 	snprintf(line, sizeof(line), "blas_core Prescott, expected %s for this CPU", want);
 	cr_expect(strstr(out, line), "no '%s' in:\n%s", line, out);

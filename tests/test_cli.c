@@ -448,21 +448,15 @@ Test(cli, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
 /* prefix-run as uid (group nogroup, and group too when not 0). */
 static struct cmd_result run_as(unsigned uid, unsigned group, const char *args)
 {
-	char cmd[4 * PATH_MAX];
 	char groups[32];
 	if (group)
 		snprintf(groups, sizeof(groups), "65534,%u", group);
 	else
 		snprintf(groups, sizeof(groups), "65534");
-	snprintf(cmd, sizeof(cmd), "setpriv --reuid %u --regid 65534 --groups %s %s %s 2>&1", uid,
-		 groups, PREFIX_RUN, args);
 	struct cmd_result r = { 0 };
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t n = fread(r.out, 1, sizeof(r.out) - 1, p);
-	r.out[n] = 0;
-	int st = pclose(p);
-	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	r.status = td_sh(r.out, sizeof(r.out), "setpriv --reuid %u --regid 65534 --groups %s %s %s",
+			 uid, groups, PREFIX_RUN, args);
+	cr_assert_geq(r.status, 0, "popen failed");
 	return r;
 }
 
