@@ -422,6 +422,17 @@ struct restore_run {
 	uint64_t evictions;              /* by the timed steady restores */
 };
 
+/* Prefix p's KV blocks, written into kv and pointed at by ptrs. */
+static void prefix_kv(uint32_t *kv, const void *ptrs[PREFIX_BLOCKS], int p)
+{
+	for (int b = 0; b < PREFIX_BLOCKS; b++) {
+		uint32_t *w = kv + (size_t)b * (KV_BYTES / 4);
+		for (size_t i = 0; i < KV_BYTES / 4; i++)
+			w[i] = kv_word(p, b, i);
+		ptrs[b] = w;
+	}
+}
+
 static int publish_prefixes(const char *sock, int n)
 {
 	struct prefixd_layout l = kv_layout(0x5a);
@@ -431,12 +442,7 @@ static int publish_prefixes(const char *sock, int n)
 	const void *ptrs[PREFIX_BLOCKS];
 	int rc = kv ? prefixd_connect(sock, &l, &c) : -ENOMEM;
 	for (int p = 0; !rc && p < n; p++) {
-		for (int b = 0; b < PREFIX_BLOCKS; b++) {
-			uint32_t *w = kv + (size_t)b * (KV_BYTES / 4);
-			for (size_t i = 0; i < KV_BYTES / 4; i++)
-				w[i] = kv_word(p, b, i);
-			ptrs[b] = w;
-		}
+		prefix_kv(kv, ptrs, p);
 		prefix_tokens(t, p);
 		uint32_t stored, dedup;
 		rc = prefixd_publish(c, 0, t, 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
@@ -690,12 +696,7 @@ static int sync_round(struct sync_run *r, int mode, int k)
 	int rc = kv ? prefixd_connect(d.sock, &l, &c) : -ENOMEM;
 	double t0 = bench_now();
 	for (int p = 0; !rc && p < r->prefixes; p++) {
-		for (int b = 0; b < PREFIX_BLOCKS; b++) {
-			uint32_t *w = kv + (size_t)b * (KV_BYTES / 4);
-			for (size_t i = 0; i < KV_BYTES / 4; i++)
-				w[i] = kv_word(p, b, i);
-			ptrs[b] = w;
-		}
+		prefix_kv(kv, ptrs, p);
 		prefix_tokens(t, p);
 		uint32_t stored, dedup;
 		double t1 = bench_now();
