@@ -495,15 +495,12 @@ static void expect_unit(const char *path, const char *section, const char *key, 
  * them (the build tree's services, the source tree's sockets). */
 Test(units, the_system_units_do_what_the_readme_says)
 {
-	char service[PATH_MAX + 64], sock[PATH_MAX + 64], sysusers[PATH_MAX + 64], contrib[PATH_MAX];
+	char service[PATH_MAX + 64], sock[PATH_MAX + 64], sysusers[PATH_MAX + 64];
 	const char *build = getenv("PFX_BUILD"), *bindir = getenv("PFX_BINDIR");
 	cr_assert(build && bindir, "run by meson test (PFX_BUILD, PFX_BINDIR)");
-	snprintf(contrib, sizeof(contrib), "%s", INSTALL_SCRIPT);
-	*strrchr(contrib, '/') = 0; /* tests/ */
-	*strrchr(contrib, '/') = 0; /* the source tree */
 	snprintf(service, sizeof(service), "%s/contrib/systemd/prefixd.service", build);
-	snprintf(sock, sizeof(sock), "%s/contrib/systemd/prefixd.socket", contrib);
-	snprintf(sysusers, sizeof(sysusers), "%s/contrib/systemd/prefixd.sysusers", contrib);
+	snprintf(sock, sizeof(sock), "%s/contrib/systemd/prefixd.socket", SOURCE_ROOT);
+	snprintf(sysusers, sizeof(sysusers), "%s/contrib/systemd/prefixd.sysusers", SOURCE_ROOT);
 	/* "systemctl enable --now prefixd.socket: /run/prefixd.sock, mode
 	 * 0660, group prefixd", and it outlives the daemon. */
 	expect_unit(sock, "[Socket]", "ListenStream", "/run/prefixd.sock");
@@ -543,14 +540,11 @@ Test(units, the_system_units_do_what_the_readme_says)
 
 Test(units, the_user_units_do_what_the_readme_says)
 {
-	char service[PATH_MAX + 64], sock[PATH_MAX + 64], contrib[PATH_MAX];
+	char service[PATH_MAX + 64], sock[PATH_MAX + 64];
 	const char *build = getenv("PFX_BUILD"), *bindir = getenv("PFX_BINDIR");
 	cr_assert(build && bindir, "run by meson test (PFX_BUILD, PFX_BINDIR)");
-	snprintf(contrib, sizeof(contrib), "%s", INSTALL_SCRIPT);
-	*strrchr(contrib, '/') = 0;
-	*strrchr(contrib, '/') = 0;
 	snprintf(service, sizeof(service), "%s/contrib/systemd/user/prefixd.service", build);
-	snprintf(sock, sizeof(sock), "%s/contrib/systemd/user/prefixd.socket", contrib);
+	snprintf(sock, sizeof(sock), "%s/contrib/systemd/user/prefixd.socket", SOURCE_ROOT);
 	/* "systemctl --user enable --now prefixd.socket serves
 	 * $XDG_RUNTIME_DIR/prefixd.sock" (%t), only the user's (0600). */
 	expect_unit(sock, "[Socket]", "ListenStream", "%t/prefixd.sock");
