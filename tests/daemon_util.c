@@ -270,6 +270,17 @@ int td_share_dir(const struct test_daemon *d)
 	return chmod(d->dir, 0711) ? -errno : 0;
 }
 
+const char *td_read_file(const char *path)
+{
+	static char buf[1 << 16];
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	buf[n] = 0;
+	if (f)
+		fclose(f);
+	return buf;
+}
+
 int td_sh(char *out, size_t cap, const char *fmt, ...)
 {
 	char cmd[4096];

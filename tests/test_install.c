@@ -144,23 +144,11 @@ static int stop_spawned(struct spawned *s)
 	return wait_exit(s);
 }
 
-/* The whole log (a static buffer). */
-static const char *read_log(const char *path)
-{
-	static char buf[1 << 16];
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	buf[n] = 0;
-	if (f)
-		fclose(f);
-	return buf;
-}
-
 /* Waits until the log holds what; whether it did within 5 s. */
 static int log_shows(const char *path, const char *what)
 {
 	for (int i = 0; i < 500; i++) {
-		if (strstr(read_log(path), what))
+		if (strstr(td_read_file(path), what))
 			return 1;
 		usleep(10000);
 	}
@@ -214,8 +202,8 @@ Test(activation, a_socket_passed_on_descriptor_3_is_served_and_left_in_place)
 	expect_served(path);
 	struct stat st;
 	cr_expect_neq(lstat(s.sock, &st), 0, "--socket was not bound");
-	cr_expect(log_shows(s.log, " (from the service manager)"), "%s", read_log(s.log));
-	cr_expect_eq(stop_spawned(&s), 0, "%s", read_log(s.log));
+	cr_expect(log_shows(s.log, " (from the service manager)"), "%s", td_read_file(s.log));
+	cr_expect_eq(stop_spawned(&s), 0, "%s", td_read_file(s.log));
 	cr_expect_eq(lstat(path, &st), 0, "the manager's socket is still there");
 	cr_expect(S_ISSOCK(st.st_mode));
 	remove_dir(&s);
@@ -233,14 +221,14 @@ Test(activation, descriptor_3_must_be_a_listening_unix_stream_socket)
 	spawn(&s, file, 0, "1", 0);
 	close(file);
 	cr_expect_eq(wait_exit(&s), 1);
-	cr_expect(strstr(read_log(s.log), "not a listening Unix stream socket"), "%s", read_log(s.log));
+	cr_expect(strstr(td_read_file(s.log), "not a listening Unix stream socket"), "%s", td_read_file(s.log));
 	unlink(path);
 	int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert(sock >= 0);
 	spawn(&s, sock, 0, "1", 0);
 	close(sock);
 	cr_expect_eq(wait_exit(&s), 1);
-	cr_expect(strstr(read_log(s.log), "not a listening Unix stream socket"), "%s", read_log(s.log));
+	cr_expect(strstr(td_read_file(s.log), "not a listening Unix stream socket"), "%s", td_read_file(s.log));
 	struct stat st;
 	cr_expect_neq(lstat(s.sock, &st), 0, "nothing bound instead");
 	remove_dir(&s);
@@ -256,9 +244,9 @@ Test(activation, variables_meant_for_another_process_are_ignored)
 	/* LISTEN_PID is this test's pid, as when a variable is inherited. */
 	spawn(&s, lfd, getpid(), "1", 0);
 	close(lfd);
-	cr_assert(log_shows(s.log, "listening on"), "%s", read_log(s.log));
+	cr_assert(log_shows(s.log, "listening on"), "%s", td_read_file(s.log));
 	expect_served(s.sock);
-	cr_expect_eq(stop_spawned(&s), 0, "%s", read_log(s.log));
+	cr_expect_eq(stop_spawned(&s), 0, "%s", td_read_file(s.log));
 	struct stat st;
 	cr_expect_neq(lstat(s.sock, &st), 0, "its own socket is removed at exit");
 	remove_dir(&s);
@@ -275,7 +263,7 @@ Test(signals, sighup_is_ignored_and_the_daemon_keeps_serving)
 		cr_assert_eq(kill(td.pid, SIGHUP), 0);
 		usleep(20000);
 	}
-	cr_expect(log_shows(td.log, "SIGHUP ignored"), "%s", read_log(td.log));
+	cr_expect(log_shows(td.log, "SIGHUP ignored"), "%s", td_read_file(td.log));
 	/* kill(pid, 0) would succeed on a child that exited but is not yet
 	 * reaped: ask whether it exited. */
 	int status = 0;
@@ -307,8 +295,8 @@ Test(signals, sigint_stops_the_daemon_cleanly)
 	cr_assert_eq(waitpid(td.pid, &status, 0), td.pid);
 	td.pid = 0;
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		  "exit status 0 on SIGINT, not %#x:\n%s", status, read_log(td.log));
-	cr_expect(log_shows(td.log, "stopping on Interrupt"), "%s", read_log(td.log));
+		  "exit status 0 on SIGINT, not %#x:\n%s", status, td_read_file(td.log));
+	cr_expect(log_shows(td.log, "stopping on Interrupt"), "%s", td_read_file(td.log));
 	struct stat st;
 	cr_expect_neq(lstat(td.sock, &st), 0, "its socket is removed");
 	prefixd_close(c);
@@ -341,9 +329,9 @@ Test(log, lines_carry_a_utc_time_to_the_millisecond_and_a_level)
 	memcpy(a.sun_path, td.sock, strlen(td.sock) + 1);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	cr_expect(log_shows(td.log, "closing a connection"), "%s", read_log(td.log));
+	cr_expect(log_shows(td.log, "closing a connection"), "%s", td_read_file(td.log));
 	close(fd);
-	const char *log = read_log(td.log);
+	const char *log = td_read_file(td.log);
 	cr_expect(matches(log, STAMP "info prefixd: listening on "), "%s", log);
 	cr_expect(matches(log, STAMP "warn prefixd: closing a connection that "), "%s", log);
 	cr_expect_eq(td_stop(&td), 0);
@@ -415,7 +403,7 @@ Test(log, lines_a_client_can_cause_are_logged_at_most_once_a_second)
 	for (int i = 0; i < 500 && lines + left_out < BURST + 1; i++) {
 		if (i)
 			usleep(10000);
-		log = read_log(td.log);
+		log = td_read_file(td.log);
 		count_lines(log, "malformed frame header", &lines, &left_out);
 	}
 	/* One line in each second the burst touched, and the last one's. */
@@ -432,12 +420,12 @@ Test(log, in_the_journal_lines_carry_syslog_priorities_instead)
 	struct spawned s;
 	make_dir(&s);
 	spawn(&s, -1, 0, NULL, 1);
-	cr_assert(log_shows(s.log, "listening on"), "%s", read_log(s.log));
-	const char *log = read_log(s.log);
+	cr_assert(log_shows(s.log, "listening on"), "%s", td_read_file(s.log));
+	const char *log = td_read_file(s.log);
 	cr_expect(matches(log, "^<6>listening on "), "%s", log);
 	cr_expect(!matches(log, "^[0-9]{4}-"), "no time of its own: %s", log);
 	cr_expect_eq(stop_spawned(&s), 0);
-	cr_expect(matches(read_log(s.log), "^<6>stopping on "), "%s", read_log(s.log));
+	cr_expect(matches(td_read_file(s.log), "^<6>stopping on "), "%s", td_read_file(s.log));
 	remove_dir(&s);
 }
 
@@ -455,8 +443,8 @@ Test(log, a_journal_stream_inherited_by_a_redirected_daemon_is_not_the_journal)
 		_exit(127);
 	}
 	s.pid = pid;
-	cr_assert(log_shows(s.log, "listening on"), "%s", read_log(s.log));
-	cr_expect(matches(read_log(s.log), STAMP "info prefixd: listening on "), "%s", read_log(s.log));
+	cr_assert(log_shows(s.log, "listening on"), "%s", td_read_file(s.log));
+	cr_expect(matches(td_read_file(s.log), STAMP "info prefixd: listening on "), "%s", td_read_file(s.log));
 	cr_expect_eq(stop_spawned(&s), 0);
 	remove_dir(&s);
 }

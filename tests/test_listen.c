@@ -77,17 +77,6 @@ static pid_t spawn_on(const char *sock, const char *log)
 	return 0;
 }
 
-static const char *read_file(const char *path)
-{
-	static char buf[1 << 14];
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	buf[n] = 0;
-	if (f)
-		fclose(f);
-	return buf;
-}
-
 Test(listen, a_stale_socket_left_by_a_dead_daemon_is_replaced)
 {
 	struct test_daemon td;
@@ -105,14 +94,14 @@ Test(listen, a_stale_socket_left_by_a_dead_daemon_is_replaced)
 	char log[PATH_MAX + 16];
 	snprintf(log, sizeof(log), "%s/log2", td.dir);
 	pid_t pid = spawn_on(td.sock, log);
-	cr_assert_gt(pid, 0, "a daemon on the stale socket's path did not start:\n%s", read_file(log));
+	cr_assert_gt(pid, 0, "a daemon on the stale socket's path did not start:\n%s", td_read_file(log));
 	struct prefixd_stats s;
 	cr_expect_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(s.budget, 16u << 20, "the new daemon answers");
 	int status;
 	cr_assert_eq(kill(pid, SIGTERM), 0);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x:\n%s", status, read_file(log));
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x:\n%s", status, td_read_file(log));
 	unlink(log);
 	unlink(td.sock);
 	unlink(td.log);
@@ -263,7 +252,7 @@ Test(listen, connections_are_fewer_when_descriptors_are)
 	wait_alone(&td);
 	/* A quarter of them a user. */
 	expect_nth_refused(&td, 11, "this user has 11 connections to prefixd already");
-	const char *log = read_file(td.log);
+	const char *log = td_read_file(td.log);
 	cr_expect(strstr(log, "44 connections at most: the descriptor limit is 300"), "%s", log);
 	cr_expect_eq(td_stop(&td), 0);
 	/* Asked for more, it still takes 44. */
