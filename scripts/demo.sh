@@ -23,7 +23,7 @@ QUESTION=${QUESTION:-32}
 PROCESSES=${PROCESSES:-4}
 
 echo "Writing a random-weight Llama checkpoint (the demo shape) to $tmp/model"
-"$bin/model/prefix-run" random-model --out "$tmp/model"
+"$bin/tools/prefix-run/prefix-run" random-model --out "$tmp/model"
 
 sock=$tmp/prefixd.sock
 "$bin/daemon/prefixd" --socket "$sock" --memory 512M 2>"$tmp/prefixd.log" &
@@ -41,7 +41,7 @@ tokens "$PREFIX" 1 >"$tmp/prefix"
 run() { # label file [prefix-run options...]
 	label=$1 file=$2
 	shift 2
-	"$bin/model/prefix-run" generate --model "$tmp/model" --tokens @"$file" --max-new 8 \
+	"$bin/tools/prefix-run/prefix-run" generate --model "$tmp/model" --tokens @"$file" --max-new 8 \
 		"$@" >"$tmp/out" 2>"$tmp/err"
 	ttft=$(sed -n 's/.*time to first token \([0-9.]*\) ms.*/\1/p' "$tmp/err")
 	att=$(sed -n 's/.*: \([0-9]*\) attached from the cache, \([0-9]*\) computed.*/\1 \2/p' "$tmp/err")
@@ -64,4 +64,4 @@ run "$PROCESSES again, no cache" "$tmp/q$PROCESSES" --no-cache
 
 echo
 echo "prefixctl stats:"
-"$bin/client/ctl/prefixctl" --socket "$sock" stats
+"$bin/tools/prefixctl/prefixctl" --socket "$sock" stats

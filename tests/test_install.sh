@@ -102,7 +102,7 @@ nm -D --defined-only "$lib/libprefixd-runtime.so" | awk '$2 == "T" { sub(/@.*/, 
 	sort -u >"$tmp/exported"
 if ! cmp -s "$tmp/declared" "$tmp/exported"; then
 	diff "$tmp/declared" "$tmp/exported" >&2 || true
-	fail "libprefixd-runtime exports other functions than its headers declare (<: declared only, >: exported only); see model/libprefixd-runtime.map"
+	fail "libprefixd-runtime exports other functions than its headers declare (<: declared only, >: exported only); see runtime/libprefixd-runtime.map"
 fi
 
 export PKG_CONFIG_PATH="$lib/pkgconfig"
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
 	printf("length %zu\n", pfx_session_length(s));
 	pfx_session_free(s);
 
-	/* Through prefixd (model/cache.h). */
+	/* Through prefixd (prefixd-runtime/cache.h). */
 	struct pfx_cache *c;
 	if (pfx_cache_open(m, argv[2], NULL, 0, &c, &err)) {
 		fprintf(stderr, "%s\n", err.msg);

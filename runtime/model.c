@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blas.h"
+#include "kernels/blas.h"
 #include "forward.h"
-#include "hugepages.h"
+#include "load/hugepages.h"
 #include "model_impl.h"
 
 static const struct arch *const arches[] = { &arch_llama, &arch_neox };

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "forward.h"
-#include "gemm_few.h"
+#include "kernels/gemm_few.h"
 
 /* Per thread: 16-bit weights converted for the f32 kernels a panel at a
  * time (ops.c), 1 MiB, in L2 on the CPUs this runs on. */

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "forward.h"
-#include "gemm_few.h"
-#include "gemv.h"
+#include "kernels/gemm_few.h"
+#include "kernels/gemv.h"
 
 #define MAX_PIECES 512
 #define ROWS_PER_TASK 16

@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "forward.h"
-#include "gemm_few.h"
-#include "gemv.h"
+#include "kernels/gemm_few.h"
+#include "kernels/gemv.h"
 
 /* Keys per decode task at least; fewer are not worth a task of their own. */
 #define MIN_SPLIT_KEYS 128

@@ -6,10 +6,10 @@
 #include <json-c/json.h>
 #include <pthread.h>
 
-#include "checkpoint.h"
+#include "load/checkpoint.h"
 #include "model.h"
 #include "pool.h"
-#include "weight.h"
+#include "kernels/weight.h"
 
 /* Weights of one transformer block; an architecture fills what it uses.
  * Matrices are [out, in] row-major as in the checkpoint (y = x W^T + b),

@@ -7,7 +7,7 @@
 #define PFX_FORWARD_H
 
 #include "kv.h"
-#include "weight.h"
+#include "kernels/weight.h"
 
 #define ATT_CHUNK 64 /* query rows per attention task */
 
