@@ -24,7 +24,9 @@
 #include "sock.h"
 
 static _Thread_local char errmsg[512];
-static _Thread_local uint32_t from_disk; /* of this thread's last match */
+/* Of this thread's last match, for prefixd_match_from_disk() alone: the
+ * ABI of releases before prefixd_match2() returned it through here. */
+static _Thread_local uint32_t from_disk;
 
 const char *prefixd_errmsg(void) { return errmsg; }
 
@@ -147,14 +149,15 @@ int prefixd_connect(const char *path, const struct prefixd_layout *layout, struc
 int prefixd_connect_flags(const char *path, const struct prefixd_layout *layout, unsigned flags,
 			  struct prefixd **out)
 {
-	char def[256];
+	char def[PREFIXD_SOCKET_PATH_MAX];
 	if (flags & ~(unsigned)PREFIXD_CONNECT_SHARED)
 		return pd_fail(-EINVAL, "unknown connect flags %#x", flags & ~(unsigned)PREFIXD_CONNECT_SHARED);
 	if (flags && !layout)
 		return pd_fail(-EINVAL, "the shared namespace is for a connection with a layout");
 	if (!path) {
-		if (pd_default_socket(def, sizeof(def)))
-			return pd_fail(-ENAMETOOLONG, "$XDG_RUNTIME_DIR is too long for a socket path");
+		int rc = prefixd_default_socket(def, sizeof(def));
+		if (rc)
+			return rc;
 		path = def;
 	}
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -267,7 +270,7 @@ static int release_oneway(struct prefixd *c, uint64_t lease)
 
 /* MATCH of the first nblocks blocks of a prompt, hashed. */
 static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t nblocks,
-		    uint64_t *lease, uint32_t *hit, const void **kv)
+		    uint64_t *lease, uint32_t *hit, uint32_t *disk_out, const void **kv)
 {
 	uint8_t *rb = NULL, *owned;
 	int rc;
@@ -317,7 +320,7 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 		c->leases[c->nleases++] = r.lease;
 	*lease = rc ? 0 : r.lease;
 	*hit = rc ? 0 : r.hit;
-	from_disk = rc ? 0 : disk;
+	*disk_out = rc ? 0 : disk;
 	if (rc && r.lease)
 		release_oneway(c, r.lease);
 	/* An arena this connection could not map is never sent again: the
@@ -328,12 +331,14 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 	return rc;
 }
 
-int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
-		  uint32_t *hit, const void **kv)
+int prefixd_match2(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
+		   uint32_t *hit, uint32_t *disk, const void **kv)
 {
+	uint32_t ignored;
+	disk = disk ? disk : &ignored;
 	*lease = 0;
 	*hit = 0;
-	from_disk = 0;
+	*disk = 0;
 	int rc = need_layout(c);
 	if (rc || !nblocks)
 		return rc;
@@ -341,17 +346,19 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
 		nblocks = c->max_hashes;
 	pthread_mutex_lock(&c->lock);
 	if (!(rc = pd_prompt_set(c->memo, tokens, nblocks)))
-		rc = do_match(c, c->memo, nblocks, lease, hit, kv);
+		rc = do_match(c, c->memo, nblocks, lease, hit, disk, kv);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 
-int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
-			 uint64_t *lease, uint32_t *hit, const void **kv)
+int prefixd_match_prompt2(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
+			  uint64_t *lease, uint32_t *hit, uint32_t *disk, const void **kv)
 {
+	uint32_t ignored;
+	disk = disk ? disk : &ignored;
 	*lease = 0;
 	*hit = 0;
-	from_disk = 0;
+	*disk = 0;
 	int rc = need_layout(c);
 	if (rc)
 		return rc;
@@ -365,9 +372,21 @@ int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint
 	if (!n)
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	rc = do_match(c, p, (uint32_t)n, lease, hit, kv);
+	rc = do_match(c, p, (uint32_t)n, lease, hit, disk, kv);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
+		  uint32_t *hit, const void **kv)
+{
+	return prefixd_match2(c, tokens, nblocks, lease, hit, &from_disk, kv);
+}
+
+int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
+			 uint64_t *lease, uint32_t *hit, const void **kv)
+{
+	return prefixd_match_prompt2(c, p, max_blocks, lease, hit, &from_disk, kv);
 }
 
 int prefixd_release(struct prefixd *c, uint64_t lease)
@@ -500,6 +519,13 @@ out:
 		return pd_fail(-EDQUOT, "prefixd stored %u of %u blocks: this user's quota is full of their leased or pinned blocks",
 			       *stored + *dedup, n);
 	return 0;
+}
+
+int prefixd_default_socket(char *buf, size_t cap)
+{
+	return pd_default_socket(buf, cap)
+		       ? pd_fail(-ENAMETOOLONG, "$PREFIXD_SOCKET or $XDG_RUNTIME_DIR is too long for a socket path")
+		       : 0;
 }
 
 uint32_t prefixd_match_from_disk(void)

@@ -63,8 +63,15 @@ struct prefixd_stats {
 #undef PREFIXD_FIELD_
 };
 
-/* Connects to the daemon's socket (NULL: $PREFIXD_SOCKET, else
- * $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock) and, with a
+/* Room for any socket path (a sockaddr_un's sun_path). */
+#define PREFIXD_SOCKET_PATH_MAX 108
+
+/* The socket prefixd_connect(NULL, ...) connects to: $PREFIXD_SOCKET, else
+ * $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock, written into buf.
+ * -ENAMETOOLONG when it does not fit in cap. */
+int prefixd_default_socket(char *buf, size_t cap);
+
+/* Connects to the daemon's socket (NULL: prefixd_default_socket()) and, with a
  * layout, introduces this client. A connection without a layout can only
  * make the admin calls (stats, list, evict, pin, unpin). */
 int prefixd_connect(const char *socket_path, const struct prefixd_layout *layout,
@@ -98,9 +105,13 @@ void prefixd_close(struct prefixd *c);
  */
 int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
 		  uint32_t *hit, const void **kv);
-/* Of the blocks the calling thread's last match attached, how many the
- * daemon read back from its disk tier for it (they were evicted from
- * memory, or the daemon restarted). */
+/* prefixd_match() that also says, in *from_disk (NULL is fine), how many
+ * of the *hit attached blocks the daemon read back from its disk tier for
+ * it (they were evicted from memory, or the daemon restarted). */
+int prefixd_match2(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
+		   uint32_t *hit, uint32_t *from_disk, const void **kv);
+/* Kept for programs built before prefixd_match2(): *from_disk of the
+ * calling thread's last prefixd_match() or prefixd_match_prompt(). */
 uint32_t prefixd_match_from_disk(void);
 
 /*
@@ -131,6 +142,9 @@ void prefixd_prompt_free(struct prefixd_prompt *p);
  * for another layout. */
 int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
 			 uint64_t *lease, uint32_t *hit, const void **kv);
+/* prefixd_match_prompt() with *from_disk, as prefixd_match2(). */
+int prefixd_match_prompt2(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
+			  uint64_t *lease, uint32_t *hit, uint32_t *from_disk, const void **kv);
 
 /* Ends a lease: its kv pointers must not be used any more. One-way (no
  * round trip): later requests on this connection see the lease ended;

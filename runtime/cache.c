@@ -96,12 +96,14 @@ void kv_lease_put(struct kv_lease *l)
 /* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
  * empty session s. Returns the number attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, uint64_t *lease_id, uint32_t *leased, struct pfx_error *err)
+		  uint32_t nblocks, uint64_t *lease_id, uint32_t *leased, uint32_t *from_disk,
+		  struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
 	uint32_t hit = 0;
-	int rc = kv && l ? prefixd_match(c->c, tokens, nblocks, lease_id, &hit, kv) : -ENOMEM;
+	int rc = kv && l ? prefixd_match2(c->c, tokens, nblocks, lease_id, &hit, from_disk, kv)
+			 : -ENOMEM;
 	*leased = hit;
 	if (rc || !hit) {
 		free(kv);
@@ -113,18 +115,16 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	atomic_fetch_add(&c->refs, 1);
 	l->cache = c;
 	l->id = *lease_id;
-	size_t B = (size_t)pfx_model_block_tokens(s->m);
 	uint32_t i = 0;
 	for (; i < hit; i++) {
 		struct kv_block *b = kv_block_attached(kv[i], l);
-		if (!b || kv_push(s, b)) {
+		if (!b || kv_attach_frozen(s, b)) {
 			free(b);
 			break;
 		}
 		atomic_fetch_add(&l->refs, 1);
 	}
-	/* Out of memory half-way: keep what is attached, consistently. */
-	s->len = s->frozen = i * B;
+	/* Out of memory half-way: what is attached stays, consistently. */
 	kv_lease_put(l);
 	free(kv);
 	return i || !hit ? (int)i : pfx_errorf(err, -ENOMEM, "out of memory");
@@ -157,7 +157,9 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	uint32_t lease_blocks = 0;
 	/* A publish continues the lease's last block: only when all of them
 	 * were attached. */
-	int hit = attach(s, c, ids, (uint32_t)matchable, &lease, &lease_blocks, cache_err);
+	uint32_t from_disk = 0;
+	int hit = attach(s, c, ids, (uint32_t)matchable, &lease, &lease_blocks, &from_disk,
+			 cache_err);
 	if (hit < 0) {
 		info->cache_rc = hit;
 		hit = 0;
@@ -165,7 +167,7 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	}
 	size_t done = (size_t)hit * B;
 	info->attached = done;
-	info->from_disk = hit > 0 ? prefixd_match_from_disk() : 0;
+	info->from_disk = hit > 0 ? from_disk : 0;
 	info->computed = n - done;
 	int rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
 	if (rc) {

@@ -269,6 +269,6 @@ int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems
 
 	for (size_t i = 0; i < nitems; i++)
 		if (items[i].commit)
-			items[i].s->len += items[i].n;
+			kv_commit(items[i].s, items[i].n);
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* KV blocks and the session state that forward.c reads and writes. */
+/* KV blocks and the session state that forward.c reads; kv.c alone
+ * writes the lengths. */
 #ifndef PFX_KV_H
 #define PFX_KV_H
 
@@ -36,8 +37,22 @@ int kv_reserve(struct pfx_session *s, size_t upto);
 /* A frozen block of someone else's memory, held by lease (one reference
  * taken). NULL when out of memory. */
 struct kv_block *kv_block_attached(const void *data, struct kv_lease *lease);
-/* Appends a block to the session's table (the session takes b). */
-int kv_push(struct pfx_session *s, struct kv_block *b);
+/* Appends a frozen block to a session whose tokens are all frozen and fill
+ * whole blocks: its length and frozen length grow by a block. The session
+ * takes b. -EINVAL when the session is not so, -ENOMEM. */
+int kv_attach_frozen(struct pfx_session *s, struct kv_block *b);
+/* The forward pass wrote n more positions: they are committed. */
+void kv_commit(struct pfx_session *s, size_t n);
+/* Keeps the first len tokens (frozen <= len <= length, checked by the
+ * caller) and the blocks that hold them. */
+void kv_rewind(struct pfx_session *s, size_t len);
+/* Every committed token becomes frozen. */
+void kv_freeze(struct pfx_session *s);
+/* Drops every block and the table. */
+void kv_free(struct pfx_session *s);
+/* Gives the empty session c s's tokens: the frozen blocks shared, the rest
+ * copied. -ENOMEM (c then holds some blocks: free it). */
+int kv_copy(struct pfx_session *c, const struct pfx_session *s);
 /* Lease references, kept by attached blocks (cache.c). */
 void kv_lease_put(struct kv_lease *l);
 

@@ -46,7 +46,7 @@ Test(abi, libprefixd_exports_exactly_the_functions_of_its_header)
 	char seen[64][64];
 	int declared = 0;
 	for (const char *s = h; (s = strstr(s, "prefixd_")); s++) {
-		size_t n = strspn(s, "prefixd_abcdefghijklmnopqrstuvwxyz");
+		size_t n = strspn(s, "prefixd_abcdefghijklmnopqrstuvwxyz0123456789");
 		if (s[n] != '(' || n >= sizeof(seen[0]) || (s > h && s[-1] != ' ' && s[-1] != '*'))
 			continue;
 		int dup = 0;

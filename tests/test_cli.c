@@ -98,13 +98,82 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	const char *want[] = { "LlamaForCausalLM", "key/value heads 2", "fingerprint",
-			       "KV per token     512 bytes", "KV for 512        262144 bytes",
+			       "KV per token     512 bytes",
+			       "KV for 512        262144 bytes (256.00 KiB), 8 full blocks charged 256.00 KiB",
 			       "BLAS kernels", "own kernels", "in 2 MiB pages   " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "info lacks '%s':\n%s", want[i], r.out);
 	/* Its context is 512 positions: no longer prompt is priced. */
 	cr_expect(!strstr(r.out, "KV for 2048") && !strstr(r.out, "KV for 8192"),
 		  "info prices prompts past the model's context:\n%s", r.out);
+}
+
+/* With a daemon: its limits, and how many prefixes of each priced length
+ * they hold, in whole pages a block as the daemon charges them. neox-tiny
+ * with a context of 4096 positions: 512, 2048 and 4096 tokens are priced. */
+Test(cli, info_prices_prefixes_against_the_daemons_limits)
+{
+	struct test_daemon d;
+	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--quota", "16M",
+			       "--pin-max", "4M", NULL };
+	cr_assert_eq(td_start(&d, args), 0);
+	char model[] = "/tmp/prefix-run-info-XXXXXX", out[256];
+	cr_assert(mkdtemp(model));
+	cr_assert_eq(td_sh(out, sizeof(out),
+			   "ln -s %s/neox-tiny/model.safetensors %s/ && "
+			   "sed 's/\"max_position_embeddings\": 512/\"max_position_embeddings\": 4096/' "
+			   "%s/neox-tiny/config.json > %s/config.json && grep -q '\": 4096' %s/config.json",
+			   fixtures_dir(), model, fixtures_dir(), model, model),
+		     0, "%s", out);
+	/* neox-tiny: 2 layers, 4 kv heads of 16: 1 KiB a token, 4 KiB a block. */
+	const unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
+	const unsigned long block = (4096 + page - 1) / page * page;
+	struct cmd_result r = run("info --model %s --block-tokens 4 --socket %s 2>&1", model, d.sock);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "prefixd          ") &&
+			  strstr(r.out, ": memory budget 64.00 MiB, quota per user 16.00 MiB, pin-max 4.00 MiB"),
+		  "%s", r.out);
+	cr_expect(!strstr(r.out, "KV for 8192") && !strstr(r.out, "fit 8192"),
+		  "a prompt past the model's context is priced: %s", r.out);
+	static const unsigned tokens[] = { 512, 2048, 4096 };
+	for (int i = 0; i < 3; i++) {
+		char want[160];
+		unsigned long each = tokens[i] / 4 * block;
+		snprintf(want, sizeof(want),
+			 "fit %-5u        %lu in the budget, %lu in the quota, %lu under pin-max\n",
+			 tokens[i], (64ul << 20) / each, (16ul << 20) / each, (4ul << 20) / each);
+		cr_expect(strstr(r.out, want), "wants '%s' in:\n%s", want, r.out);
+		snprintf(want, sizeof(want), "KV for %-5u      %u bytes", tokens[i], tokens[i] * 1024);
+		cr_expect(strstr(r.out, want), "wants '%s' in:\n%s", want, r.out);
+	}
+	if (page == 4096)
+		cr_expect(strstr(r.out, "fit 512          128 in the budget, 32 in the quota, 8 under pin-max"),
+			  "%s", r.out);
+	/* f16 KV: blocks of half the size, twice as many (the budget's 64 MiB
+	 * of 2 KiB blocks when pages are 4 KiB are still charged a page). */
+	r = run("info --model %s --block-tokens 4 --kv-dtype f16 --socket %s 2>&1", model, d.sock);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "KV block         4 tokens, 2.00 KiB, charged"), "%s", r.out);
+	/* Another block size than the daemon's: the model's figures, then why
+	 * the limits did not come. */
+	r = run("info --model %s --socket %s 2>&1", model, d.sock);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "KV block         64 tokens, 64.00 KiB"), "%s", r.out);
+	cr_expect(strstr(r.out, "cannot ask prefixd at") &&
+			  strstr(r.out, "give info the daemon's --block-tokens"),
+		  "%s", r.out);
+	/* A socket nobody listens at, given: an error. None at the default
+	 * socket: said, and no error. */
+	r = run("info --model %s --block-tokens 4 --socket %s.none 2>&1", model, d.sock);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "cannot connect to prefixd at"), "%s", r.out);
+	cr_assert_eq(setenv("PREFIXD_SOCKET", "/nonexistent/prefixd.sock", 1), 0);
+	r = run("info --model %s --block-tokens 4 2>&1", model);
+	unsetenv("PREFIXD_SOCKET");
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "prefixd          none at /nonexistent/prefixd.sock"), "%s", r.out);
+	cr_expect_eq(td_stop(&d), 0);
+	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", model), 0, "%s", out);
 }
 
 Test(cli, info_says_when_the_own_kernels_are_turned_off)

@@ -87,6 +87,20 @@ loads_staged() {
 loads_staged "$bin/prefixctl"
 loads_staged "$bin/prefix-run"
 loads_staged "$lib/libprefixd-runtime.so"
+# The admin tool needs libprefixd and json-c, never the model runtime and
+# its OpenBLAS (what a model costs is prefix-run info's).
+ldd "$bin/prefixctl" >"$tmp/ldd" 2>&1 || fail "ldd $bin/prefixctl"
+if grep -Ei "openblas|libblas|prefixd-runtime" "$tmp/ldd" >&2; then
+	fail "prefixctl links the model runtime or OpenBLAS"
+fi
+# Nor do the developer tools' random checkpoints and .npy files ship in
+# the runtime library (tools/devkit): its symbol table, internal symbols
+# included (one of the kernels' shows the table is there to look in).
+nm --defined-only "$lib/libprefixd-runtime.so" >"$tmp/nm" 2>&1 || fail "nm $lib/libprefixd-runtime.so"
+grep -q "pfx_gemv" "$tmp/nm" || fail "no symbol table in $lib/libprefixd-runtime.so to check"
+if grep -E "pfx_random_checkpoint|st_write|npy_write" "$tmp/nm" >&2; then
+	fail "libprefixd-runtime carries tools/devkit code"
+fi
 
 # Headers and pkg-config files. define-variable moves the prefix to the
 # staged tree (the files name the final one).

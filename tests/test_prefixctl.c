@@ -1768,105 +1768,19 @@ Test(prefixctl, stats_watch_prometheus_is_one_exposition_an_interval)
 
 /* ==== info ==== */
 
-Test(prefixctl, info_prints_the_kv_costs_and_how_many_prefixes_fit)
+/* What a model's prefixes cost moved to prefix-run info (test_cli.c):
+ * prefixctl does not load models. Any options of the old command line get
+ * the same pointer, not an error about them. */
+Test(prefixctl, info_says_where_it_moved)
 {
-	const char *args[] = { "--memory", "64M", "--quota", "16M", "--pin-max", "4M", NULL };
-	start(args);
 	static struct ctl r;
-	/* neox-tiny with a context of 4096 positions: prompts of 512, 2048
-	 * and 4096 tokens are priced, none of 8192. */
-	char model[1024] = "/tmp/prefixctl-info-XXXXXX", out[256];
-	cr_assert(mkdtemp(model));
-	cr_assert_eq(chmod(model, 0755), 0); /* for the other user below */
-	cr_assert_eq(td_sh(out, sizeof(out),
-			   "ln -s %s/neox-tiny/model.safetensors %s/ && "
-			   "sed 's/\"max_position_embeddings\": 512/\"max_position_embeddings\": 4096/' "
-			   "%s/neox-tiny/config.json > %s/config.json && grep -q '\": 4096' %s/config.json",
-			   fixtures_dir(), model, fixtures_dir(), model, model),
-		     0, "%s", out);
-	CTL(&r, "info", "--model", model, "--block-tokens", "4");
+	CTL_BARE(&r, "info", "--model", "/srv/m", "--block-tokens", "4", "--kv-dtype", "f16");
+	expect_fail(&r, 2, ARGS("info moved to prefix-run", "prefix-run info --model DIR"));
+	CTL_BARE(&r, "info");
+	expect_fail(&r, 2, ARGS("info moved to prefix-run"));
+	CTL_BARE(&r, "help", "info");
 	expect_ok(&r);
-	/* neox-tiny: 2 layers, 4 kv heads of 16: 1 KiB a token, 4 KiB a block. */
-	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	const uint64_t block = (4 * KIB + page - 1) / page * page;
-	static char whole[sizeof(r.out)];
-	memcpy(whole, r.out, sizeof(whole));
-	char *lines[64];
-	int n = split_lines(r.out, lines, 64);
-	int kv_head = -1, fit_head = -1, fp = 0, per_token = 0, limits = 0;
-	for (int i = 0; i < n; i++) {
-		char hex[80];
-		if (sscanf(lines[i], "fingerprint %79s", hex) == 1)
-			fp = is_hex(hex, FP_CHARS);
-		per_token += !strcmp(lines[i], "KV per token  1.0 KiB (1024 bytes: 2 x 2 layers x 4 kv "
-					       "heads x 16 dims x 4, f32)");
-		per_token += !strcmp(lines[i], "KV per token  512 B (512 bytes: 2 x 2 layers x 4 kv "
-					       "heads x 16 dims x 2, f16)");
-		per_token += !strcmp(lines[i], "KV per token  512 B (512 bytes: 2 x 2 layers x 4 kv "
-					       "heads x 16 dims x 2, bf16)");
-		limits |= !strcmp(lines[i], "prefixd: memory budget 64.0 MiB, quota per user 16.0 MiB, pin-max 4.0 MiB");
-		if (words_are(lines[i], ARGS("PREFIX", "TOKENS", "KV", "FULL", "BLOCKS", "CHARGED")))
-			kv_head = i;
-		if (words_are(lines[i], ARGS("PREFIX", "TOKENS", "IN", "BUDGET", "IN", "QUOTA", "UNDER",
-					     "PIN-MAX")))
-			fit_head = i;
-	}
-	cr_expect(fp, "the fingerprint in 64 hex digits: %s", r.out);
-	cr_expect_eq(per_token, 3, "the KV per token in each dtype: %s", r.out);
-	cr_expect(limits, "the daemon's limits: %s", r.out);
-	cr_assert(kv_head > 0 && fit_head > kv_head + 3 && n >= fit_head + 4, "two tables: %s", r.out);
-	cr_expect(!strstr(whole, "8192"), "a prompt past the model's context is priced: %s", whole);
-	static const uint32_t tokens[] = { 512, 2048, 4096 };
-	for (int i = 0; i < 3; i++) {
-		unsigned t, blocks, tf;
-		double kv;
-		char unit[8], charged_s[32];
-		unsigned long long in_budget, in_quota, under_pin;
-		const char *row = lines[kv_head + 1 + i];
-		cr_expect(sscanf(row, "%u %lf %7s %u %31[^\n]", &t, &kv, unit, &blocks, charged_s) == 5 &&
-				  t == tokens[i] && blocks == tokens[i] / 4,
-			  "KV row of %u tokens: '%s'", tokens[i], row);
-		row = lines[fit_head + 1 + i];
-		cr_assert_eq(sscanf(row, "%u %llu %llu %llu", &tf, &in_budget, &in_quota, &under_pin), 4,
-			     "fit row of %u tokens: '%s'", tokens[i], row);
-		uint64_t each = tokens[i] / 4 * block;
-		cr_expect_eq(tf, tokens[i]);
-		cr_expect_eq(in_budget, 64 * MIB / each, "%u tokens: %llu in the budget", tokens[i], in_budget);
-		cr_expect_eq(in_quota, 16 * MIB / each, "%u tokens: %llu in the quota", tokens[i], in_quota);
-		cr_expect_eq(under_pin, 4 * MIB / each, "%u tokens: %llu under pin-max", tokens[i], under_pin);
-	}
-	if (page == 4096) {
-		cr_expect(words_are(lines[fit_head + 1], ARGS("512", "128", "32", "8")), "'%s'", lines[fit_head + 1]);
-		cr_expect(words_are(lines[fit_head + 3], ARGS("4096", "16", "4", "1")), "'%s'", lines[fit_head + 3]);
-		cr_expect(words_are(lines[kv_head + 2], ARGS("2048", "2.0", "MiB", "512", "2.0", "MiB")),
-			  "'%s'", lines[kv_head + 2]);
-	}
-	/* Any user may ask. */
-	static struct ctl other;
-	CTL_OTHER(&other, "info", "--model", model, "--block-tokens", "4");
-	expect_ok(&other);
-	cr_expect_str_eq(other.out, whole, "uid 60001 sees the same");
-	/* Another block size than the daemon's: the model's costs, then why
-	 * the limits did not come. */
-	CTL(&r, "info", "--model", model);
-	cr_expect_eq(r.status, 1, "%s", r.err);
-	cr_expect(strstr(r.out, "KV per block  64.0 KiB (64 tokens, f32)"), "%s", r.out);
-	cr_expect(strstr(r.err, "cannot ask prefixd for its limits"), "%s", r.err);
-	cr_expect(strstr(r.err, "give info the daemon's --block-tokens"), "%s", r.err);
-	/* f16 KV: blocks of half the size, twice as many prefixes fit. */
-	CTL(&r, "info", "--model", model, "--block-tokens", "4", "--kv-dtype", "f16");
-	expect_ok(&r);
-	cr_expect(strstr(r.out, "KV per block  2.0 KiB (4 tokens, f16)"), "%s", r.out);
-	CTL(&r, "info", "--model", model, "--kv-dtype", "f8");
-	expect_fail(&r, 2, ARGS("--kv-dtype takes f32, f16 or bf16, not 'f8'"));
-	CTL(&r, "info", "--model", "/nonexistent/model");
-	expect_fail(&r, 1, ARGS("cannot load the model in /nonexistent/model"));
-	CTL(&r, "info", "--model", model, "--block-tokens", "48");
-	expect_fail(&r, 2, ARGS("--block-tokens takes a power of two, not 48"));
-	CTL(&r, "info", "--model", model, "--block-tokens", "8192");
-	expect_fail(&r, 2, ARGS("--block-tokens takes a whole number from 1 to 4096"));
-	stop();
-	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", model), 0, "%s", out);
+	cr_expect(strstr(r.out, "prefix-run info --model DIR"), "%s", r.out);
 }
 
 /* ==== the command line ==== */
@@ -1898,6 +1812,8 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 		CTL_BARE(&r, "help", cmds[i]); /* as prefix-run help CMD */
 		expect_ok(&r);
 		cr_expect(!strncmp(r.out, want, strlen(want)), "help %s: %s", cmds[i], r.out);
+		if (!strcmp(cmds[i], "info"))
+			continue; /* it takes any options, to say where it moved */
 		CTL_BARE(&r, cmds[i], "--frobnicate");
 		snprintf(want, sizeof(want), "Try 'prefixctl %s --help'.", cmds[i]);
 		expect_fail(&r, 2, ARGS("unknown option '--frobnicate'", want));
@@ -1926,8 +1842,6 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 	expect_fail(&r, 2, ARGS("no command given"));
 	CTL_BARE(&r, "frobnicate");
 	expect_fail(&r, 2, ARGS("unknown command 'frobnicate'", "ls, evict, pin, unpin, stats, info"));
-	CTL_BARE(&r, "info");
-	expect_fail(&r, 2, ARGS("info needs --model"));
 	CTL_BARE(&r, "pin");
 	expect_fail(&r, 2, ARGS("pin needs a chain ID"));
 	CTL_BARE(&r, "unpin");
@@ -1940,13 +1854,12 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 	expect_fail(&r, 2, ARGS("unexpected argument 'extra'"));
 	CTL_BARE(&r, "ls", "--ttl", "5");
 	expect_fail(&r, 2, ARGS("ls takes no --ttl"));
-	CTL_BARE(&r, "stats", "--block-tokens", "4");
-	expect_fail(&r, 2, ARGS("stats takes no --block-tokens"));
+	CTL_BARE(&r, "stats", "--ttl", "4");
+	expect_fail(&r, 2, ARGS("stats takes no --ttl"));
 	/* No daemon there: exit 1. */
-	char dir[] = "/tmp/prefixctl-test-XXXXXX", sock[64], model[1024];
+	char dir[] = "/tmp/prefixctl-test-XXXXXX", sock[64];
 	cr_assert(mkdtemp(dir));
 	snprintf(sock, sizeof(sock), "%s/sock", dir);
-	snprintf(model, sizeof(model), "%s/neox-tiny", fixtures_dir());
 	const char *const *unreachable[] = {
 		ARGS("--socket", sock, "ls"),
 		ARGS("--socket", sock, "ls", "--json"),
@@ -1962,10 +1875,6 @@ Test(prefixctl, every_command_has_help_and_says_what_is_wrong_with_a_command_lin
 		expect_fail(&r, 1, ARGS("cannot connect to prefixd at "));
 		cr_expect_eq(r.out[0], 0, "%s: nothing on stdout: %s", r.cmd, r.out);
 	}
-	CTL_BARE(&r, "--socket", sock, "info", "--model", model, "--block-tokens", "4");
-	cr_expect_eq(r.status, 1, "%s", r.err);
-	cr_expect(strstr(r.err, "cannot ask prefixd for its limits") && strstr(r.err, "cannot connect"),
-		  "%s", r.err);
 	rmdir(dir);
 }
 

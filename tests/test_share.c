@@ -5,6 +5,7 @@
  * counters (through prefixctl) and each process's own report.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,33 @@ Test(share, prefixd_socket_names_the_default_socket_before_the_runtime_dir)
 	unsetenv("PREFIXD_SOCKET");
 	unsetenv("XDG_RUNTIME_DIR");
 	cr_expect_eq(td_stop(&d2), 0);
+}
+
+/* What prefixd_connect(NULL) and prefix-run's default socket mean, as one
+ * call of libprefixd's. */
+Test(share, prefixd_default_socket_follows_the_environment)
+{
+	char b[PREFIXD_SOCKET_PATH_MAX], longdir[200];
+	unsetenv("PREFIXD_SOCKET");
+	unsetenv("XDG_RUNTIME_DIR");
+	cr_assert_eq(prefixd_default_socket(b, sizeof(b)), 0);
+	cr_expect_str_eq(b, "/run/prefixd.sock");
+	setenv("XDG_RUNTIME_DIR", "/run/user/7", 1);
+	cr_assert_eq(prefixd_default_socket(b, sizeof(b)), 0);
+	cr_expect_str_eq(b, "/run/user/7/prefixd.sock");
+	setenv("PREFIXD_SOCKET", "/srv/p.sock", 1);
+	cr_assert_eq(prefixd_default_socket(b, sizeof(b)), 0);
+	cr_expect_str_eq(b, "/srv/p.sock");
+	unsetenv("PREFIXD_SOCKET");
+	memset(longdir, 'd', sizeof(longdir) - 1);
+	longdir[0] = '/';
+	longdir[sizeof(longdir) - 1] = 0;
+	setenv("XDG_RUNTIME_DIR", longdir, 1);
+	cr_expect_eq(prefixd_default_socket(b, sizeof(b)), -ENAMETOOLONG);
+	cr_expect(strstr(prefixd_errmsg(), "too long for a socket path"), "%s", prefixd_errmsg());
+	struct prefixd *c;
+	cr_expect_eq(prefixd_connect(NULL, NULL, &c), -ENAMETOOLONG, "connect says the same");
+	unsetenv("XDG_RUNTIME_DIR");
 }
 
 /* 20 blocks of 4 tokens against a budget of 16: the run's own chain holds

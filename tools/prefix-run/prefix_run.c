@@ -12,12 +12,9 @@
 #include <unistd.h>
 
 #include "prefixd.h"
-#include "sock.h"
 
 #include "cache.h"
 #include "cli.h"
-#include "blas.h"
-#include "cpu.h"
 #include "json_buf.h"
 #include "npy.h"
 #include "prefix_run.h"
@@ -95,12 +92,19 @@ static const char usage[] =
 	IDS_HELP;
 
 static const char help_info[] =
-	"usage: prefix-run info --model DIR [--threads N] [--block-tokens B]\n"
+	"usage: prefix-run info --model DIR [--socket PATH] [--block-tokens B]\n"
+	"                       [--kv-dtype f32|f16|bf16] [--threads N]\n"
 	"\n"
 	"Prints the checkpoint's architecture, shapes, parameter count, fingerprint,\n"
-	"KV bytes per token and per block, and the kernels in use.\n"
+	"KV bytes per token and per block, what prompts of 512, 2048 and 8192 tokens\n"
+	"cost in prefixd (full blocks, charged in whole pages), and the kernels in\n"
+	"use. With a daemon at --socket or the default socket, also its memory budget,\n"
+	"quota per user and pin-max, and how many such prefixes each holds; the\n"
+	"daemon must store blocks of --block-tokens B.\n"
 	"\n"
-	MODEL_HELP COMMON_HELP;
+	MODEL_HELP COMMON_HELP
+	"  --socket PATH      the daemon to ask for its limits (default: the default\n"
+	"                     socket, when a daemon runs there)\n";
 
 static const char help_recache[] =
 	"usage: prefix-run recache --model DIR [--threads N]\n"
@@ -275,7 +279,7 @@ static const struct {
 	int (*run)(struct run_args *a);
 	const char *help;
 } commands[] = {
-	{ "info", O_MODEL | O_LOAD, O_MODEL, cmd_info, help_info },
+	{ "info", O_MODEL | O_LOAD | O_SOCKET, O_MODEL, cmd_info, help_info },
 	{ "recache", O_MODEL | O_THREADS, O_MODEL, cmd_recache, help_recache },
 	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_LOAD | O_CACHE,
 	  O_MODEL | O_TOKENS | O_OUT, cmd_logits, help_logits },
@@ -513,80 +517,15 @@ int cmd_recache(struct run_args *a)
 	return 0;
 }
 
-/* The prompt lengths to price: 512, 2048 and 8192 tokens, none past the
- * model's context, which ends the list when it is shorter than 8192. */
-static int kv_lengths(int context, int out[4])
-{
-	static const int common[] = { 512, 2048, 8192 };
-	int n = 0;
-	for (int i = 0; i < 3 && common[i] <= context; i++)
-		out[n++] = common[i];
-	if (context < 8192 && (n == 0 || out[n - 1] != context))
-		out[n++] = context;
-	return n;
-}
-
-int cmd_info(struct run_args *a)
-{
-	struct pfx_model *m;
-	if (load_model(a, &m))
-		return 1;
-	const struct pfx_config *c = pfx_model_config(m);
-	char fp[2 * PFX_FINGERPRINT_BYTES + 1], b[32];
-	pfx_model_fingerprint_hex(m, fp);
-	printf("architecture     %s\n", c->arch);
-	printf("weights          %lld parameters, %s in the checkpoint\n",
-	       (long long)pfx_model_params(m), pfx_model_weight_dtype(m));
-	printf("weights held     %s matrices, norms and biases F32: %s\n",
-	       pfx_model_weight_held(m), cli_bytes(pfx_model_weight_bytes(m), b));
-	size_t huge = pfx_model_weight_huge_bytes(m);
-	printf("in 2 MiB pages   %s of them%s\n", cli_bytes(huge, b),
-	       huge < pfx_model_weight_bytes(m) / 2 ? " (prefix-run recache may read them in so)" : "");
-	printf("hidden           %d\n", c->hidden);
-	printf("layers           %d\n", c->n_layers);
-	printf("heads            %d (key/value heads %d, head dim %d)\n", c->n_heads, c->n_kv_heads,
-	       c->head_dim);
-	printf("intermediate     %d\n", c->intermediate);
-	printf("vocab            %d\n", c->vocab);
-	printf("max positions    %d\n", c->max_positions);
-	printf("rotary           %d of %d dims, base %g\n", c->rotary_dim, c->head_dim, c->rope_base);
-	printf("norm             %s, eps %g\n", c->norm == PFX_NORM_RMS ? "RMSNorm" : "LayerNorm",
-	       c->norm_eps);
-	printf("residual         %s\n", c->parallel_residual ? "parallel" : "sequential");
-	printf("embeddings       %s\n", c->tied_embeddings ? "tied" : "untied");
-	printf("fingerprint      %s\n", fp);
-	printf("KV per token     %zu bytes f32, %zu f16 or bf16 (2 x %d layers x %d kv heads x %d dims x 4 or 2)\n",
-	       pfx_kv_bytes_per_token(c, PFX_KV_F32), pfx_kv_bytes_per_token(c, PFX_KV_F16),
-	       c->n_layers, c->n_kv_heads, c->head_dim);
-	enum pfx_kv_dtype kvt = pfx_model_kv_dtype(m);
-	size_t kv = pfx_kv_bytes_per_token(c, kvt);
-	printf("KV dtype         %s (--kv-dtype)\n", pfx_kv_dtype_name(kvt));
-	int ctx[4], nctx = kv_lengths(c->max_positions, ctx);
-	for (int i = 0; i < nctx; i++)
-		printf("KV for %-5d      %zu bytes (%s)\n", ctx[i], kv * ctx[i], cli_bytes(kv * ctx[i], b));
-	printf("KV block         %d tokens, %s\n", pfx_model_block_tokens(m),
-	       cli_bytes(kv * pfx_model_block_tokens(m), b));
-	printf("threads          %d\n", pfx_model_threads(m));
-	char why[128];
-	if (pfx_blas_core_ok(why, sizeof(why)))
-		printf("BLAS kernels     %s\n", pfx_blas_corename());
-	else
-		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n",
-		       pfx_blas_corename(), pfx_blas_expected_core(), why);
-	printf("own kernels      %s\n", pfx_cpu_kernels());
-	pfx_model_free(m);
-	return 0;
-}
-
 struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int explicit_only)
 {
-	char def[256];
+	char def[PREFIXD_SOCKET_PATH_MAX];
 	const char *path = a->socket;
 	if (a->no_cache || (explicit_only && !path))
 		return NULL;
 	if (!path) {
 		/* The default socket: use a daemon if one runs, say so once if not. */
-		if (pd_default_socket(def, sizeof(def)) || access(def, F_OK)) {
+		if (prefixd_default_socket(def, sizeof(def)) || access(def, F_OK)) {
 			fprintf(stderr, "prefix-run: no prefixd running at %s; computing alone\n", def);
 			return NULL;
 		}

@@ -2,6 +2,7 @@
 /* prefixctl: the prefixd admin command line. Parses it; the commands run elsewhere. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,6 @@ static const struct option longopts[] = {
 	{ "ttl", required_argument, NULL, O_TTL },
 	{ "prometheus", no_argument, NULL, O_PROMETHEUS },
 	{ "watch", required_argument, NULL, O_WATCH },
-	{ "block-tokens", required_argument, NULL, O_BLOCK },
-	{ "kv-dtype", required_argument, NULL, O_KV_DTYPE },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -39,7 +38,7 @@ static const char *const sort_keys[] = {
 /* Option help shared by commands: the text after the option's name. */
 #define HELP_INDENT "                  "
 #define FP_TEXT                                                                \
-	"a model fingerprint (64 hex digits, as 'prefixctl info'\n" HELP_INDENT \
+	"a model fingerprint (64 hex digits, as 'prefix-run info'\n" HELP_INDENT \
 	"prints it) or a prefix of at least 8 of its digits that only\n"       \
 	HELP_INDENT "one cached model's fingerprint has\n"
 #define ID_TEXT                                                                 \
@@ -119,21 +118,12 @@ static const struct ctl_command commands[] = {
 	  "  --watch SECS    prints it again every SECS seconds until interrupted (on a\n"
 	  "                  terminal, in place); into a pipe, --json prints one object\n"
 	  "                  a line and --prometheus one exposition ending '# EOF'\n" },
-	{ "info", cmd_info, O_MODEL | O_BLOCK | O_KV_DTYPE, O_MODEL, NULL,
-	  "info --model DIR [--block-tokens B] [--kv-dtype f32|f16|bf16]",
-	  "what a model's prefixes cost, and how many fit in the daemon",
-	  "Loads a checkpoint (as prefix-run does) and prints the size of its KV cache:\n"
-	  "per token in each KV dtype, then per block and for prefixes of 512, 2048 and\n"
-	  "8192 tokens in one (none past the model's context, which ends the list when\n"
-	  "it is shorter). Then asks the daemon for its limits and prints how many\n"
-	  "such prefixes fit in its memory budget, in one user's quota and under\n"
-	  "--pin-max. Any user may run it.\n"
-	  "\n"
-	  "  --model DIR       the checkpoint (config.json and model.safetensors)\n"
-	  "  --block-tokens B  tokens per block, as the daemon's --block-tokens\n"
-	  "                    (default: 64)\n"
-	  "  --kv-dtype DTYPE  the clients' prefix-run --kv-dtype: f32 (the default), f16\n"
-	  "                    or bf16\n" },
+	{ "info", cmd_info, 0, 0, NULL, "info",
+	  "moved: 'prefix-run info --model DIR' prices a model's prefixes",
+	  "Moved to prefix-run: 'prefix-run info --model DIR [--socket PATH]' loads a\n"
+	  "checkpoint and prints what its prefixes cost in prefixd and how many fit in\n"
+	  "the daemon's memory budget, one user's quota and --pin-max. prefixctl does\n"
+	  "not load models (it does not link the model runtime).\n" },
 	{ "export", cmd_export, O_USER | O_MODEL | O_ID, 0, "FILE",
 	  "export [--user UID] [--model FP] [--id ID] FILE",
 	  "writes cached prefixes to a file, to import elsewhere",
@@ -276,17 +266,6 @@ static int parse_value(struct ctl_args *a, int code, const char *val)
 	case O_IDLE: rc = parse_uint(a, code, val, 0, UINT32_MAX, &a->idle_s); break;
 	case O_TTL: rc = parse_uint(a, code, val, 1, UINT32_MAX, &v); a->ttl_s = (uint32_t)v; break;
 	case O_WATCH: rc = parse_uint(a, code, val, 1, UINT32_MAX, &v); a->watch_s = (uint32_t)v; break;
-	case O_KV_DTYPE:
-		if (pfx_kv_dtype_parse(val, &a->kv_dtype))
-			rc = ctl_usage(a, "--kv-dtype takes f32, f16 or bf16, not '%s'", val);
-		break;
-	case O_BLOCK:
-		rc = parse_uint(a, code, val, 1, PREFIXD_MAX_BLOCK_TOKENS, &v);
-		if (!rc && (v & (v - 1)))
-			rc = ctl_usage(a, "--block-tokens takes a power of two, not %llu",
-				       (unsigned long long)v);
-		a->block_tokens = (uint32_t)v;
-		break;
 	}
 	a->seen |= (unsigned)code;
 	return rc;
@@ -357,6 +336,15 @@ static int check_operands(struct ctl_args *a, char **words, int n)
 	return CTL_OK;
 }
 
+int cmd_info(const struct ctl_args *a)
+{
+	(void)a;
+	fprintf(stderr, "prefixctl: info moved to prefix-run: 'prefix-run info --model DIR "
+			"[--socket PATH] [--block-tokens B] [--kv-dtype DTYPE]' loads the model and "
+			"asks the daemon (prefixctl does not load models); see 'prefixctl info --help'.\n");
+	return CTL_USAGE;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -370,7 +358,7 @@ int main(int argc, char **argv)
 	/* ':' first: a missing value is told apart from an unknown option. */
 	while ((code = getopt_long(argc, argv, ":h", longopts, NULL)) != -1)
 		g[n++] = (struct given){ code, optarg, argv[optind - 1] };
-	struct ctl_args a = { .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS };
+	struct ctl_args a = { 0 };
 	/* "help COMMAND" is "COMMAND --help", as in prefix-run. */
 	if (optind < argc && !strcmp(argv[optind], "help")) {
 		free(g);
@@ -388,6 +376,15 @@ int main(int argc, char **argv)
 		free(g);
 		return ctl_usage(NULL, "unknown command '%s' (the commands: %s)", argv[optind],
 				 command_names());
+	}
+	/* Whatever options came with it, they were info's, now prefix-run's:
+	 * only --help is still prefixctl's. */
+	bool help = false;
+	for (size_t i = 0; i < n; i++)
+		help |= g[i].code == 'h' || g[i].code == OPT_HELP;
+	if (a.cmd && a.cmd->run == cmd_info && !help) {
+		free(g);
+		return cmd_info(&a);
 	}
 	int rc = apply(&a, g, n);
 	free(g);

@@ -2,7 +2,7 @@
 /*
  * prefixctl's parts: the command line (prefixctl.c) parses every option
  * into one struct ctl_args, and each command (prefixctl_chains.c,
- * prefixctl_stats.c, prefixctl_info.c) runs from it with the shared
+ * prefixctl_stats.c, prefixctl_transfer.c) runs from it with the shared
  * helpers of prefixctl_util.c. Commands return the exit status.
  */
 #ifndef PREFIXCTL_H
@@ -12,7 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
 #include "prefixd.h"
 
 enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 }; /* exit statuses */
@@ -21,8 +20,7 @@ enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 }; /* exit statuses */
 enum ctl_opt {
 	O_JSON = 1 << 0, O_SORT = 1 << 1, O_LIMIT = 1 << 2, O_USER = 1 << 3,
 	O_MODEL = 1 << 4, O_ALL = 1 << 5, O_ID = 1 << 6, O_IDLE = 1 << 7,
-	O_TTL = 1 << 8, O_PROMETHEUS = 1 << 9, O_WATCH = 1 << 10, O_BLOCK = 1 << 11,
-	O_KV_DTYPE = 1 << 12,
+	O_TTL = 1 << 8, O_PROMETHEUS = 1 << 9, O_WATCH = 1 << 10,
 };
 
 enum ctl_sort { SORT_BYTES, SORT_HITS, SORT_IDLE, SORT_TOKENS };
@@ -50,9 +48,8 @@ struct ctl_args {
 	int json, prometheus;
 	enum ctl_sort sort;
 	uint64_t limit, idle_s;
-	uint32_t user, ttl_s, watch_s, block_tokens;
-	const char *model;      /* a fingerprint (ls, evict) or a directory (info) */
-	enum pfx_kv_dtype kv_dtype; /* info: the clients' KV dtype (default f32) */
+	uint32_t user, ttl_s, watch_s;
+	const char *model;      /* a fingerprint (ls, evict, export) */
 	const char *id;
 };
 
