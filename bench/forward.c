@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "blas.h"
+#include "kernels.h"
 #include "random_model.h"
 #include "session.h"
 
@@ -289,10 +289,10 @@ int main(int argc, char **argv)
 	/* Before anything is measured: a figure from the wrong kernels (and
 	 * a reference that ran the same wrong kernels) reads as normal. */
 	char why[128];
-	const char *want = pfx_blas_expected_core(), *got = pfx_blas_corename();
+	const char *want = kern_blas_expected_core(), *got = pfx_blas_corename();
 	fprintf(stderr, "forward: blas_core %s, expected %s for this CPU\n", got,
 		want ? want : "(none known)");
-	if (!pfx_blas_core_ok(why, sizeof(why))) {
+	if (!kern_blas_core_ok(why, sizeof(why))) {
 		fprintf(stderr, "forward: OpenBLAS runs %s, not %s, the best this CPU supports (%s); "
 				"nothing measured\n", got, want, why);
 		return 1;

@@ -26,8 +26,7 @@
 #include <string.h>
 
 #include "forward.h"
-#include "kernels/gemm_few.h"
-#include "kernels/gemv.h"
+#include "kernels/kernels.h"
 
 /* Keys per decode task at least; fewer are not worth a task of their own. */
 #define MIN_SPLIT_KEYS 128
@@ -63,7 +62,7 @@ static size_t rows_floats(const struct fwd *f)
 
 size_t att_thread_floats(const struct fwd *f)
 {
-	size_t kv = f->m->kv_type == PFX_W_F32 ? 0 : (size_t)f->m->block_tokens * f->c->head_dim;
+	size_t kv = f->m->kv_type == KERN_W_F32 ? 0 : (size_t)f->m->block_tokens * f->c->head_dim;
 	return rows_floats(f) + kv;
 }
 
@@ -88,10 +87,10 @@ static float *kv_buffer(const struct fwd *f, const float *scratch)
 static const float *kv_run(const struct fwd *f, const void *block, int kv, int head, int off,
 			   int n, float *buf)
 {
-	struct pfx_wmat w = kv_at(f->m, block, kv_offset(f->m, f->layer, kv, head, off));
-	if (w.type == PFX_W_F32)
+	struct kern_wmat w = kv_at(f->m, block, kv_offset(f->m, f->layer, kv, head, off));
+	if (w.type == KERN_W_F32)
 		return w.p;
-	pfx_wmat_to_f32(w, (size_t)n * f->c->head_dim, buf);
+	kern_wmat_to_f32(w, (size_t)n * f->c->head_dim, buf);
 	return buf;
 }
 
@@ -146,7 +145,7 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
 			   int nk, const int *valid, float *S, float *QT, float *OT, float *kvbuf)
 {
 	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
-	int rows = q->G * q->nq, ld = pfx_gemm_few_ld(rows);
+	int rows = q->G * q->nq, ld = kern_gemm_few_ld(rows);
 	float scale = 1.0f / sqrtf((float)hd), inv[ATT_CHUNK];
 
 	for (int d = 0; d < hd; d++) {
@@ -160,13 +159,13 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
 	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *K = kv_run(f, s->blocks[b]->data, 0, q->kvh, 0, kb, kvbuf);
-		pfx_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)b * B * ld, ld);
+		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)b * B * ld, ld);
 	}
-	pfx_softmax_cols(S, nk, ld, valid, inv);
+	kern_softmax_cols(S, nk, ld, valid, inv);
 	for (int b = 0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *V = kv_run(f, s->blocks[b]->data, 1, q->kvh, 0, kb, kvbuf);
-		pfx_gemm_few_t(rows, hd, kb, S + (size_t)b * B * ld, V, 1, hd, b ? 1.0f : 0.0f, OT, ld);
+		kern_gemm_few_t(rows, hd, kb, S + (size_t)b * B * ld, V, 1, hd, b ? 1.0f : 0.0f, OT, ld);
 	}
 	for (int g = 0; g < q->G; g++)
 		for (int r = 0; r < q->nq; r++) {
@@ -202,7 +201,7 @@ static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struc
 	}
 	for (int i = 0; i < rows; i++) {
 		float *row = S + (size_t)i * ld;
-		inv[i] = 1.0f / pfx_exp_sum(row, valid[i], &mx);
+		inv[i] = 1.0f / kern_exp_sum(row, valid[i], &mx);
 		memset(row + valid[i], 0, (size_t)(nk - valid[i]) * sizeof(float));
 	}
 	for (int b = 0; b * B < nk; b++) {
@@ -239,7 +238,7 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 
 	for (int t = 0; t < ATT_CHUNK; t++)
 		valid[t] = t < G * q.nq ? (int)len0 + a->r0 + t % q.nq + 1 : 1;
-	if (pfx_gemm_few_ok())
+	if (kern_gemm_few_ok())
 		prefill_rows_t(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
 	else
 		prefill_rows(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
@@ -283,7 +282,7 @@ static const float *run(const struct fwd *f, const struct pfx_session *s, int kv
  */
 static void fold_run(float *p, float *score, int n, int hd)
 {
-	float mx, sum = pfx_exp_sum(score, n, &mx);
+	float mx, sum = kern_exp_sum(score, n, &mx);
 	if (mx > p[0]) {
 		float w = expf(p[0] - mx); /* 0 for the first run */
 		p[0] = mx;
@@ -328,13 +327,13 @@ static void decode_task(struct fwd *f, const struct att_task *a, int task, int t
 	for (int j = a->r0; j < a->r1; j += kb) {
 		for (int h = 0; h < nkv; h++) {
 			const float *K = run(f, s, 0, h, j, a->r1, &kb, buf);
-			pfx_dots(G, kb, hd, q + (size_t)h * G * hd, hd, K, scale, S + (size_t)h * G * B, B);
+			kern_dots(G, kb, hd, q + (size_t)h * G * hd, hd, K, scale, S + (size_t)h * G * B, B);
 		}
 		for (int h = 0; h < nh; h++)
 			fold_run(partial(f, task, h), S + (size_t)h * B, kb, hd);
 		for (int h = 0; h < nkv; h++) {
 			const float *V = run(f, s, 1, h, j, a->r1, &kb, buf);
-			pfx_axpys(G, kb, hd, S + (size_t)h * G * B, B, V, partial(f, task, h * G) + 2,
+			kern_axpys(G, kb, hd, S + (size_t)h * G * B, B, V, partial(f, task, h * G) + 2,
 				  hd + 2);
 		}
 	}

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "forward.h"
-#include "kernels/gemm_few.h"
+#include "kernels/kernels.h"
 
 /* Per thread: 16-bit weights converted for the f32 kernels a panel at a
  * time (ops.c), 1 MiB, in L2 on the CPUs this runs on. */
@@ -88,7 +88,7 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 			return -ENOMEM;
 		f->cap_T = t;
 	}
-	if (!f->xt && pfx_gemm_few_ok()) { /* only ops.c's gemm_few path reads it */
+	if (!f->xt && kern_gemm_few_ok()) { /* only ops.c's gemm_few path reads it */
 		size_t in = H > qd ? H : qd;
 		in = in > I ? in : I;
 		f->xt_floats = in * GEMM_FEW_MAX_T;
@@ -176,7 +176,7 @@ static void setup(struct fwd *f)
 		for (size_t j = 0; j < it->n; j++, r++) {
 			f->row_item[r] = i;
 			f->row_pos[r] = (int)(it->s->len + j);
-			pfx_wmat_to_f32(pfx_wmat_at(f->m->w.embed, (size_t)it->tokens[j] * c->hidden),
+			kern_wmat_to_f32(kern_wmat_at(f->m->w.embed, (size_t)it->tokens[j] * c->hidden),
 					(size_t)c->hidden, f->x + (size_t)r * c->hidden);
 			/* Angles in float32 as transformers computes them, so
 			 * positions round the same way. */

@@ -7,7 +7,7 @@
 #define PFX_FORWARD_H
 
 #include "kv.h"
-#include "kernels/weight.h"
+#include "kernels/kernels.h"
 
 #define ATT_CHUNK 64 /* query rows per attention task */
 
@@ -58,7 +58,7 @@ void fwd_scratch_free(struct fwd *f);
 
 /* y[:, job] (+)= x W^T + b for several weight matrices sharing one input. */
 struct mm_job {
-	struct pfx_wmat w;     /* (out, in) */
+	struct kern_wmat w;     /* (out, in) */
 	const float *b;        /* (out) or NULL */
 	float *y;              /* (rows, ldy) */
 	int ldy;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/blas.h"
+#include "kernels/kernels.h"
 #include "forward.h"
 #include "load/hugepages.h"
 #include "model_impl.h"
@@ -26,9 +26,9 @@ struct binder {
 	size_t nbound, cap;
 };
 
-static enum pfx_wtype wtype_of(enum st_dtype d)
+static enum kern_wtype wtype_of(enum st_dtype d)
 {
-	return d == ST_F16 ? PFX_W_F16 : d == ST_BF16 ? PFX_W_BF16 : PFX_W_F32;
+	return d == ST_F16 ? KERN_W_F16 : d == ST_BF16 ? KERN_W_BF16 : KERN_W_F32;
 }
 
 /* A buffer the model owns until pfx_model_free; NULL when out of memory. */
@@ -55,7 +55,7 @@ static const float *to_f32(struct binder *b, const struct st_tensor *t)
 	}
 	float *dst = own(b->m, n * sizeof(float));
 	if (dst) {
-		pfx_wmat_to_f32((struct pfx_wmat){ t->data, wtype_of(t->dtype) }, n, dst);
+		kern_wmat_to_f32((struct kern_wmat){ t->data, wtype_of(t->dtype) }, n, dst);
 		b->m->weight_bytes += n * sizeof(float);
 	}
 	return dst;
@@ -184,23 +184,23 @@ const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t
 	return bind_any(b, name, ndim, d0, d1, 1);
 }
 
-struct pfx_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1)
+struct kern_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1)
 {
 	if (b->status)
-		return (struct pfx_wmat){ 0 };
+		return (struct kern_wmat){ 0 };
 	if (!b->m)
-		return (struct pfx_wmat){ describe(b, name, 2, d0, d1), PFX_W_F32 };
+		return (struct kern_wmat){ describe(b, name, 2, d0, d1), KERN_W_F32 };
 	const struct st_tensor *t = find(b, name, 2, d0, d1, 0);
 	if (!t)
-		return (struct pfx_wmat){ 0 };
+		return (struct kern_wmat){ 0 };
 	struct pfx_model *m = b->m;
 	if (t->dtype != ST_F32 && m->weights == PFX_WEIGHTS_NATIVE) {
-		struct pfx_wmat w = { t->data, wtype_of(t->dtype) };
+		struct kern_wmat w = { t->data, wtype_of(t->dtype) };
 		if ((uintptr_t)t->data & 1) { /* a hand-made file: realign, still 16-bit */
 			void *copy = own(m, t->nbytes);
 			if (!copy) {
 				b->status = pfx_errorf(b->err, -ENOMEM, "out of memory copying '%s'", name);
-				return (struct pfx_wmat){ 0 };
+				return (struct kern_wmat){ 0 };
 			}
 			w.p = memcpy(copy, t->data, t->nbytes);
 		} else {
@@ -214,10 +214,10 @@ struct pfx_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int6
 	const float *p = to_f32(b, t);
 	if (!p) {
 		b->status = pfx_errorf(b->err, -ENOMEM, "out of memory converting '%s'", name);
-		return (struct pfx_wmat){ 0 };
+		return (struct kern_wmat){ 0 };
 	}
 	note_dtype(m->weight_held, sizeof(m->weight_held), "F32");
-	return (struct pfx_wmat){ p, PFX_W_F32 };
+	return (struct kern_wmat){ p, KERN_W_F32 };
 }
 
 int binder_status(const struct binder *b)
@@ -395,7 +395,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 		   struct pfx_error *err)
 {
 	int rc;
-	pfx_blas_init();
+	kern_blas_init();
 	if (sodium_init() < 0)
 		return pfx_errorf(err, -EIO, "libsodium failed to initialise");
 	int threads = opts && opts->threads > 0 ? opts->threads : pfx_cpu_count();
@@ -415,8 +415,8 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	pthread_mutex_init(&m->fwd_lock, NULL);
 	m->block_tokens = bt;
 	m->weights = opts ? opts->weights : PFX_WEIGHTS_NATIVE;
-	/* pfx_kv_dtype and pfx_wtype name the same types in the same order. */
-	m->kv_type = (enum pfx_wtype)kvt;
+	/* pfx_kv_dtype and kern_wtype name the same types in the same order. */
+	m->kv_type = (enum kern_wtype)kvt;
 	struct binder b = { .m = m, .err = err };
 	if ((rc = pfx_pool_new(threads, &m->pool))) {
 		pfx_errorf(err, rc, "cannot start %d worker threads", threads);

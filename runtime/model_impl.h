@@ -9,7 +9,7 @@
 #include "load/checkpoint.h"
 #include "model.h"
 #include "pool.h"
-#include "kernels/weight.h"
+#include "kernels/kernels.h"
 
 /* Weights of one transformer block; an architecture fills what it uses.
  * Matrices are [out, in] row-major as in the checkpoint (y = x W^T + b),
@@ -17,18 +17,18 @@
 struct layer_weights {
 	const float *ln1_w, *ln1_b;   /* (hidden) */
 	const float *ln2_w, *ln2_b;   /* (hidden) */
-	struct pfx_wmat wqkv;         /* (3 * hidden, hidden) NeoX, per head [q|k|v] */
-	struct pfx_wmat wq, wk, wv;   /* (heads or kv_heads * head_dim, hidden) */
-	struct pfx_wmat wo;           /* (hidden, heads * head_dim) */
-	struct pfx_wmat w_gate, w_up; /* (intermediate, hidden) */
-	struct pfx_wmat w_down;       /* (hidden, intermediate) */
+	struct kern_wmat wqkv;         /* (3 * hidden, hidden) NeoX, per head [q|k|v] */
+	struct kern_wmat wq, wk, wv;   /* (heads or kv_heads * head_dim, hidden) */
+	struct kern_wmat wo;           /* (hidden, heads * head_dim) */
+	struct kern_wmat w_gate, w_up; /* (intermediate, hidden) */
+	struct kern_wmat w_down;       /* (hidden, intermediate) */
 	const float *bqkv, *bq, *bk, *bv, *bo, *b_gate, *b_up, *b_down; /* (out) */
 };
 
 struct weights {
-	struct pfx_wmat embed;        /* (vocab, hidden) */
+	struct kern_wmat embed;        /* (vocab, hidden) */
 	const float *norm_w, *norm_b; /* (hidden) final norm */
-	struct pfx_wmat lm_head;      /* (vocab, hidden); == embed when tied */
+	struct kern_wmat lm_head;      /* (vocab, hidden); == embed when tied */
 	struct layer_weights *layers; /* (n_layers) */
 };
 
@@ -79,7 +79,7 @@ const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d
 const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
 /* A (d0, d1) matrix, kept in its 16-bit dtype unless the model upcasts
  * (pfx_model_opts.weights); .p is NULL after an error, as above. */
-struct pfx_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1);
+struct kern_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1);
 int binder_status(const struct binder *b);
 
 /* config.json accessors for parse_config; they reject wrong types. */
@@ -113,7 +113,7 @@ struct pfx_model {
 	char weight_dtype[32];        /* as stored */
 	char weight_held[32];         /* the matrices' as held */
 	bool held16;                  /* some matrix is held in 16 bits */
-	enum pfx_wtype kv_type;       /* of the KV blocks' elements */
+	enum kern_wtype kv_type;       /* of the KV blocks' elements */
 	uint8_t fingerprint[PFX_FINGERPRINT_BYTES];
 	int block_tokens;
 	float *inv_freq;              /* (rotary_dim / 2) */
@@ -131,13 +131,13 @@ static inline size_t kv_block_elems(const struct pfx_model *m)
 
 static inline size_t kv_block_bytes(const struct pfx_model *m)
 {
-	return kv_block_elems(m) * pfx_wtype_size(m->kv_type);
+	return kv_block_elems(m) * kern_wtype_size(m->kv_type);
 }
 
 /* The elements of a block from element `elems` on. */
-static inline struct pfx_wmat kv_at(const struct pfx_model *m, const void *block, size_t elems)
+static inline struct kern_wmat kv_at(const struct pfx_model *m, const void *block, size_t elems)
 {
-	return pfx_wmat_at((struct pfx_wmat){ block, m->kv_type }, elems);
+	return kern_wmat_at((struct kern_wmat){ block, m->kv_type }, elems);
 }
 
 /* Offset of (layer, k or v, kv_head, token) inside a block. */

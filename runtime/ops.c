@@ -2,7 +2,7 @@
 /*
  * The operations blocks are made of, each split over the model's worker
  * pool. Matrix products go to OpenBLAS (one BLAS thread per worker, see
- * blas.c) for many rows, and to pfx_gemv for a few, where sgemm is ~10x
+ * blas.c) for many rows, and to kern_gemv for a few, where sgemm is ~10x
  * slower and sgemv does not reach the memory bandwidth.
  */
 #include <cblas.h>
@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "forward.h"
-#include "kernels/gemm_few.h"
-#include "kernels/gemv.h"
+#include "kernels/kernels.h"
 
 #define MAX_PIECES 512
 #define ROWS_PER_TASK 16
@@ -28,7 +27,7 @@ struct mm_piece {
 struct mm_ctx {
 	struct fwd *f;
 	const float *x;
-	bool few;        /* by pfx_gemm_few */
+	bool few;        /* by kern_gemm_few */
 	int ldx, in, rows;
 	const struct mm_job *jobs;
 	struct mm_piece pieces[MAX_PIECES];
@@ -47,7 +46,7 @@ static const float *transposed(struct mm_ctx *c, int thread)
 	struct fwd *f = c->f;
 	float *xt = f->xt + (size_t)thread * f->xt_floats;
 	if (f->xt_call[thread] != f->mm_calls) {
-		pfx_gemm_few_transpose(c->rows, c->in, c->x, c->ldx, xt);
+		kern_gemm_few_transpose(c->rows, c->in, c->x, c->ldx, xt);
 		f->xt_call[thread] = f->mm_calls;
 	}
 	return xt;
@@ -64,10 +63,10 @@ static const float *transposed(struct mm_ctx *c, int thread)
 static void mm_rows(struct mm_ctx *c, int thread, const struct mm_job *j, int o0, int n, float *y)
 {
 	struct fwd *f = c->f;
-	struct pfx_wmat w = pfx_wmat_at(j->w, (size_t)o0 * c->in);
+	struct kern_wmat w = kern_wmat_at(j->w, (size_t)o0 * c->in);
 	int step = n;
 	float *panel = NULL;
-	if (w.type != PFX_W_F32) {
+	if (w.type != KERN_W_F32) {
 		panel = f->wpanel + (size_t)thread * f->wpanel_floats;
 		step = (int)(f->wpanel_floats / (size_t)c->in);
 		if (step >= 16)
@@ -75,14 +74,14 @@ static void mm_rows(struct mm_ctx *c, int thread, const struct mm_job *j, int o0
 	}
 	for (int i = 0; i < n; i += step) {
 		int rows = n - i < step ? n - i : step;
-		struct pfx_wmat wi = pfx_wmat_at(w, (size_t)i * c->in);
+		struct kern_wmat wi = kern_wmat_at(w, (size_t)i * c->in);
 		const float *wf = wi.p;
 		if (panel) {
-			pfx_wmat_to_f32(wi, (size_t)rows * c->in, panel);
+			kern_wmat_to_f32(wi, (size_t)rows * c->in, panel);
 			wf = panel;
 		}
 		if (c->few)
-			pfx_gemm_few(c->rows, rows, c->in, transposed(c, thread), wf, j->beta, y + i,
+			kern_gemm_few(c->rows, rows, c->in, transposed(c, thread), wf, j->beta, y + i,
 				     j->ldy);
 		else
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->rows, rows, c->in, 1.0f,
@@ -97,7 +96,7 @@ static void mm_task(void *ctx, int t, int thread)
 	const struct mm_job *j = &c->jobs[p->job];
 	float *y = j->y + p->o0;
 	if (c->rows <= GEMV_MAX_T)
-		pfx_gemv(c->rows, p->n, c->in, pfx_wmat_at(j->w, (size_t)p->o0 * c->in), c->x, c->ldx,
+		kern_gemv(c->rows, p->n, c->in, kern_wmat_at(j->w, (size_t)p->o0 * c->in), c->x, c->ldx,
 			 j->beta, y, j->ldy);
 	else
 		mm_rows(c, thread, j, p->o0, p->n, y);
@@ -144,7 +143,7 @@ static void steal_rows(const struct steal_ctx *c, int r0, int r1)
 		const struct mm_job *jb = &c->jobs[j];
 		int o0 = r0 - c->start[j], n = (r1 < c->start[j + 1] ? r1 : c->start[j + 1]) - r0;
 		float *y = jb->y + o0;
-		pfx_gemv(c->rows, n, c->in, pfx_wmat_at(jb->w, (size_t)o0 * c->in), c->x, c->ldx,
+		kern_gemv(c->rows, n, c->in, kern_wmat_at(jb->w, (size_t)o0 * c->in), c->x, c->ldx,
 			 jb->beta, y, jb->ldy);
 		if (jb->b)
 			for (int r = 0; r < c->rows; r++)
@@ -234,7 +233,7 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 		return;
 	}
 	struct mm_ctx c = { .f = f, .x = x, .ldx = ldx, .in = in, .rows = f->T, .jobs = jobs };
-	if (f->T <= GEMM_FEW_MAX_T && pfx_gemm_few_ok()) {
+	if (f->T <= GEMM_FEW_MAX_T && kern_gemm_few_ok()) {
 		c.few = true;
 		if (++f->mm_calls == 0) { /* wrapped: 0 must not match a stale xt */
 			memset(f->xt_call, 0, (size_t)pfx_pool_threads(f->m->pool) * sizeof(*f->xt_call));
@@ -285,13 +284,13 @@ static void norm_task(void *ctx, int t, int thread)
 		const float *x = c->x + (size_t)r * H;
 		float *y = c->y + (size_t)r * H;
 		if (cfg->norm == PFX_NORM_RMS) {
-			double ss = pfx_row_sum(x, H, 0.0, true);
+			double ss = kern_row_sum(x, H, 0.0, true);
 			float inv = (float)(1.0 / sqrt(ss / H + cfg->norm_eps));
 			for (int i = 0; i < H; i++)
 				y[i] = c->w[i] * (x[i] * inv);
 		} else {
-			double mean = pfx_row_sum(x, H, 0.0, false) / H;
-			double var = pfx_row_sum(x, H, mean, true);
+			double mean = kern_row_sum(x, H, 0.0, false) / H;
+			double var = kern_row_sum(x, H, mean, true);
 			float inv = (float)(1.0 / sqrt(var / H + cfg->norm_eps));
 			float mu = (float)mean;
 			for (int i = 0; i < H; i++)
@@ -353,7 +352,7 @@ static void act_task(void *ctx, int t, int thread)
 	if (act == PFX_ACT_SILU) {
 		/* Vectorised: at one row per decode step this runs on one thread. */
 		for (int r = t * ROWS_PER_TASK; r < r1; r++)
-			pfx_silu_mul(c->y + (size_t)r * c->n, c->up + (size_t)r * c->n, c->n);
+			kern_silu_mul(c->y + (size_t)r * c->n, c->up + (size_t)r * c->n, c->n);
 		return;
 	}
 	for (size_t i = i0; i < i1; i++) {
@@ -381,13 +380,13 @@ void op_store_kv(struct fwd *f, int layer)
 		struct pfx_session *s = f->items[f->row_item[r]].s;
 		size_t p = (size_t)f->row_pos[r];
 		char *blk = s->blocks[p / B]->data;
-		size_t esz = pfx_wtype_size(f->m->kv_type);
+		size_t esz = kern_wtype_size(f->m->kv_type);
 		for (int h = 0; h < c->n_kv_heads; h++) {
 			const float *k = f->k + ((size_t)r * c->n_kv_heads + h) * hd;
 			const float *v = f->v + ((size_t)r * c->n_kv_heads + h) * hd;
-			pfx_f32_to_wtype(f->m->kv_type, k, hd,
+			kern_f32_to_wtype(f->m->kv_type, k, hd,
 					 blk + kv_offset(f->m, layer, 0, h, (int)(p % B)) * esz);
-			pfx_f32_to_wtype(f->m->kv_type, v, hd,
+			kern_f32_to_wtype(f->m->kv_type, v, hd,
 					 blk + kv_offset(f->m, layer, 1, h, (int)(p % B)) * esz);
 		}
 	}

@@ -94,7 +94,7 @@ int pfx_session_kv(const struct pfx_session *s, int layer, int kv, int head, siz
 	    head >= c->n_kv_heads || pos >= s->len)
 		return -EINVAL;
 	size_t B = (size_t)s->m->block_tokens;
-	pfx_wmat_to_f32(kv_at(s->m, s->blocks[pos / B]->data,
+	kern_wmat_to_f32(kv_at(s->m, s->blocks[pos / B]->data,
 			      kv_offset(s->m, layer, kv, head, (int)(pos % B))),
 			(size_t)c->head_dim, out);
 	return 0;

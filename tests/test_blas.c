@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "blas.h"
+#include "kernels.h"
 #include "daemon_util.h"
 #include "helpers.h"
 #include "model.h"
@@ -41,7 +41,7 @@ static bool listed(const char *core, void *ctx)
 Test(blas, best_core_from_the_instruction_sets)
 {
 	static const struct {
-		struct pfx_cpu_isa isa;
+		struct kern_cpu_isa isa;
 		const char *want;
 	} cases[] = {
 		/* This machine: AVX-512 with BF16 and AMX, which 0.3.21 calls Prescott. */
@@ -62,7 +62,7 @@ Test(blas, best_core_from_the_instruction_sets)
 		{ { SSE, .avx512f = false, .avx2 = false }, "Nehalem" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		const char *got = pfx_blas_best_core(&cases[i].isa, every_core, NULL);
+		const char *got = kern_blas_best_core(&cases[i].isa, every_core, NULL);
 		if (!cases[i].want)
 			cr_expect_null(got, "case %zu: %s", i, got);
 		else
@@ -75,24 +75,24 @@ Test(blas, best_core_from_the_instruction_sets)
  * SapphireRapids (nor does a build without a compiler for Cooperlake). */
 Test(blas, best_core_the_openblas_build_has)
 {
-	struct pfx_cpu_isa spr = { SKX, .avx512_bf16 = true, .amx_bf16 = true };
+	struct kern_cpu_isa spr = { SKX, .avx512_bf16 = true, .amx_bf16 = true };
 	static const char *const debian12[] = { "Prescott", "Core2", "Nehalem", "Sandybridge",
 						"Haswell", "Zen", "SkylakeX", "Cooperlake", NULL };
 	static const char *const no_bf16[] = { "Prescott", "Core2", "Nehalem", "Sandybridge",
 					       "Haswell", "Zen", "SkylakeX", NULL };
 	static const char *const generic[] = { "Prescott", NULL };
 	static const char *const none[] = { NULL };
-	cr_expect_str_eq(pfx_blas_best_core(&spr, listed, (void *)debian12), "Cooperlake");
-	cr_expect_str_eq(pfx_blas_best_core(&spr, listed, (void *)no_bf16), "SkylakeX");
-	cr_expect_str_eq(pfx_blas_best_core(&spr, listed, (void *)generic), "Prescott");
-	cr_expect_null(pfx_blas_best_core(&spr, listed, (void *)none));
+	cr_expect_str_eq(kern_blas_best_core(&spr, listed, (void *)debian12), "Cooperlake");
+	cr_expect_str_eq(kern_blas_best_core(&spr, listed, (void *)no_bf16), "SkylakeX");
+	cr_expect_str_eq(kern_blas_best_core(&spr, listed, (void *)generic), "Prescott");
+	cr_expect_null(kern_blas_best_core(&spr, listed, (void *)none));
 }
 
 /* The probe agrees with the compiler's own view of this CPU. */
 Test(blas, probe_sees_this_cpu)
 {
-	struct pfx_cpu_isa isa;
-	pfx_cpu_isa_probe(&isa);
+	struct kern_cpu_isa isa;
+	kern_cpu_isa_probe(&isa);
 	__builtin_cpu_init();
 	cr_expect_eq(isa.avx2, !!__builtin_cpu_supports("avx2"));
 	cr_expect_eq(isa.avx512f, !!__builtin_cpu_supports("avx512f"));
@@ -122,25 +122,25 @@ static bool cpuinfo_has(const char *flag)
  * wrong leaf, subleaf or bit shows on a CPU that has the feature. */
 Test(blas, probe_agrees_with_the_kernel)
 {
-	struct pfx_cpu_isa isa;
-	pfx_cpu_isa_probe(&isa);
+	struct kern_cpu_isa isa;
+	kern_cpu_isa_probe(&isa);
 	static const struct {
 		const char *flag;
 		size_t off;
 	} bits[] = {
-		{ "pni", offsetof(struct pfx_cpu_isa, sse3) },
-		{ "ssse3", offsetof(struct pfx_cpu_isa, ssse3) },
-		{ "sse4_1", offsetof(struct pfx_cpu_isa, sse41) },
-		{ "sse4_2", offsetof(struct pfx_cpu_isa, sse42) },
-		{ "avx", offsetof(struct pfx_cpu_isa, avx) },
-		{ "avx2", offsetof(struct pfx_cpu_isa, avx2) },
-		{ "fma", offsetof(struct pfx_cpu_isa, fma) },
-		{ "avx512f", offsetof(struct pfx_cpu_isa, avx512f) },
-		{ "avx512dq", offsetof(struct pfx_cpu_isa, avx512dq) },
-		{ "avx512bw", offsetof(struct pfx_cpu_isa, avx512bw) },
-		{ "avx512vl", offsetof(struct pfx_cpu_isa, avx512vl) },
-		{ "avx512cd", offsetof(struct pfx_cpu_isa, avx512cd) },
-		{ "avx512_bf16", offsetof(struct pfx_cpu_isa, avx512_bf16) },
+		{ "pni", offsetof(struct kern_cpu_isa, sse3) },
+		{ "ssse3", offsetof(struct kern_cpu_isa, ssse3) },
+		{ "sse4_1", offsetof(struct kern_cpu_isa, sse41) },
+		{ "sse4_2", offsetof(struct kern_cpu_isa, sse42) },
+		{ "avx", offsetof(struct kern_cpu_isa, avx) },
+		{ "avx2", offsetof(struct kern_cpu_isa, avx2) },
+		{ "fma", offsetof(struct kern_cpu_isa, fma) },
+		{ "avx512f", offsetof(struct kern_cpu_isa, avx512f) },
+		{ "avx512dq", offsetof(struct kern_cpu_isa, avx512dq) },
+		{ "avx512bw", offsetof(struct kern_cpu_isa, avx512bw) },
+		{ "avx512vl", offsetof(struct kern_cpu_isa, avx512vl) },
+		{ "avx512cd", offsetof(struct kern_cpu_isa, avx512cd) },
+		{ "avx512_bf16", offsetof(struct kern_cpu_isa, avx512_bf16) },
 	};
 	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
 		cr_expect_eq(*(const bool *)((const char *)&isa + bits[i].off),
@@ -153,7 +153,7 @@ Test(blas, probe_agrees_with_the_kernel)
 Test(blas, this_process_runs_the_core_chosen_for_this_cpu)
 {
 	const char *user = getenv("OPENBLAS_CORETYPE");
-	const char *want = pfx_blas_expected_core(), *got = pfx_blas_corename();
+	const char *want = kern_blas_expected_core(), *got = pfx_blas_corename();
 	cr_assert(want, "no core expected for this CPU (running %s)", got);
 	char why[128] = "";
 	if (user && *user) {
@@ -161,13 +161,13 @@ Test(blas, this_process_runs_the_core_chosen_for_this_cpu)
 		 * "SapphireRapids"): what must hold is that it was left alone. */
 		cr_expect_str_eq(getenv("OPENBLAS_CORETYPE"), user);
 		if (strcasecmp(got, want)) {
-			cr_expect(!pfx_blas_core_ok(why, sizeof(why)));
+			cr_expect(!kern_blas_core_ok(why, sizeof(why)));
 			cr_expect(strstr(why, "OPENBLAS_CORETYPE="), "%s", why);
 		}
 		return;
 	}
 	cr_expect_eq(strcasecmp(got, want), 0, "OpenBLAS runs %s, not %s", got, want);
-	cr_expect(pfx_blas_core_ok(why, sizeof(why)), "%s", why);
+	cr_expect(kern_blas_core_ok(why, sizeof(why)), "%s", why);
 	/* Children choose for themselves: the choice is not left in the environment. */
 	cr_expect_null(getenv("OPENBLAS_CORETYPE"));
 }
@@ -176,7 +176,7 @@ Test(blas, this_process_runs_the_core_chosen_for_this_cpu)
  * CPU would have had. */
 Test(blas, a_users_coretype_is_kept_and_info_says_so)
 {
-	const char *want = pfx_blas_expected_core();
+	const char *want = kern_blas_expected_core();
 	cr_assert(want);
 	if (!strcasecmp(want, "Prescott"))
 		cr_skip_test("Prescott is the best this CPU supports");
@@ -203,7 +203,7 @@ Test(blas, a_users_coretype_is_kept_and_info_says_so)
  * and exits non-zero before it measures anything. */
 Test(blas, bench_forward_refuses_to_measure_on_other_kernels)
 {
-	const char *want = pfx_blas_expected_core();
+	const char *want = kern_blas_expected_core();
 	cr_assert(want);
 	if (!strcasecmp(want, "Prescott"))
 		cr_skip_test("Prescott is the best this CPU supports");

@@ -97,7 +97,7 @@ fi
 # the runtime library (tools/devkit): its symbol table, internal symbols
 # included (one of the kernels' shows the table is there to look in).
 nm --defined-only "$lib/libprefixd-runtime.so" >"$tmp/nm" 2>&1 || fail "nm $lib/libprefixd-runtime.so"
-grep -q "pfx_gemv" "$tmp/nm" || fail "no symbol table in $lib/libprefixd-runtime.so to check"
+grep -q "kern_gemv" "$tmp/nm" || fail "no symbol table in $lib/libprefixd-runtime.so to check"
 if grep -E "pfx_random_checkpoint|st_write|npy_write" "$tmp/nm" >&2; then
 	fail "libprefixd-runtime carries tools/devkit code"
 fi

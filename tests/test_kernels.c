@@ -10,9 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gemm_few.h"
-#include "gemv.h"
-#include "weight.h"
+#include "kernels.h"
 
 static float val(uint32_t *seed)
 {
@@ -22,7 +20,7 @@ static float val(uint32_t *seed)
 
 Test(kernels, few_row_products_equal_the_plain_sum)
 {
-	if (!pfx_gemm_few_ok())
+	if (!kern_gemm_few_ok())
 		cr_skip_test("no AVX-512 here: sgemm serves these shapes");
 	enum { MAXN = 37, MAXK = 70 };
 	static float W[MAXN * MAXK], x[GEMM_FEW_MAX_T * (MAXK + 1)], xt[GEMM_FEW_MAX_T * MAXK];
@@ -40,13 +38,13 @@ Test(kernels, few_row_products_equal_the_plain_sum)
 						x[i] = val(&seed);
 					for (int i = 0; i < T * ldy; i++)
 						y[i] = y0[i] = val(&seed);
-					pfx_gemm_few_transpose(T, k, x, ldx, xt);
-					int ld = pfx_gemm_few_ld(T);
+					kern_gemm_few_transpose(T, k, x, ldx, xt);
+					int ld = kern_gemm_few_ld(T);
 					for (int p = 0; p < k; p++)
 						for (int t = 0; t < ld; t++)
 							cr_assert_eq(xt[p * ld + t], t < T ? x[t * ldx + p] : 0.0f,
 								     "T=%d k=%d: xT[%d][%d]", T, k, p, t);
-					pfx_gemm_few(T, n, k, xt, W, (float)beta, y, ldy);
+					kern_gemm_few(T, n, k, xt, W, (float)beta, y, ldy);
 					for (int t = 0; t < T; t++)
 						for (int i = 0; i < ldy; i++) {
 							double want = y0[t * ldy + i];
@@ -66,7 +64,7 @@ Test(kernels, few_row_products_equal_the_plain_sum)
 /* Both layouts attention uses: K's rows (scores), V's columns (outputs). */
 Test(kernels, transposed_products_equal_the_plain_sum)
 {
-	if (!pfx_gemm_few_ok())
+	if (!kern_gemm_few_ok())
 		cr_skip_test("no AVX-512 here: attention takes sgemm");
 	enum { MAXN = 37, MAXK = 70, LDY = GEMM_FEW_MAX_T + 16 };
 	static float W[(MAXN + 2) * (MAXK + 2)], xt[MAXK * GEMM_FEW_MAX_T];
@@ -78,7 +76,7 @@ Test(kernels, transposed_products_equal_the_plain_sum)
 			for (int b = 0; b < 4; b++)
 				for (int cols = 0; cols < 2; cols++)
 					for (int beta = 0; beta < 2; beta++) {
-						int n = ns[a], k = ks[b], ld = pfx_gemm_few_ld(T);
+						int n = ns[a], k = ks[b], ld = kern_gemm_few_ld(T);
 						int sn = cols ? 1 : k + 2, sk = cols ? n + 2 : 1;
 						for (size_t i = 0; i < sizeof(W) / sizeof(*W); i++)
 							W[i] = val(&seed);
@@ -86,7 +84,7 @@ Test(kernels, transposed_products_equal_the_plain_sum)
 							xt[i] = i % ld < T ? val(&seed) : 0.0f;
 						for (int i = 0; i < MAXN * LDY; i++)
 							y[i] = y0[i] = val(&seed);
-						pfx_gemm_few_t(T, n, k, xt, W, sn, sk, (float)beta, y, LDY);
+						kern_gemm_few_t(T, n, k, xt, W, sn, sk, (float)beta, y, LDY);
 						for (int i = 0; i < MAXN; i++)
 							for (int t = 0; t < LDY; t++) {
 								double want = y0[i * LDY + t];
@@ -121,7 +119,7 @@ Test(kernels, column_softmax_equals_the_plain_one)
 				S[i] = S0[i] = 8.0f * val(&seed);
 			for (int t = 0; t < ld; t++)
 				valid[t] = t == 0 ? 1 : t == 1 ? n : 1 + (int)((seed = seed * 1664525u + 1013904223u) % (uint32_t)n);
-			pfx_softmax_cols(S, n, ld, valid, inv);
+			kern_softmax_cols(S, n, ld, valid, inv);
 			for (int t = 0; t < ld; t++) {
 				double mx = -INFINITY, sum = 0;
 				for (int j = 0; j < valid[t]; j++)
@@ -143,20 +141,20 @@ Test(kernels, column_softmax_equals_the_plain_one)
 
 /* Weights of each type (weight.h) as the kernels must see them: the f32
  * value of element i, through the scalar conversions. */
-static void make_weights(enum pfx_wtype t, int n, uint32_t *seed, void *w, float *f)
+static void make_weights(enum kern_wtype t, int n, uint32_t *seed, void *w, float *f)
 {
 	for (int i = 0; i < n; i++) {
 		float v = val(seed);
-		if (t == PFX_W_F32) {
+		if (t == KERN_W_F32) {
 			((float *)w)[i] = f[i] = v;
-		} else if (t == PFX_W_F16) {
-			uint16_t h = pfx_f32_to_f16(v);
+		} else if (t == KERN_W_F16) {
+			uint16_t h = kern_f32_to_f16(v);
 			((uint16_t *)w)[i] = h;
-			f[i] = pfx_f16_to_f32(h);
+			f[i] = kern_f16_to_f32(h);
 		} else {
-			uint16_t h = pfx_f32_to_bf16(v);
+			uint16_t h = kern_f32_to_bf16(v);
 			((uint16_t *)w)[i] = h;
-			f[i] = pfx_bf16_to_f32(h);
+			f[i] = kern_bf16_to_f32(h);
 		}
 	}
 }
@@ -170,18 +168,18 @@ Test(kernels, decode_products_equal_the_plain_sum_for_every_weight_type)
 	static float Wf[MAXN * MAXK], x[GEMV_MAX_T * LDX], y[GEMV_MAX_T * LDY], y0[GEMV_MAX_T * LDY];
 	static uint32_t W[MAXN * MAXK]; /* room for either width */
 	uint32_t seed = 4;
-	for (int t = PFX_W_F32; t <= PFX_W_BF16; t++)
+	for (int t = KERN_W_F32; t <= KERN_W_BF16; t++)
 		for (int T = 1; T <= GEMV_MAX_T; T++)
 			for (int n = 1; n <= MAXN; n += 3)
 				for (int k = 1; k <= MAXK; k++)
 					for (int beta = 0; beta < 2; beta++) {
-						make_weights((enum pfx_wtype)t, n * k, &seed, W, Wf);
+						make_weights((enum kern_wtype)t, n * k, &seed, W, Wf);
 						for (int i = 0; i < T * LDX; i++)
 							x[i] = val(&seed);
 						for (int i = 0; i < T * LDY; i++)
 							y[i] = y0[i] = val(&seed);
-						struct pfx_wmat w = { W, (enum pfx_wtype)t };
-						pfx_gemv(T, n, k, w, x, LDX, (float)beta, y, LDY);
+						struct kern_wmat w = { W, (enum kern_wtype)t };
+						kern_gemv(T, n, k, w, x, LDX, (float)beta, y, LDY);
 						for (int r = 0; r < T; r++)
 							for (int i = 0; i < LDY; i++) {
 								double want = y0[r * LDY + i];
@@ -206,11 +204,11 @@ Test(kernels, rows_convert_exactly)
 	static uint32_t W[N];
 	float f[N], got[N + 1];
 	uint32_t seed = 5;
-	for (int t = PFX_W_F32; t <= PFX_W_BF16; t++)
+	for (int t = KERN_W_F32; t <= KERN_W_BF16; t++)
 		for (int n = 0; n <= N; n++) {
-			make_weights((enum pfx_wtype)t, N, &seed, W, f);
+			make_weights((enum kern_wtype)t, N, &seed, W, f);
 			got[n] = -7.0f;
-			pfx_wmat_to_f32((struct pfx_wmat){ W, (enum pfx_wtype)t }, (size_t)n, got);
+			kern_wmat_to_f32((struct kern_wmat){ W, (enum kern_wtype)t }, (size_t)n, got);
 			for (int i = 0; i < n; i++)
 				cr_assert_eq(got[i], f[i], "type %d n=%d: element %d is %g, not %g", t, n, i,
 					     got[i], f[i]);
@@ -228,19 +226,19 @@ Test(kernels, sixteen_bit_conversions_are_exact)
 		{ 0x0400, 0x1p-14f }, { 0x7c00, INFINITY }, { 0xfc00, -INFINITY },
 	};
 	for (size_t i = 0; i < sizeof(f16) / sizeof(f16[0]); i++) {
-		cr_expect_eq(pfx_f16_to_f32(f16[i].h), f16[i].f, "f16 %#x", f16[i].h);
-		cr_expect_eq(pfx_f32_to_f16(f16[i].f), f16[i].h, "to f16 %g", f16[i].f);
+		cr_expect_eq(kern_f16_to_f32(f16[i].h), f16[i].f, "f16 %#x", f16[i].h);
+		cr_expect_eq(kern_f32_to_f16(f16[i].f), f16[i].h, "to f16 %g", f16[i].f);
 		float v;
-		pfx_wmat_to_f32((struct pfx_wmat){ &f16[i].h, PFX_W_F16 }, 1, &v);
+		kern_wmat_to_f32((struct kern_wmat){ &f16[i].h, KERN_W_F16 }, 1, &v);
 		cr_expect_eq(v, f16[i].f, "row conversion of f16 %#x", f16[i].h);
 	}
-	cr_expect(isnan(pfx_f16_to_f32(0x7e00)));
-	cr_expect_eq(pfx_f32_to_bf16(1.0f), 0x3f80);
-	cr_expect_eq(pfx_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80, "a tie rounds to even (down)");
-	cr_expect_eq(pfx_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82, "a tie rounds to even (up)");
-	cr_expect_eq(pfx_bf16_to_f32(0xc0a0), -5.0f);
-	cr_expect(isnan(pfx_bf16_to_f32(pfx_f32_to_bf16(NAN))), "NaN stays NaN");
-	cr_expect_eq(pfx_f32_to_f16(1.0f + 0x1p-11f), 0x3c00, "f16 ties round to even");
+	cr_expect(isnan(kern_f16_to_f32(0x7e00)));
+	cr_expect_eq(kern_f32_to_bf16(1.0f), 0x3f80);
+	cr_expect_eq(kern_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80, "a tie rounds to even (down)");
+	cr_expect_eq(kern_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82, "a tie rounds to even (up)");
+	cr_expect_eq(kern_bf16_to_f32(0xc0a0), -5.0f);
+	cr_expect(isnan(kern_bf16_to_f32(kern_f32_to_bf16(NAN))), "NaN stays NaN");
+	cr_expect_eq(kern_f32_to_f16(1.0f + 0x1p-11f), 0x3c00, "f16 ties round to even");
 }
 
 /* A positive 16-bit code's value, decoded here: f16 by its fields, bf16 as
@@ -248,7 +246,7 @@ Test(kernels, sixteen_bit_conversions_are_exact)
  * overflows to it: infinity rounds like 2^16 (f16) or 2^128 (bf16). */
 static double code_value(int t, uint32_t h)
 {
-	if (t == PFX_W_F16) {
+	if (t == KERN_W_F16) {
 		uint32_t e = h >> 10 & 31, m = h & 1023;
 		return e == 31 ? 65536.0 : e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24);
 	}
@@ -266,7 +264,7 @@ static uint16_t nearest_code(int t, float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
-	uint32_t sign = u >> 31 ? 0x8000u : 0, top = t == PFX_W_F16 ? 0x7c00u : 0x7f80u;
+	uint32_t sign = u >> 31 ? 0x8000u : 0, top = t == KERN_W_F16 ? 0x7c00u : 0x7f80u;
 	double x = fabs((double)f);
 	uint32_t lo = 0, hi = top; /* code_value(lo) <= x, found by bisection */
 	if (x >= code_value(t, top))
@@ -285,7 +283,7 @@ static uint16_t nearest_code(int t, float f)
 
 static bool is_nan_code(int t, uint16_t h)
 {
-	return t == PFX_W_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff)
+	return t == KERN_W_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff)
 			      : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
 }
 
@@ -312,10 +310,10 @@ Test(kernels, scalar_and_vector_rounding_agree)
 			u = 0x7fc00001u;
 		memcpy(&src[i], &u, 4);
 	}
-	for (int t = PFX_W_F16; t <= PFX_W_BF16; t++) {
-		pfx_f32_to_wtype((enum pfx_wtype)t, src, N, got);
+	for (int t = KERN_W_F16; t <= KERN_W_BF16; t++) {
+		kern_f32_to_wtype((enum kern_wtype)t, src, N, got);
 		for (int i = 0; i < N; i++) {
-			uint16_t want = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+			uint16_t want = t == KERN_W_F16 ? kern_f32_to_f16(src[i]) : kern_f32_to_bf16(src[i]);
 			cr_assert_eq(got[i], want, "type %d: %a is %#x, not %#x", t, (double)src[i],
 				     got[i], want);
 			if (isnan(src[i])) {
@@ -348,9 +346,9 @@ Test(kernels, attention_products_equal_the_plain_sums)
 				for (int i = 0; i < MAXG * LDO; i++)
 					o[i] = o0[i] = val(&seed);
 				memset(s, 0, sizeof(s));
-				pfx_dots(G, n, d, q, LDQ, K, 0.5f, s, LDS);
+				kern_dots(G, n, d, q, LDQ, K, 0.5f, s, LDS);
 				/* The scores as weights: K stands in for V. */
-				pfx_axpys(G, n, d, s, LDS, K, o, LDO);
+				kern_axpys(G, n, d, s, LDS, K, o, LDO);
 				for (int g = 0; g < G; g++) {
 					for (int t = 0; t < n; t++) {
 						double want = 0;
@@ -393,8 +391,8 @@ Test(kernels, attention_products_never_read_past_the_keys)
 			for (int i = 0; i < n * d; i++)
 				K[i] = val(&seed);
 			for (int G = 1; G <= MAXG; G++) {
-				pfx_dots(G, n, d, q, LD, K, 1.0f, s, LD);
-				pfx_axpys(G, n, d, s, LD, K, o, LD);
+				kern_dots(G, n, d, q, LD, K, 1.0f, s, LD);
+				kern_axpys(G, n, d, s, LD, K, o, LD);
 			}
 		}
 	munmap(map, 2 * (size_t)page);
@@ -416,7 +414,7 @@ Test(kernels, exponentials_equal_the_plain_ones)
 			}
 			memcpy(y, x, sizeof(x));
 			float mx;
-			float sum = pfx_exp_sum(x, n, &mx);
+			float sum = kern_exp_sum(x, n, &mx);
 			double want_mx = -INFINITY, want_sum = 0;
 			for (int i = 0; i < n; i++)
 				want_mx = fmax(want_mx, x0[i]);
@@ -430,7 +428,7 @@ Test(kernels, exponentials_equal_the_plain_ones)
 			cr_assert(fabs(sum - want_sum) <= 1e-6 * want_sum * n, "sum n=%d: %g, not %g", n,
 				  sum, want_sum);
 			cr_assert_eq(x[n], x0[n], "exp_sum n=%d wrote past the end", n);
-			pfx_silu_mul(y, up, n);
+			kern_silu_mul(y, up, n);
 			for (int i = 0; i < n; i++) {
 				double v = x0[i], want = v / (1 + exp(-v)) * up[i];
 				cr_assert(fabs(y[i] - want) <= 1e-6 * (1 + fabs(want)),
@@ -458,7 +456,7 @@ Test(kernels, row_sums_equal_the_plain_ones)
 					want += square ? v * v : v;
 					mag += fabs(square ? v * v : v);
 				}
-				double got = pfx_row_sum(x, n, shift, square);
+				double got = kern_row_sum(x, n, shift, square);
 				cr_assert(fabs(got - want) <= 1e-12 * (1 + mag),
 					  "n=%d square=%d shift=%g: %.17g, not %.17g", n, square, shift, got,
 					  want);

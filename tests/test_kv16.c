@@ -16,7 +16,7 @@
 
 #include "daemon_util.h"
 #include "helpers.h"
-#include "weight.h"
+#include "kernels.h"
 
 #define TOL_F16 5e-2
 #define F16_GREEDY 20 /* of 20: identical */
@@ -153,7 +153,7 @@ Test(kv16, blocks_hold_the_f32_values_rounded)
 			cr_assert_eq(pfx_session_kv(a, 0, kv, h, 0, x), 0);
 			cr_assert_eq(pfx_session_kv(b, 0, kv, h, 0, y), 0);
 			for (int i = 0; i < c->head_dim; i++)
-				cr_expect_eq(y[i], pfx_f16_to_f32(pfx_f32_to_f16(x[i])),
+				cr_expect_eq(y[i], kern_f16_to_f32(kern_f32_to_f16(x[i])),
 					     "kv %d head %d dim %d: %g, not %g rounded", kv, h, i, y[i], x[i]);
 		}
 	pfx_session_free(a);

@@ -17,7 +17,7 @@
 #include "random_model.h"
 #include "safetensors.h"
 #include "st_write.h"
-#include "weight.h"
+#include "kernels.h"
 
 #define TOL_16 1e-5
 
@@ -58,7 +58,7 @@ static const char *write_16bit(const char *src, const char *name, const char *dt
 		for (size_t j = 0; j < k; j++) {
 			float v;
 			memcpy(&v, (const char *)t->data + 4 * j, 4);
-			h[j] = !strcmp(dtype, "F16") ? pfx_f32_to_f16(v) : pfx_f32_to_bf16(v);
+			h[j] = !strcmp(dtype, "F16") ? kern_f32_to_f16(v) : kern_f32_to_bf16(v);
 		}
 		out[i] = (struct st_out){ .name = t->name, .dtype = dtype, .ndim = t->ndim,
 					  .data = h, .nbytes = 2 * k };

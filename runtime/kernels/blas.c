@@ -7,7 +7,7 @@
  * to a weaker core: a current AVX-512 Xeon (family 6 model 0xcf) runs the
  * SSE3 "Prescott" kernels at a quarter of the speed, some AMD Zen 4 parts
  * get AVX2 ones. So we choose from the CPU's instruction sets instead: the
- * best core whose instructions the CPU has (pfx_blas_best_core), among the
+ * best core whose instructions the CPU has (kern_blas_best_core), among the
  * cores this OpenBLAS was built with (its gotoblas_<CORE> tables), and
  * re-run OpenBLAS's selection with that choice. A user who set
  * OPENBLAS_CORETYPE keeps theirs. The two entry points are exported by every
@@ -18,11 +18,10 @@
  * pool, so OpenBLAS is told to use one thread per call. Two thread pools
  * each sized to the core count would oversubscribe the machine.
  */
-#include "blas.h"
+#include "kernels.h"
 #include "model.h"
 
 #include <cblas.h>
-#include <cpuid.h>
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -39,81 +38,31 @@ static const char *expected;   /* set once by init_once */
 static char user_core[32];     /* OPENBLAS_CORETYPE as the user set it */
 static bool switch_refused;    /* OpenBLAS ran another core than asked for */
 
-/* ==== What the CPU has ==== */
-
-static unsigned long long xcr0(void)
-{
-	unsigned lo, hi;
-	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-	return ((unsigned long long)hi << 32) | lo;
-}
-
-void pfx_cpu_isa_probe(struct pfx_cpu_isa *isa)
-{
-	memset(isa, 0, sizeof(*isa));
-	unsigned a, b, c, d, max;
-	if (!__get_cpuid(0, &max, &b, &c, &d))
-		return;
-	char vendor[13];
-	memcpy(vendor, &b, 4);
-	memcpy(vendor + 4, &d, 4);
-	memcpy(vendor + 8, &c, 4);
-	vendor[12] = 0;
-	isa->amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
-	__cpuid(1, a, b, c, d);
-	isa->sse3 = c & bit_SSE3;
-	isa->ssse3 = c & bit_SSSE3;
-	isa->sse41 = c & bit_SSE4_1;
-	isa->sse42 = c & bit_SSE4_2;
-	/* The OS saves the YMM (XCR0 bits 1-2), ZMM (5-7) and tile (17-18)
-	 * state, or those registers are not usable whatever CPUID says. */
-	unsigned long long x = (c & bit_OSXSAVE) ? xcr0() : 0;
-	bool ymm = (x & 0x6) == 0x6, zmm = ymm && (x & 0xe0) == 0xe0;
-	bool tiles = (x & 0x60000) == 0x60000;
-	isa->avx = ymm && (c & bit_AVX);
-	isa->fma = isa->avx && (c & bit_FMA);
-	if (max < 7)
-		return;
-	__cpuid_count(7, 0, a, b, c, d);
-	unsigned leaf7_subleaves = a;
-	isa->avx2 = isa->avx && (b & bit_AVX2);
-	isa->avx512f = zmm && (b & bit_AVX512F);
-	isa->avx512dq = zmm && (b & bit_AVX512DQ);
-	isa->avx512cd = zmm && (b & bit_AVX512CD);
-	isa->avx512bw = zmm && (b & bit_AVX512BW);
-	isa->avx512vl = zmm && (b & bit_AVX512VL);
-	isa->amx_bf16 = tiles && (d & (1u << 22)) && (d & (1u << 24)); /* AMX-BF16, AMX-TILE */
-	if (leaf7_subleaves >= 1) {
-		__cpuid_count(7, 1, a, b, c, d);
-		isa->avx512_bf16 = isa->avx512f && (a & (1u << 5));
-	}
-}
-
 /* ==== Which core ==== */
 
-static bool skx(const struct pfx_cpu_isa *i)
+static bool skx(const struct kern_cpu_isa *i)
 {
 	return i->avx512f && i->avx512dq && i->avx512bw && i->avx512vl && i->avx512cd && i->avx2 &&
 	       i->fma;
 }
 
-static bool has_sapphirerapids(const struct pfx_cpu_isa *i)
+static bool has_sapphirerapids(const struct kern_cpu_isa *i)
 {
 	return skx(i) && i->avx512_bf16 && i->amx_bf16;
 }
-static bool has_cooperlake(const struct pfx_cpu_isa *i) { return skx(i) && i->avx512_bf16; }
-static bool has_zen(const struct pfx_cpu_isa *i) { return i->amd && i->avx2 && i->fma; }
-static bool has_haswell(const struct pfx_cpu_isa *i) { return i->avx2 && i->fma; }
-static bool has_sandybridge(const struct pfx_cpu_isa *i) { return i->avx && i->sse42; }
-static bool has_nehalem(const struct pfx_cpu_isa *i) { return i->sse42 && i->sse41 && i->ssse3; }
-static bool has_core2(const struct pfx_cpu_isa *i) { return i->ssse3 && i->sse3; }
-static bool has_prescott(const struct pfx_cpu_isa *i) { return i->sse3; }
+static bool has_cooperlake(const struct kern_cpu_isa *i) { return skx(i) && i->avx512_bf16; }
+static bool has_zen(const struct kern_cpu_isa *i) { return i->amd && i->avx2 && i->fma; }
+static bool has_haswell(const struct kern_cpu_isa *i) { return i->avx2 && i->fma; }
+static bool has_sandybridge(const struct kern_cpu_isa *i) { return i->avx && i->sse42; }
+static bool has_nehalem(const struct kern_cpu_isa *i) { return i->sse42 && i->sse41 && i->ssse3; }
+static bool has_core2(const struct kern_cpu_isa *i) { return i->ssse3 && i->sse3; }
+static bool has_prescott(const struct kern_cpu_isa *i) { return i->sse3; }
 
 /* Best first. An AMD part with AVX-512 still takes SkylakeX: the Zen
  * tables are AVX2 kernels. */
 static const struct {
 	const char *name;
-	bool (*fits)(const struct pfx_cpu_isa *);
+	bool (*fits)(const struct kern_cpu_isa *);
 } cores[] = {
 	{ "SapphireRapids", has_sapphirerapids },
 	{ "Cooperlake", has_cooperlake },
@@ -126,7 +75,7 @@ static const struct {
 	{ "Prescott", has_prescott },
 };
 
-const char *pfx_blas_best_core(const struct pfx_cpu_isa *isa,
+const char *kern_blas_best_core(const struct kern_cpu_isa *isa,
 			       bool (*has)(const char *core, void *ctx), void *ctx)
 {
 	for (size_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++)
@@ -212,11 +161,11 @@ static void init_once(void)
 		snprintf(user_core, sizeof(user_core), "%s", user);
 	void *h = gotoblas_dynamic_init && gotoblas_dynamic_quit ? openblas_handle() : NULL;
 	if (h) {
-		struct pfx_cpu_isa isa;
-		pfx_cpu_isa_probe(&isa);
+		struct kern_cpu_isa isa;
+		kern_cpu_isa_probe(&isa);
 		if (!user_core[0])
 			openblas_settle();
-		expected = pfx_blas_best_core(&isa, usable, h);
+		expected = kern_blas_best_core(&isa, usable, h);
 		dlclose(h);
 		if (!expected && switch_refused)
 			select_core(NULL);
@@ -224,7 +173,7 @@ static void init_once(void)
 	openblas_set_num_threads(1);
 }
 
-void pfx_blas_init(void)
+void kern_blas_init(void)
 {
 	pthread_once(&once, init_once);
 }
@@ -234,24 +183,24 @@ void pfx_blas_init(void)
  * host program reads either, as before its main() starts threads. */
 __attribute__((constructor)) static void blas_at_load(void)
 {
-	pfx_blas_init();
+	kern_blas_init();
 }
 
 const char *pfx_blas_corename(void)
 {
-	pfx_blas_init();
+	kern_blas_init();
 	return openblas_get_corename();
 }
 
-const char *pfx_blas_expected_core(void)
+const char *kern_blas_expected_core(void)
 {
-	pfx_blas_init();
+	kern_blas_init();
 	return expected;
 }
 
-bool pfx_blas_core_ok(char *buf, size_t cap)
+bool kern_blas_core_ok(char *buf, size_t cap)
 {
-	pfx_blas_init();
+	kern_blas_init();
 	if (!expected || !strcasecmp(openblas_get_corename(), expected))
 		return true;
 	if (user_core[0])

@@ -9,18 +9,17 @@
  * memory (GFLOP/s, OpenBLAS in brackets): T=16 NR=12 76 (46); T=32 NR=8 92
  * (64); T=48 NR=8 97 (75); T=64 NR=6 103 (81).
  */
-#include "gemm_few.h"
+#include "kernels.h"
 
-#include "cpu.h"
 
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-int pfx_gemm_few_ok(void) { return pfx_cpu_avx512(); }
+int kern_gemm_few_ok(void) { return kern_cpu_avx512(); }
 
-int pfx_gemm_few_ld(int T) { return (T + 15) & ~15; }
+int kern_gemm_few_ld(int T) { return (T + 15) & ~15; }
 
 /* r[i] = column i of the 16 x 16 matrix whose rows were r[0..15]. */
 __attribute__((target("avx512f"), always_inline)) static inline void transpose16(__m512 r[16])
@@ -51,10 +50,10 @@ __attribute__((target("avx512f"), always_inline)) static inline void transpose16
 /* 16 x 16 tiles transposed in registers: the scalar loop (and gathers)
  * took ~40 us a call, 3% of a warm prefill on the calling thread alone.
  * The padding rows are zero so that the unused lanes compute on numbers. */
-__attribute__((target("avx512f"))) void pfx_gemm_few_transpose(int T, int k, const float *x,
+__attribute__((target("avx512f"))) void kern_gemm_few_transpose(int T, int k, const float *x,
 								int ldx, float *xT)
 {
-	int ld = pfx_gemm_few_ld(T);
+	int ld = kern_gemm_few_ld(T);
 	for (int t0 = 0; t0 < ld; t0 += 16)
 		for (int p0 = 0; p0 < k; p0 += 16) {
 			__mmask16 m = k - p0 >= 16 ? 0xffff : (__mmask16)((1u << (k - p0)) - 1);
@@ -179,22 +178,22 @@ static void dispatch(enum layout l, int T, int n, int k, const float *xT, const 
 		     ptrdiff_t sn, ptrdiff_t s, float beta, float *y, int ldy, ptrdiff_t ystep)
 {
 	if (T < 1 || T > GEMM_FEW_MAX_T) {
-		fprintf(stderr, "pfx_gemm_few: %d rows, not 1 to %d\n", T, GEMM_FEW_MAX_T);
+		fprintf(stderr, "kern_gemm_few: %d rows, not 1 to %d\n", T, GEMM_FEW_MAX_T);
 		abort();
 	}
-	int ld = pfx_gemm_few_ld(T), tv = ld / 16, i = 0;
+	int ld = kern_gemm_few_ld(T), tv = ld / 16, i = 0;
 	for (int b = 0; b < 3; b++)
 		for (int nr = kernels[tv - 1].nr[b]; i + nr <= n; i += nr)
 			kernels[tv - 1].fn[b][l](T, k, xT, ld, W + i * sn, s, beta, y + i * ystep, ldy);
 }
 
-void pfx_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
+void kern_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
 		  int ldy)
 {
 	dispatch(ROWS, T, n, k, xT, W, k, k, beta, y, ldy, 1);
 }
 
-void pfx_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
+void kern_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
 		    float beta, float *yT, int ldy)
 {
 	if (sk == 1) {
@@ -202,7 +201,7 @@ void pfx_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn
 	} else if (sn == 1) {
 		dispatch(COLS_T, T, n, k, xT, W, 1, sk, beta, yT, ldy, ldy);
 	} else {
-		fprintf(stderr, "pfx_gemm_few_t: W strides %d and %d, neither 1\n", sn, sk);
+		fprintf(stderr, "kern_gemm_few_t: W strides %d and %d, neither 1\n", sn, sk);
 		abort();
 	}
 }

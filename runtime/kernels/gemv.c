@@ -10,9 +10,8 @@
  * (4 interleaved A/B runs of 80-160 tokens). The AVX2 one keeps its
  * prefetch, unmeasured without it.
  */
-#include "gemv.h"
+#include "kernels.h"
 
-#include "cpu.h"
 #include "vec_avx2.h"
 #include "wload.h"
 
@@ -34,7 +33,7 @@ static float finish(float acc, float beta, const float *y)
  * a variable, -O2 kept them on the stack: a load and a store around every
  * FMA, which 16-bit weights, streaming twice as fast, could not hide). */
 __attribute__((target("avx512f,fma"), always_inline))
-static inline void gemv_avx512(const enum pfx_wtype WT, int T, int n, int k, const void *W,
+static inline void gemv_avx512(const enum kern_wtype WT, int T, int n, int k, const void *W,
 			       const float *x, int ldx, float beta, float *y, int ldy)
 {
 	for (int i = 0; i < n; i++) {
@@ -66,10 +65,10 @@ static inline void gemv_avx512(const enum pfx_wtype WT, int T, int n, int k, con
 }
 
 __attribute__((target("avx2,fma,f16c"), always_inline))
-static inline void gemv_avx2(const enum pfx_wtype WT, int T, int n, int k, const void *W,
+static inline void gemv_avx2(const enum kern_wtype WT, int T, int n, int k, const void *W,
 			     const float *x, int ldx, float beta, float *y, int ldy)
 {
-	const size_t esz = pfx_wtype_size(WT);
+	const size_t esz = kern_wtype_size(WT);
 	for (int i = 0; i < n; i++) {
 		size_t r = (size_t)i * k;
 		__m256 acc[GEMV_MAX_T][2];
@@ -103,7 +102,7 @@ static inline void gemv_avx2(const enum pfx_wtype WT, int T, int n, int k, const
 	}
 }
 
-static void gemv_scalar(enum pfx_wtype wt, int T, int n, int k, const void *W, const float *x,
+static void gemv_scalar(enum kern_wtype wt, int T, int n, int k, const void *W, const float *x,
 			int ldx, float beta, float *y, int ldy)
 {
 	for (int i = 0; i < n; i++)
@@ -132,23 +131,23 @@ typedef void (*gemv_fn)(int T, int n, int k, const void *W, const float *x, int 
 		default: gemv_##isa(WT, GEMV_MAX_T, n, k, W, x, ldx, beta, y, ldy); break;        \
 		}                                                                                \
 	}
-GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_F32, f32)
-GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_F16, f16)
-GEMV_INSTANCES(avx512, "avx512f,fma", PFX_W_BF16, bf16)
-GEMV_INSTANCES(avx2, "avx2,fma,f16c", PFX_W_F32, f32)
-GEMV_INSTANCES(avx2, "avx2,fma,f16c", PFX_W_F16, f16)
-GEMV_INSTANCES(avx2, "avx2,fma,f16c", PFX_W_BF16, bf16)
+GEMV_INSTANCES(avx512, "avx512f,fma", KERN_W_F32, f32)
+GEMV_INSTANCES(avx512, "avx512f,fma", KERN_W_F16, f16)
+GEMV_INSTANCES(avx512, "avx512f,fma", KERN_W_BF16, bf16)
+GEMV_INSTANCES(avx2, "avx2,fma,f16c", KERN_W_F32, f32)
+GEMV_INSTANCES(avx2, "avx2,fma,f16c", KERN_W_F16, f16)
+GEMV_INSTANCES(avx2, "avx2,fma,f16c", KERN_W_BF16, bf16)
 
 static const gemv_fn gemv_avx512_of[3] = { gemv_avx512_f32, gemv_avx512_f16, gemv_avx512_bf16 };
 static const gemv_fn gemv_avx2_of[3] = { gemv_avx2_f32, gemv_avx2_f16, gemv_avx2_bf16 };
 
-void pfx_gemv(int T, int n, int k, struct pfx_wmat W, const float *x, int ldx, float beta,
+void kern_gemv(int T, int n, int k, struct kern_wmat W, const float *x, int ldx, float beta,
 	      float *y, int ldy)
 {
 	/* Decided once per process (cpu.h). */
-	if (pfx_cpu_avx512())
+	if (kern_cpu_avx512())
 		gemv_avx512_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
-	else if (pfx_cpu_avx2())
+	else if (kern_cpu_avx2())
 		gemv_avx2_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
 	else
 		gemv_scalar(W.type, T, n, k, W.p, x, ldx, beta, y, ldy);
@@ -456,14 +455,14 @@ static void silu_mul_avx512(float *y, const float *up, int n)
 	}
 }
 
-void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
+void kern_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
 	      int lds)
 {
-	if (pfx_cpu_avx512()) {
+	if (kern_cpu_avx512()) {
 		dots_avx512(G, n, d, q, ldq, K, scale, s, lds);
 		return;
 	}
-	if (pfx_cpu_avx2()) {
+	if (kern_cpu_avx2()) {
 		pfx_dots_avx2(G, n, d, q, ldq, K, scale, s, lds);
 		return;
 	}
@@ -476,13 +475,13 @@ void pfx_dots(int G, int n, int d, const float *q, int ldq, const float *K, floa
 		}
 }
 
-void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
+void kern_axpys(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
 {
-	if (pfx_cpu_avx512()) {
+	if (kern_cpu_avx512()) {
 		axpys_avx512(G, n, d, p, ldp, V, o, ldo);
 		return;
 	}
-	if (pfx_cpu_avx2()) {
+	if (kern_cpu_avx2()) {
 		pfx_axpys_avx2(G, n, d, p, ldp, V, o, ldo);
 		return;
 	}
@@ -492,11 +491,11 @@ void pfx_axpys(int G, int n, int d, const float *p, int ldp, const float *V, flo
 				o[(size_t)g * ldo + j] += p[(size_t)g * ldp + t] * V[(size_t)t * d + j];
 }
 
-float pfx_exp_sum(float *x, int n, float *max_out)
+float kern_exp_sum(float *x, int n, float *max_out)
 {
-	if (pfx_cpu_avx512())
+	if (kern_cpu_avx512())
 		return exp_sum_avx512(x, n, max_out);
-	if (pfx_cpu_avx2())
+	if (kern_cpu_avx2())
 		return pfx_exp_sum_avx2(x, n, max_out);
 	float mx = -INFINITY, sum = 0;
 	for (int i = 0; i < n; i++)
@@ -509,12 +508,12 @@ float pfx_exp_sum(float *x, int n, float *max_out)
 	return sum;
 }
 
-void pfx_softmax_cols(float *S, int n, int ld, const int *valid, float *inv)
+void kern_softmax_cols(float *S, int n, int ld, const int *valid, float *inv)
 {
 	static void (*const fn[4])(float *, int, int, const int *, float *) = {
 		softmax_cols_1, softmax_cols_2, softmax_cols_3, softmax_cols_4,
 	};
-	if (pfx_cpu_avx512() && ld % 16 == 0 && ld <= 64) {
+	if (kern_cpu_avx512() && ld % 16 == 0 && ld <= 64) {
 		fn[ld / 16 - 1](S, n, ld, valid, inv);
 		return;
 	}
@@ -533,13 +532,13 @@ void pfx_softmax_cols(float *S, int n, int ld, const int *valid, float *inv)
 	}
 }
 
-void pfx_silu_mul(float *y, const float *up, int n)
+void kern_silu_mul(float *y, const float *up, int n)
 {
-	if (pfx_cpu_avx512()) {
+	if (kern_cpu_avx512()) {
 		silu_mul_avx512(y, up, n);
 		return;
 	}
-	if (pfx_cpu_avx2()) {
+	if (kern_cpu_avx2()) {
 		pfx_silu_mul_avx2(y, up, n);
 		return;
 	}
@@ -553,7 +552,7 @@ void pfx_silu_mul(float *y, const float *up, int n)
  * 0.62-0.68 (AMD EPYC, timed op by op). A decode step runs 61 such norms
  * on one thread while the other waits.
  */
-double pfx_row_sum(const float *x, int n, double shift, bool square)
+double kern_row_sum(const float *x, int n, double shift, bool square)
 {
 	double s[8] = { 0 };
 	int i = 0;

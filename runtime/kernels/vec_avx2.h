@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * AVX2 forms of gemv.h's attention and activation kernels, same contracts
- * (gemv.h); only for a CPU where pfx_cpu_avx2() holds.
+ * (gemv.h); only for a CPU where kern_cpu_avx2() holds.
  */
 #ifndef PFX_VEC_AVX2_H
 #define PFX_VEC_AVX2_H

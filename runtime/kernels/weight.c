@@ -1,14 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* 16-bit weights to f32: scalar conversions and the row conversion. */
-#include "weight.h"
+#include "kernels.h"
 
-#include "cpu.h"
 #include "wload.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-float pfx_f16_to_f32(uint16_t h)
+float kern_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
 	uint32_t bits;
@@ -31,7 +30,7 @@ float pfx_f16_to_f32(uint16_t h)
 	return f;
 }
 
-float pfx_bf16_to_f32(uint16_t h)
+float kern_bf16_to_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
 	float f;
@@ -41,7 +40,7 @@ float pfx_bf16_to_f32(uint16_t h)
 
 /* By hand rather than a _Float16 cast: clang 14 (the fuzz build) lowers
  * that to a libgcc helper it does not link. */
-uint16_t pfx_f32_to_f16(float f)
+uint16_t kern_f32_to_f16(float f)
 {
 	uint32_t x;
 	memcpy(&x, &f, 4);
@@ -64,7 +63,7 @@ uint16_t pfx_f32_to_f16(float f)
 	return (uint16_t)(sign | q);
 }
 
-uint16_t pfx_f32_to_bf16(float f)
+uint16_t kern_f32_to_bf16(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
@@ -74,7 +73,7 @@ uint16_t pfx_f32_to_bf16(float f)
 }
 
 __attribute__((target("avx512f")))
-static void to_f32_avx512(struct pfx_wmat w, size_t n, float *d)
+static void to_f32_avx512(struct kern_wmat w, size_t n, float *d)
 {
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16)
@@ -85,9 +84,9 @@ static void to_f32_avx512(struct pfx_wmat w, size_t n, float *d)
 
 /* 16 floats as 16-bit values of type t, rounded as the scalar functions do. */
 __attribute__((target("avx512f"), always_inline))
-static inline __m256i to16_avx512(__m512 v, enum pfx_wtype t)
+static inline __m256i to16_avx512(__m512 v, enum kern_wtype t)
 {
-	if (t == PFX_W_F16)
+	if (t == KERN_W_F16)
 		return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m512i u = _mm512_castps_si512(v);
 	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
@@ -100,19 +99,19 @@ static inline __m256i to16_avx512(__m512 v, enum pfx_wtype t)
 }
 
 __attribute__((target("avx512f")))
-static void from_f32_avx512(enum pfx_wtype t, const float *src, size_t n, void *dst)
+static void from_f32_avx512(enum kern_wtype t, const float *src, size_t n, void *dst)
 {
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16)
 		_mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), to16_avx512(_mm512_loadu_ps(src + i), t));
 	for (; i < n; i++) {
-		uint16_t h = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+		uint16_t h = t == KERN_W_F16 ? kern_f32_to_f16(src[i]) : kern_f32_to_bf16(src[i]);
 		memcpy((uint16_t *)dst + i, &h, 2);
 	}
 }
 
 __attribute__((target("avx2,f16c")))
-static void to_f32_avx2(struct pfx_wmat w, size_t n, float *d)
+static void to_f32_avx2(struct kern_wmat w, size_t n, float *d)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
@@ -123,9 +122,9 @@ static void to_f32_avx2(struct pfx_wmat w, size_t n, float *d)
 
 /* 8 floats as 16-bit values of type t, rounded as the scalar functions do. */
 __attribute__((target("avx2,f16c"), always_inline))
-static inline __m128i to16_avx2(__m256 v, enum pfx_wtype t)
+static inline __m128i to16_avx2(__m256 v, enum kern_wtype t)
 {
-	if (t == PFX_W_F16)
+	if (t == KERN_W_F16)
 		return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m256i u = _mm256_castps_si256(v);
 	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
@@ -139,48 +138,48 @@ static inline __m128i to16_avx2(__m256 v, enum pfx_wtype t)
 }
 
 __attribute__((target("avx2,f16c")))
-static void from_f32_avx2(enum pfx_wtype t, const float *src, size_t n, void *dst)
+static void from_f32_avx2(enum kern_wtype t, const float *src, size_t n, void *dst)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
 		_mm_storeu_si128((__m128i *)((uint16_t *)dst + i), to16_avx2(_mm256_loadu_ps(src + i), t));
 	for (; i < n; i++) {
-		uint16_t h = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+		uint16_t h = t == KERN_W_F16 ? kern_f32_to_f16(src[i]) : kern_f32_to_bf16(src[i]);
 		memcpy((uint16_t *)dst + i, &h, 2);
 	}
 }
 
-void pfx_f32_to_wtype(enum pfx_wtype t, const float *src, size_t n, void *dst)
+void kern_f32_to_wtype(enum kern_wtype t, const float *src, size_t n, void *dst)
 {
-	if (t == PFX_W_F32) {
+	if (t == KERN_W_F32) {
 		memcpy(dst, src, n * sizeof(float));
 		return;
 	}
-	if (pfx_cpu_avx512()) {
+	if (kern_cpu_avx512()) {
 		from_f32_avx512(t, src, n, dst);
 		return;
 	}
-	if (pfx_cpu_avx2()) {
+	if (kern_cpu_avx2()) {
 		from_f32_avx2(t, src, n, dst);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		uint16_t h = t == PFX_W_F16 ? pfx_f32_to_f16(src[i]) : pfx_f32_to_bf16(src[i]);
+		uint16_t h = t == KERN_W_F16 ? kern_f32_to_f16(src[i]) : kern_f32_to_bf16(src[i]);
 		memcpy((char *)dst + 2 * i, &h, 2);
 	}
 }
 
-void pfx_wmat_to_f32(struct pfx_wmat w, size_t n, float *dst)
+void kern_wmat_to_f32(struct kern_wmat w, size_t n, float *dst)
 {
-	if (w.type == PFX_W_F32) {
+	if (w.type == KERN_W_F32) {
 		memcpy(dst, w.p, n * sizeof(float));
 		return;
 	}
-	if (pfx_cpu_avx512()) {
+	if (kern_cpu_avx512()) {
 		to_f32_avx512(w, n, dst);
 		return;
 	}
-	if (pfx_cpu_avx2()) {
+	if (kern_cpu_avx2()) {
 		to_f32_avx2(w, n, dst);
 		return;
 	}

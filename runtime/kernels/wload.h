@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Vector loads of weights of any pfx_wtype as f32, for the kernels: the
+ * Vector loads of weights of any kern_wtype as f32, for the kernels: the
  * conversion happens in registers, so 16-bit weights are read at half the
  * bytes and never stored as f32. Inlined into the callers' target regions
  * with the type a constant, each kernel instance has a single load form.
@@ -11,46 +11,46 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "weight.h"
+#include "kernels.h"
 
 /* Element i of the weights at p. */
-static inline float w_elem(const void *p, enum pfx_wtype t, size_t i)
+static inline float w_elem(const void *p, enum kern_wtype t, size_t i)
 {
 	uint16_t h;
 	float f;
 	switch (t) {
-	case PFX_W_F32:
+	case KERN_W_F32:
 		memcpy(&f, (const char *)p + 4 * i, 4);
 		return f;
-	case PFX_W_F16:
+	case KERN_W_F16:
 		memcpy(&h, (const char *)p + 2 * i, 2);
-		return pfx_f16_to_f32(h);
+		return kern_f16_to_f32(h);
 	default:
 		memcpy(&h, (const char *)p + 2 * i, 2);
-		return pfx_bf16_to_f32(h);
+		return kern_bf16_to_f32(h);
 	}
 }
 
 /* 16 weights from element i. */
 __attribute__((target("avx512f"), always_inline))
-static inline __m512 w_load16(const void *p, enum pfx_wtype t, size_t i)
+static inline __m512 w_load16(const void *p, enum kern_wtype t, size_t i)
 {
-	if (t == PFX_W_F32)
+	if (t == KERN_W_F32)
 		return _mm512_loadu_ps((const float *)p + i);
 	__m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
-	if (t == PFX_W_F16)
+	if (t == KERN_W_F16)
 		return _mm512_cvtph_ps(h);
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /* 8 weights from element i (AVX2; f16 needs F16C). */
 __attribute__((target("avx2,f16c"), always_inline))
-static inline __m256 w_load8(const void *p, enum pfx_wtype t, size_t i)
+static inline __m256 w_load8(const void *p, enum kern_wtype t, size_t i)
 {
-	if (t == PFX_W_F32)
+	if (t == KERN_W_F32)
 		return _mm256_loadu_ps((const float *)p + i);
 	__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
-	if (t == PFX_W_F16)
+	if (t == KERN_W_F16)
 		return _mm256_cvtph_ps(h);
 	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }

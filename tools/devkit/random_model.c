@@ -15,7 +15,7 @@
 
 #include "model_impl.h"
 #include "st_write.h"
-#include "weight.h"
+#include "kernels.h"
 
 struct pfx_config pfx_config_smollm135m(void)
 {
@@ -58,7 +58,7 @@ static int fill(const struct tensor_desc *d, const char *dtype, uint64_t *rng, v
 		if (esz == 4) {
 			memcpy(p + 4 * i, &v, 4);
 		} else {
-			uint16_t h = !strcmp(dtype, "F16") ? pfx_f32_to_f16(v) : pfx_f32_to_bf16(v);
+			uint16_t h = !strcmp(dtype, "F16") ? kern_f32_to_f16(v) : kern_f32_to_bf16(v);
 			memcpy(p + 2 * i, &h, 2);
 		}
 	}

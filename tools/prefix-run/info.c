@@ -12,9 +12,8 @@
 
 #include "prefixd.h"
 
-#include "blas.h"
+#include "kernels.h"
 #include "cli.h"
-#include "cpu.h"
 #include "prefix_run.h"
 
 /* The prompt lengths to price: 512, 2048 and 8192 tokens, none past the
@@ -83,12 +82,12 @@ static void print_model(const struct pfx_model *m, const struct price *p)
 	}
 	printf("threads          %d\n", pfx_model_threads(m));
 	char why[128];
-	if (pfx_blas_core_ok(why, sizeof(why)))
+	if (kern_blas_core_ok(why, sizeof(why)))
 		printf("BLAS kernels     %s\n", pfx_blas_corename());
 	else
 		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n",
-		       pfx_blas_corename(), pfx_blas_expected_core(), why);
-	printf("own kernels      %s\n", pfx_cpu_kernels());
+		       pfx_blas_corename(), kern_blas_expected_core(), why);
+	printf("own kernels      %s\n", kern_cpu_kernels());
 }
 
 /* How many prefixes of `tokens` fit in limit; "-" when it has no full block. */
