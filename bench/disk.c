@@ -465,7 +465,7 @@ static uint64_t le(const uint8_t *p, int bytes)
 }
 
 /* Files each record under its prefix and block by its first token
- * (docs/DESIGN.md, "Disk records": the magic, payload bytes at 40, its
+ * (docs/FORMAT.md, "Records": the magic, payload bytes at 40, its
  * offset at 48, depth at 56, the tokens at 192). */
 static int map_one(int dfd, const char *name, void *arg)
 {

@@ -134,7 +134,7 @@ struct pin {
 #define LEASE_BUCKETS 1024
 #define NBUCKETS (1u << 16)
 /* Entries one listing or eviction round looks at under the lock: a few
- * hundred microseconds at most (docs/DESIGN.md). */
+ * hundred microseconds at most (docs/perf/2026-11-23-admin-listing.md). */
 #define ROUND_ENTRIES 4096
 
 struct pd_index {
@@ -1929,7 +1929,7 @@ static struct entry *do_admin_remove(struct pd_index *x, struct entry *e,
 
 /* What one round of an admin eviction may remove before it lets MATCHes
  * have the lock: each removal punches pages out (3.5 us for 8 KiB to
- * ~450 us for a 2.9 MB block, docs/DESIGN.md), so a round stays near
+ * ~450 us for a 2.9 MB block, docs/perf/2026-11-22-punch-holes.md), so a round stays near
  * half a millisecond. */
 #define ROUND_EVICT_BLOCKS 64
 #define ROUND_EVICT_BYTES (1u << 20)

@@ -13,7 +13,7 @@
  * across every group: a user at their quota gives up their own oldest
  * block, otherwise the oldest block of anyone goes.
  *
- * Thread-safe: one mutex guards the whole index (docs/DESIGN.md). Store
+ * Thread-safe: one mutex guards the whole index (docs/DESIGN.md, "Locks"). Store
  * callbacks run under it, so stores need no lock of their own.
  */
 #ifndef PD_INDEX_H

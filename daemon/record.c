@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Disk records (record.h; layout in docs/DESIGN.md). Fields are written and
+ * Disk records (record.h; the format is docs/FORMAT.md). Fields are written and
  * read one by one in little-endian at fixed offsets, never as a memcpy of a
  * struct. A check reads nothing before it knows the bytes are there, and
  * bounds every size by its limit before it computes with it: with

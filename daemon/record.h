@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The disk tier's record of one block: a self-describing, checked byte
- * format (docs/DESIGN.md, "Disk records", has the layout). Pure code: no
+ * format (docs/FORMAT.md, "Records", has the layout). Pure code: no
  * I/O, no allocation. Every record read back is untrusted input; a record
  * that fails a check is never served.
  *

@@ -35,7 +35,7 @@ struct restart_report {
 int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r);
 /* After a graceful stop's tier_drain: the manifest of every record on
  * disk, so that the next start reads one file instead of every record's
- * head (docs/DESIGN.md has both timings). 0 or -errno; *records listed. */
+ * head (docs/perf/2026-11-23-disk-tier.md has both timings). 0 or -errno; *records listed. */
 int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records);
 
 #endif

@@ -277,7 +277,7 @@ struct pd_evict_reply {
 	uint64_t kept_leased, kept_pinned, kept_parent; /* selected blocks that stay */
 };
 
-/* EXPORT: the records (docs/DESIGN.md, "Disk records") of the selected
+/* EXPORT: the records (docs/FORMAT.md, "Records") of the selected
  * blocks, parents first, written to the one descriptor attached (a
  * regular file open for writing). Selectors combine; none: every block. */
 enum pd_export_flag {

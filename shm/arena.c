@@ -18,7 +18,7 @@
  * F_SEAL_FUTURE_WRITE would also stop the owner, but it forbids punching
  * pages out (FALLOC_FL_PUNCH_HOLE), and evicted blocks must give their
  * memory back to the budget, whichever partition publishes next
- * (docs/DESIGN.md, "Giving memory back"). Clients of the daemon's own user
+ * (docs/perf/2026-11-22-punch-holes.md). Clients of the daemon's own user
  * are trusted no less than the daemon is: they could ptrace it.
  *
  * An arena's pages are resident only once written. A freed slot is either

@@ -4,16 +4,25 @@
  * and in two parts, every flipped bit and every truncation refused, fields
  * a valid checksum cannot make acceptable, records of another user, model
  * or block refused as such, absurd sizes refused without overflow, and
- * encoders that never write past their buffer.
+ * encoders that never write past their buffer. docs/FORMAT.md is checked
+ * against the code: its record table and constants, and a manifest and an
+ * export file a daemon wrote, read with the page's own offsets and sizes.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include "daemon_util.h"
+#include "prefixd.h"
 #include "record.h"
 
 enum { BT = 4, PAYLOAD = 100, HEAD = 4096, SIZE = 8192 };
@@ -108,6 +117,104 @@ Test(record, sizes)
 	cr_assert_eq(rec_size(UINT32_MAX, UINT64_MAX), 0);
 }
 
+/* ==== docs/FORMAT.md, read as the tests below read it ==== */
+
+/* The section of FORMAT.md under `heading` (a "## " line), up to the next
+ * such line; malloc'd. */
+static char *format_section(const char *heading)
+{
+	FILE *f = fopen(FORMAT_MD, "r");
+	cr_assert_not_null(f, "cannot open %s", FORMAT_MD);
+	static char all[1 << 17];
+	size_t n = fread(all, 1, sizeof(all) - 1, f);
+	fclose(f);
+	all[n] = 0;
+	size_t hl = strlen(heading);
+	char *s = NULL;
+	for (char *l = all; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (!strncmp(l, heading, hl) && (l[hl] == '\n' || l[hl] == ' ')) {
+			s = l;
+			break;
+		}
+	cr_assert_not_null(s, "%s has no section \"%s\"", FORMAT_MD, heading);
+	char *end = strstr(s + hl, "\n## ");
+	return strndup(s, end ? (size_t)(end - s) + 1 : strlen(s));
+}
+
+/* The value of row `name` of a section's "| property | value |" table,
+ * backquotes dropped and "\0" made a NUL byte: its length, or -1. */
+static int format_prop(const char *sec, const char *name, char *out, size_t cap)
+{
+	char key[96];
+	snprintf(key, sizeof(key), "\n| %s | ", name);
+	const char *p = strstr(sec, key);
+	if (!p)
+		return -1;
+	p += strlen(key);
+	size_t n = 0;
+	for (; *p && *p != '\n' && strncmp(p, " |", 2) && n + 1 < cap; p++) {
+		if (*p == '`')
+			continue;
+		if (p[0] == '\\' && p[1] == '0') {
+			out[n++] = 0;
+			p++;
+		} else {
+			out[n++] = *p;
+		}
+	}
+	out[n] = 0;
+	return (int)n;
+}
+
+static uint64_t format_num(const char *sec, const char *name)
+{
+	char v[64], *end;
+	cr_assert_geq(format_prop(sec, name, v, sizeof(v)), 1, "%s: no \"%s\" in the table", FORMAT_MD,
+		      name);
+	uint64_t x = strtoull(v, &end, 10);
+	cr_assert(end != v && !*end, "%s: \"%s\" is %s, not a number", FORMAT_MD, name, v);
+	return x;
+}
+
+/* The rows "| offset | bytes | ..." with both cells plain numbers of the
+ * k-th run of such rows in a section (a table of fields, up to its first
+ * row of another kind): their count, at most max. */
+static size_t format_fields(const char *sec, int k, unsigned rows[][2], size_t max)
+{
+	size_t n = 0;
+	int run = -1;
+	bool in_run = false;
+	for (const char *l = sec; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		unsigned off, bytes;
+		int end = 0;
+		bool row = sscanf(l, "| %u | %u |%n", &off, &bytes, &end) == 2 && end > 0;
+		if (row && !in_run)
+			run++;
+		in_run = row;
+		if (row && run == k && n < max) {
+			rows[n][0] = off;
+			rows[n][1] = bytes;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* A section's k-th table of fields is `want`, row by row. */
+static void expect_fields(const char *heading, int k, const unsigned want[][2], size_t nwant)
+{
+	char *sec = format_section(heading);
+	unsigned rows[64][2];
+	size_t n = format_fields(sec, k, rows, 64);
+	free(sec);
+	cr_expect_eq(n, nwant, "%s, %s, table %d: %zu rows of fields, the format has %zu",
+		     FORMAT_MD, heading, k, n, nwant);
+	for (size_t i = 0; i < n && i < nwant; i++)
+		cr_expect(rows[i][0] == want[i][0] && rows[i][1] == want[i][1],
+			  "%s, %s, table %d, row %zu: offset %u, %u bytes; the format has %u, %u",
+			  FORMAT_MD, heading, k, i, rows[i][0], rows[i][1], want[i][0], want[i][1]);
+}
+
 /* The fixed header's fields, (offset, bytes), as the test below reads them. */
 static const unsigned header_fields[][2] = {
 	{ 0, 8 },   { 8, 8 },   { 16, 8 },  { 24, 2 },  { 26, 2 },  { 28, 4 },
@@ -115,32 +222,32 @@ static const unsigned header_fields[][2] = {
 	{ 64, 32 }, { 96, 32 }, { 128, 32 }, { 160, 32 },
 };
 
-/* docs/DESIGN.md's table of the record's fields lists these, in this
- * order: the page the format is documented on says what the code does. */
-Test(record, design_md_table_is_the_layout)
+/* docs/FORMAT.md's table of the record's fields lists these, in this
+ * order: the page the format is specified on says what the code does. */
+Test(record, format_md_table_is_the_layout)
 {
-	FILE *f = fopen(DESIGN_MD, "r");
-	cr_assert_not_null(f, "cannot open %s", DESIGN_MD);
-	char line[512];
-	bool in_section = false;
-	size_t n = 0, nfields = sizeof(header_fields) / sizeof(header_fields[0]);
-	while (fgets(line, sizeof(line), f) && n < nfields) {
-		if (!strncmp(line, "### Disk records", 16))
-			in_section = true;
-		unsigned off, bytes;
-		if (in_section && sscanf(line, "| %u | %u |", &off, &bytes) == 2) {
-			cr_expect(off == header_fields[n][0] && bytes == header_fields[n][1],
-				  "row %zu of the table: offset %u, %u bytes; the record has %u, %u", n,
-				  off, bytes, header_fields[n][0], header_fields[n][1]);
-			n++;
-		}
-	}
-	fclose(f);
-	cr_assert_eq(n, nfields, "%s: %zu of the record's %zu fields in its table", DESIGN_MD, n,
-		     nfields);
+	expect_fields("## Records", 0, header_fields, sizeof(header_fields) / sizeof(header_fields[0]));
 }
 
-/* Every field where docs/DESIGN.md puts it, checksums computed with
+/* Its magic, version, sizes and limits are the code's. */
+Test(record, format_md_constants_are_the_code)
+{
+	char *sec = format_section("## Records");
+	char magic[16];
+	struct rec_meta m;
+	uint8_t *b = small_record(&m);
+	cr_expect_eq(format_prop(sec, "magic", magic, sizeof(magic)), 8);
+	cr_expect(!memcmp(magic, b, 8), "%s: the record's magic is not the one written", FORMAT_MD);
+	cr_expect_eq(format_num(sec, "version"), REC_VERSION);
+	cr_expect_eq(format_num(sec, "header size"), REC_HDR_SIZE);
+	cr_expect_eq(format_num(sec, "alignment"), REC_ALIGN);
+	cr_expect_eq(format_num(sec, "max block_tokens"), REC_MAX_BLOCK_TOKENS);
+	cr_expect_eq(format_num(sec, "max payload"), REC_MAX_PAYLOAD);
+	free(b);
+	free(sec);
+}
+
+/* Every field where docs/FORMAT.md puts it, checksums computed with
  * libxxhash directly: the format is the documented one, not merely one
  * this encoder and checker agree on. */
 Test(record, layout_is_the_documented_one)
@@ -553,4 +660,214 @@ Test(record, encode_refuses_bad_input_and_small_buffers)
 	cr_assert(!memcmp(out, big, SIZE));
 	free(big);
 	free(out);
+}
+
+/* ==== The manifest and the export file, as a daemon writes them ==== */
+
+enum { A_BLOCKS = 3, B_BLOCKS = 2, MATCHES = 2, PIN_TTL = 3600 };
+
+struct written {
+	char disk[PATH_MAX];
+	uint8_t *manifest, *export;
+	size_t manifest_len, export_len;
+	uint64_t t0, t1;   /* Unix seconds around the daemon's life */
+	uint64_t exported;
+};
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	uint8_t *b = malloc((size_t)st.st_size + 1);
+	cr_assert(b);
+	cr_assert_eq(pread(fd, b, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return b;
+}
+
+static void prompt_of(uint32_t base, uint32_t blocks, uint32_t *t)
+{
+	for (uint32_t i = 0; i < blocks * TD_BLOCK_TOKENS; i++)
+		t[i] = base + i;
+}
+
+/* A daemon with a disk tier holds chain A (matched MATCHES times, pinned
+ * for PIN_TTL s) and chain B (never matched); it exports all of it and
+ * stops gracefully, which writes the manifest. */
+static void daemon_writes(struct written *w)
+{
+	snprintf(w->disk, sizeof(w->disk), "/tmp/pfx-format-XXXXXX");
+	cr_assert(mkdtemp(w->disk));
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "4", "--disk-dir", w->disk, NULL };
+	w->t0 = (uint64_t)time(NULL);
+	cr_assert_eq(td_start(&td, args), 0);
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
+	uint32_t a[A_BLOCKS * TD_BLOCK_TOKENS], b[B_BLOCKS * TD_BLOCK_TOKENS], stored, dedup;
+	prompt_of(100, A_BLOCKS, a);
+	prompt_of(900, B_BLOCKS, b);
+	cr_assert_eq(td_publish(c, 0, a, 0, A_BLOCKS, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	cr_assert_eq(td_publish(c, 0, b, 0, B_BLOCKS, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	for (int i = 0; i < MATCHES; i++) {
+		uint64_t lease;
+		uint32_t hit;
+		const void *kv[A_BLOCKS];
+		cr_assert_eq(prefixd_match(c, a, A_BLOCKS, &lease, &hit, kv), 0, "%s",
+			     prefixd_errmsg());
+		cr_assert_eq(hit, A_BLOCKS);
+		cr_assert_eq(prefixd_release(c, lease), 0);
+	}
+	struct prefixd_prompt *p;
+	struct prefixd_id id;
+	cr_assert_eq(prefixd_prompt_new(&l, &p), 0);
+	cr_assert_eq(prefixd_prompt_append(p, a, A_BLOCKS * TD_BLOCK_TOKENS), 0);
+	cr_assert_eq(prefixd_prompt_id(p, &id), 0);
+	prefixd_prompt_free(p);
+	cr_assert_eq(prefixd_pin(c, &id, PIN_TTL, NULL), 0, "%s", prefixd_errmsg());
+
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/all.pfx", w->disk);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(prefixd_export(c, NULL, NULL, fd, &w->exported, NULL), 0, "%s",
+		     prefixd_errmsg());
+	close(fd);
+	prefixd_close(c);
+	cr_assert_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM");
+	w->t1 = (uint64_t)time(NULL);
+	w->export = slurp(path, &w->export_len);
+	snprintf(path, sizeof(path), "%s/manifest", w->disk);
+	w->manifest = slurp(path, &w->manifest_len);
+}
+
+static void written_free(struct written *w)
+{
+	char out[256];
+	free(w->manifest);
+	free(w->export);
+	td_sh(out, sizeof(out), "rm -rf '%s'", w->disk);
+}
+
+/* The fields of the manifest's header and of a record's use, as
+ * daemon/restart.c writes them. */
+static const unsigned manifest_fields[][2] = {
+	{ 0, 8 }, { 8, 4 }, { 12, 4 }, { 16, 8 }, { 24, 8 },
+};
+static const unsigned use_fields[][2] = {
+	{ 0, 8 }, { 8, 8 }, { 16, 8 }, { 24, 4 }, { 28, 4 }, { 32, 8 },
+};
+enum { M_MAGIC, M_VERSION, M_BLOCK_TOKENS, M_COUNT, M_RESERVED };
+enum { U_HITS, U_LAST_USE, U_CLOCK, U_FLAGS, U_RESERVED, U_PIN_END };
+
+/* A manifest a daemon wrote is the one FORMAT.md specifies: read with the
+ * page's own offsets, sizes, magic and version, every field holds what it
+ * should. */
+Test(format, the_manifest_is_the_documented_one, .timeout = 120)
+{
+	expect_fields("## The manifest", 0, manifest_fields,
+		      sizeof(manifest_fields) / sizeof(manifest_fields[0]));
+	expect_fields("## The manifest", 1, use_fields, sizeof(use_fields) / sizeof(use_fields[0]));
+
+	struct written w;
+	daemon_writes(&w);
+	char *sec = format_section("## The manifest");
+	unsigned hf[8][2], uf[8][2];
+	cr_assert_eq(format_fields(sec, 0, hf, 8), 5, "%s: the manifest's header has 5 fields", FORMAT_MD);
+	cr_assert_eq(format_fields(sec, 1, uf, 8), 6, "%s: a record's use has 6 fields", FORMAT_MD);
+	char magic[16];
+	size_t hdr = format_num(sec, "header size"), use = format_num(sec, "use size"),
+	       tail = format_num(sec, "trailer size"), head = rec_head_size(TD_BLOCK_TOKENS);
+	const uint8_t *b = w.manifest;
+	cr_assert_gt(w.manifest_len, hdr + tail);
+
+	cr_expect_eq(format_prop(sec, "magic", magic, sizeof(magic)), (int)hf[M_MAGIC][1]);
+	cr_expect(!memcmp(b + hf[M_MAGIC][0], magic, hf[M_MAGIC][1]), "the manifest's magic");
+	cr_expect_eq(le(b + hf[M_VERSION][0], (int)hf[M_VERSION][1]), format_num(sec, "version"));
+	cr_expect_eq(le(b + hf[M_BLOCK_TOKENS][0], (int)hf[M_BLOCK_TOKENS][1]), TD_BLOCK_TOKENS);
+	uint64_t count = le(b + hf[M_COUNT][0], (int)hf[M_COUNT][1]);
+	cr_expect_eq(count, A_BLOCKS + B_BLOCKS, "every record is listed");
+	cr_expect_eq(le(b + hf[M_RESERVED][0], (int)hf[M_RESERVED][1]), 0);
+	cr_assert_eq(w.manifest_len, hdr + count * (head + use) + tail,
+		     "header, %llu entries of a head and its use, trailer", (unsigned long long)count);
+	cr_expect_eq(le(b + w.manifest_len - tail, (int)tail), XXH3_64bits(b, w.manifest_len - tail),
+		     "the trailer is the XXH3-64 of the rest");
+
+	int pin_ends = 0;
+	for (uint64_t i = 0; i < count; i++) {
+		const uint8_t *e = b + hdr + i * (head + use), *u = e + head;
+		struct rec_meta m;
+		const char *why = "";
+		struct rec_expect want = { .block_tokens = TD_BLOCK_TOKENS };
+		cr_assert_eq(rec_check_head(e, head, &want, &m, &why), 0, "entry %llu: %s",
+			     (unsigned long long)i, why);
+		bool in_a = pd_token_at(m.tokens, TD_BLOCK_TOKENS, 0, 0) < 900;
+		cr_expect_eq(le(u + uf[U_HITS][0], (int)uf[U_HITS][1]), in_a ? MATCHES : 0,
+			     "entry %llu: its hits", (unsigned long long)i);
+		uint64_t last = le(u + uf[U_LAST_USE][0], (int)uf[U_LAST_USE][1]);
+		cr_expect(last >= w.t0 - 1 && last <= w.t1 + 1, "entry %llu: last use %llu, not in %llu-%llu",
+			  (unsigned long long)i, (unsigned long long)last, (unsigned long long)w.t0,
+			  (unsigned long long)w.t1);
+		cr_expect_gt(le(u + uf[U_CLOCK][0], (int)uf[U_CLOCK][1]), 0, "entry %llu: its LRU clock",
+			     (unsigned long long)i);
+		uint64_t flags = le(u + uf[U_FLAGS][0], (int)uf[U_FLAGS][1]);
+		bool pin_end = in_a && m.depth == A_BLOCKS - 1;
+		cr_expect_eq(flags, pin_end ? 1 : 0, "entry %llu: flags %llu", (unsigned long long)i,
+			     (unsigned long long)flags);
+		cr_expect_eq(le(u + uf[U_RESERVED][0], (int)uf[U_RESERVED][1]), 0);
+		uint64_t until = le(u + uf[U_PIN_END][0], (int)uf[U_PIN_END][1]);
+		if (pin_end) {
+			pin_ends++;
+			cr_expect(until >= w.t0 + PIN_TTL - 1 && until <= w.t1 + PIN_TTL + 1,
+				  "the pin's end, %llu, is its TTL after it was pinned",
+				  (unsigned long long)until);
+		} else {
+			cr_expect_eq(until, 0, "entry %llu: no pin ends here", (unsigned long long)i);
+		}
+	}
+	cr_expect_eq(pin_ends, 1, "one pin, one entry where it ends");
+	free(sec);
+	written_free(&w);
+}
+
+/* An export file is what FORMAT.md says: no header of its own, whole
+ * records of the documented version back to back, parents first. */
+Test(format, the_export_file_is_the_documented_one, .timeout = 120)
+{
+	struct written w;
+	daemon_writes(&w);
+	char *sec = format_section("## The export file");
+	size_t off = format_num(sec, "header size");
+	uint64_t version = format_num(sec, "record version");
+	cr_expect_eq(version, REC_VERSION);
+	cr_expect_eq(w.exported, A_BLOCKS + B_BLOCKS);
+	uint64_t n = 0;
+	uint32_t depth = 0;
+	while (off < w.export_len) {
+		const uint8_t *r = w.export + off;
+		struct rec_meta m;
+		const char *why = "";
+		struct rec_expect want = { .block_tokens = TD_BLOCK_TOKENS };
+		cr_assert_eq(rec_check_head(r, w.export_len - off, &want, &m, &why), 0,
+			     "record %llu at byte %zu: %s", (unsigned long long)n, off, why);
+		size_t size = rec_size(m.block_tokens, m.payload);
+		cr_assert_leq(size, w.export_len - off, "record %llu is cut short", (unsigned long long)n);
+		cr_assert_eq(rec_check(r, size, &want, &m, &why), 0, "record %llu: %s",
+			     (unsigned long long)n, why);
+		cr_expect_eq(le(r + 24, 2), version);
+		cr_expect_geq(m.depth, depth, "record %llu: depth %u after %u", (unsigned long long)n,
+			      m.depth, depth);
+		depth = m.depth;
+		off += size;
+		n++;
+	}
+	cr_expect_eq(off, w.export_len, "nothing follows the last record");
+	cr_expect_eq(n, w.exported, "%llu records, %llu exported", (unsigned long long)n,
+		     (unsigned long long)w.exported);
+	free(sec);
+	written_free(&w);
 }

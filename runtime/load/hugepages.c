@@ -48,7 +48,7 @@ void huge_read_in(const void *p, size_t size)
 	 * in 2 MiB folios. Left to the load's hashing, two threads faulting in
 	 * tensors at both ends left 12% of a checkpoint in small folios, and
 	 * bf16 decode ran 6-7% slower in the development machine's fast state
-	 * (docs/DESIGN.md, "All of the checkpoint in 2 MiB pages"). Advice: a
+	 * (docs/perf/2026-11-25-huge-pages.md, fourth session). Advice: a
 	 * kernel before 5.14 refuses it, and whoever touches the pages first
 	 * reads them in as before. */
 	(void)madvise((void *)p, size, MADV_POPULATE_READ);

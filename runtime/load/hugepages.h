@@ -3,7 +3,7 @@
  * The weights in 2 MiB pages. Decode streams every weight once a token, and
  * on the development machine it ran faster from a checkpoint whose page
  * cache sat in 2 MiB folios, mapped by PMDs, than from one in small folios
- * (docs/DESIGN.md, "Huge pages"). Whether a file's page cache is in
+ * (docs/perf/2026-11-25-huge-pages.md). Whether a file's page cache is in
  * large folios is decided when the pages are read in: readahead into a
  * mapping advised MADV_HUGEPAGE makes 2 MiB ones when it reads the file
  * front to back (not when threads fault it in here and there), while a

@@ -54,7 +54,7 @@ static int is_payload_failure(const char *why)
 }
 
 /* Seals the checksums the options ask for, at the places the header's own
- * sizes give (docs/DESIGN.md's layout), when they lie within n. */
+ * sizes give (docs/FORMAT.md's layout), when they lie within n. */
 static void reseal(uint8_t *p, size_t n, uint8_t opts)
 {
 	if (n < REC_HDR_SIZE)
