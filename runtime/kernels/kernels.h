@@ -166,7 +166,7 @@ double kern_row_sum(const float *x, int n, double shift, bool square);
  * which at 32 rows is a fifth of the time and leaves 60-70 GFLOP/s a core
  * here with weights streaming from memory; these kernels read W where it
  * is, one broadcast element at a time against x transposed, and reach
- * 90-100 (bench/forward's prefill figures, docs/DESIGN.md).
+ * 90-100 (bench/forward's prefill figures, docs/perf/2026-11-22-forward-f32.md).
  */
 
 #define GEMM_FEW_MAX_T 64
