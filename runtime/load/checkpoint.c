@@ -45,12 +45,12 @@ static int read_json(const char *path, json_object **out, struct pfx_error *err)
 		free(buf);
 		return pfx_errorf(err, -EIO, "%s: read error", path);
 	}
-	const char *why;
+	struct pfx_error why;
 	json_object *o = NULL;
 	int rc = json_parse_object(buf, n, &o, &why);
 	free(buf);
 	if (rc)
-		return pfx_errorf(err, rc, "%s: malformed JSON: %s", path, why);
+		return pfx_errorf(err, rc, "%s: malformed JSON: %s", path, why.msg);
 	*out = o;
 	return 0;
 }

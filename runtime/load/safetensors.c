@@ -262,10 +262,10 @@ int st_open(const char *path, struct st_file **out, struct pfx_error *err)
 				path, (unsigned long long)hlen, f->size, ST_MAX_HEADER);
 		goto fail;
 	}
-	const char *why;
+	struct pfx_error why;
 	rc = json_parse_object((const char *)f->map + 8, hlen, &f->header, &why);
 	if (rc) {
-		pfx_errorf(err, rc, "%s: malformed JSON header: %s", path, why);
+		pfx_errorf(err, rc, "%s: malformed JSON header: %s", path, why.msg);
 		goto fail;
 	}
 	const uint8_t *data = f->map + 8 + hlen;

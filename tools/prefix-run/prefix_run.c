@@ -387,12 +387,12 @@ static int read_json_file(const char *dir, const char *name, json_object **out)
 		free(buf);
 		return -1;
 	}
-	const char *why;
+	struct pfx_error why;
 	int rc = json_parse_object(buf, n, out, &why);
 	free(buf);
 	if (rc) {
 		fprintf(stderr, "prefix-run: %s: malformed JSON: %s (fix it, or give --ignore-eos)\n",
-			path, why);
+			path, why.msg);
 		return -1;
 	}
 	return 1;
