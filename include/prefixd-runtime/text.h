@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Text in, text out: a model folder's tokenizer.json (and
+ * tokenizer_config.json), encoding and decoding exactly as Hugging Face's
+ * tokenizers does, a streaming decoder, and chat templates rendered as
+ * transformers renders them.
+ *
+ * Prompt injection: text that comes from a user (a chat message's content,
+ * an API prompt) is encoded with special-token text treated as plain text
+ * unless the caller asks for Hugging Face's behaviour (PFX_TEXT_PARSE_SPECIAL);
+ * a chat template's own markers are always special tokens.
+ *
+ * Calls return 0 or -errno, with a message in err (pfx_error.h). A loaded
+ * tokenizer is immutable: any number of threads may use it at once.
+ */
+#ifndef PFX_TEXT_H
+#define PFX_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pfx_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pfx_tokenizer;
+
+/* Loads dir/tokenizer.json and, when there, dir/tokenizer_config.json (its
+ * chat_template, bos/eos tokens, clean_up_tokenization_spaces) and
+ * dir/generation_config.json (eos_token_id, one or a list). A component the
+ * tokenizer does not implement is refused by its name (-ENOTSUP), never
+ * encoded wrongly; a malformed file is -EINVAL naming the file and what. */
+int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err);
+/* NULL is fine. */
+void pfx_tokenizer_free(struct pfx_tokenizer *t);
+
+/* Ids 0 .. pfx_tokenizer_vocab_size() - 1 (added tokens included); a model
+ * whose embedding has fewer rows cannot run this tokenizer. */
+size_t pfx_tokenizer_vocab_size(const struct pfx_tokenizer *t);
+/* The token's string as the vocabulary holds it (e.g. "Ġthe", "<0x0A>"),
+ * NULL for an id out of range. */
+const char *pfx_tokenizer_piece(const struct pfx_tokenizer *t, int32_t id);
+/* End-of-sequence ids: generation_config.json's eos_token_id, else the
+ * config's eos_token. *n may be 0. */
+const int32_t *pfx_tokenizer_eos(const struct pfx_tokenizer *t, size_t *n);
+/* Whether id is a special added token (skipped by PFX_TEXT_SKIP_SPECIAL). */
+bool pfx_tokenizer_is_special(const struct pfx_tokenizer *t, int32_t id);
+
+enum pfx_text_flags {
+	/* Encode: add what the post-processor adds (BOS/EOS), as
+	 * add_special_tokens=True does. */
+	PFX_TEXT_ADD_SPECIAL = 1u << 0,
+	/* Encode: match special-token text in the input as special tokens
+	 * (Hugging Face's default). Without it, only non-special added tokens
+	 * are matched in input text. */
+	PFX_TEXT_PARSE_SPECIAL = 1u << 1,
+	/* Decode: leave special tokens out (skip_special_tokens=True). */
+	PFX_TEXT_SKIP_SPECIAL = 1u << 2,
+};
+
+/* A byte range of a text that came from a user: special-token text in it
+ * is plain text, whatever the flags say (the chat template's content). */
+struct pfx_text_span {
+	size_t start, len;
+};
+
+/* Encodes text[0, len) (UTF-8: invalid input is -EILSEQ naming the byte
+ * offset) into *ids (malloc'd, free() it) of *n ids. All of text is a
+ * user's: special tokens are matched in it only with
+ * PFX_TEXT_PARSE_SPECIAL (as pfx_tokenize_spans with one span of all). */
+int pfx_tokenize(const struct pfx_tokenizer *t, const char *text, size_t len, unsigned flags,
+		 int32_t **ids, size_t *n, struct pfx_error *err);
+/* Encodes text of which only the plain spans (sorted, not overlapping) are
+ * a user's: special-token text is a special token outside them, and in
+ * them only with PFX_TEXT_PARSE_SPECIAL. */
+int pfx_tokenize_spans(const struct pfx_tokenizer *t, const char *text, size_t len,
+		       const struct pfx_text_span *plain, size_t nplain, unsigned flags,
+		       int32_t **ids, size_t *n, struct pfx_error *err);
+
+/* Decodes ids into *text (malloc'd, NUL-terminated, free() it) of *len
+ * bytes, as tokenizers' decode with the flags' skip_special_tokens. -EINVAL
+ * for an id out of range. */
+int pfx_detokenize(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+		   char **text, size_t *len, struct pfx_error *err);
+
+/* Streaming decode: text as tokens arrive, never a partial UTF-8 sequence,
+ * and at the end the same text as pfx_detokenize of all the ids. */
+struct pfx_detok_stream;
+int pfx_detok_stream_new(const struct pfx_tokenizer *t, unsigned flags,
+			 struct pfx_detok_stream **out, struct pfx_error *err);
+/* Adds one id; *piece (valid until the next call on s) and *len say the
+ * text that is final now (often empty). */
+int pfx_detok_stream_push(struct pfx_detok_stream *s, int32_t id, const char **piece, size_t *len,
+			  struct pfx_error *err);
+/* The rest of the text (all of it final), then s is spent. */
+int pfx_detok_stream_finish(struct pfx_detok_stream *s, const char **piece, size_t *len,
+			    struct pfx_error *err);
+void pfx_detok_stream_free(struct pfx_detok_stream *s);
+
+/* ==== Chat templates ==== */
+
+struct pfx_chat_message {
+	const char *role;    /* "system", "user", "assistant", ... */
+	const char *content; /* UTF-8, NUL-terminated */
+};
+
+/* Whether the tokenizer folder has a chat template. */
+bool pfx_tokenizer_has_chat_template(const struct pfx_tokenizer *t);
+
+/* Renders the tokenizer's chat template (tokenizer_config.json's
+ * chat_template; a named list's "default") over messages, as transformers'
+ * apply_chat_template(tokenize=False, add_generation_prompt=...) does:
+ * *text (malloc'd, NUL-terminated) of *len bytes, and, when spans is not
+ * NULL, *spans (malloc'd) of *nspans ranges of it that came from the
+ * messages' contents. A template that uses what the interpreter lacks, or
+ * raises an exception, is -ENOTSUP / -EINVAL naming it and the template
+ * line. */
+int pfx_chat_render(const struct pfx_tokenizer *t, const struct pfx_chat_message *m, size_t n,
+		    bool add_generation_prompt, char **text, size_t *len,
+		    struct pfx_text_span **spans, size_t *nspans, struct pfx_error *err);
+
+/* Renders and encodes a chat: the template's markers as special tokens,
+ * the contents as plain text unless PFX_TEXT_PARSE_SPECIAL (flags as
+ * pfx_tokenize; transformers adds no BOS/EOS of its own to a rendered
+ * chat, so neither does this without PFX_TEXT_ADD_SPECIAL). */
+int pfx_chat_encode(const struct pfx_tokenizer *t, const struct pfx_chat_message *m, size_t n,
+		    bool add_generation_prompt, unsigned flags, int32_t **ids, size_t *nids,
+		    struct pfx_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
