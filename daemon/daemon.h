@@ -12,14 +12,14 @@
 #include "partition.h"
 #include "shared.h"
 
-struct pd_tier;
+struct tier;
 
 /* Lock order: a partitions' lock and the index's are never held together;
  * the index's is taken last of all (stores run under it). */
 struct daemon {
 	struct partitions parts;  /* arenas, and the budget */
-	struct pd_index *idx;     /* every block of every user and model */
-	struct pd_tier *tier;     /* the disk tier; NULL: none */
+	struct idx *idx;     /* every block of every user and model */
+	struct tier *tier;     /* the disk tier; NULL: none */
 	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */

@@ -64,7 +64,7 @@
  * takes it again before a woken MATCH runs (measured: a MATCH stalled for
  * a whole 750 ms eviction). Admin rounds therefore step aside while
  * requests wait (admin_yield). */
-static void hot_lock(struct pd_index *x)
+static void hot_lock(struct idx *x)
 {
 	/* Uncontended, nobody waits: no shared counter to touch. */
 	if (!pthread_mutex_trylock(&x->lock))
@@ -76,19 +76,19 @@ static void hot_lock(struct pd_index *x)
 
 /* ==== The index ==== */
 
-void idx_set_tier(struct pd_index *x, const struct idx_tier *tier)
+void idx_set_tier(struct idx *x, const struct idx_tier *tier)
 {
 	x->tier = *tier;
 }
 
 int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
-	    struct pd_index **out)
+	    struct idx **out)
 {
 	if (!block_tokens || key_bytes < 1 || key_bytes > IDX_HASH_BYTES)
 		return -EINVAL;
 	if (sodium_init() < 0)
 		return -EIO;
-	struct pd_index *x = calloc(1, sizeof(*x));
+	struct idx *x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
 	randombytes_buf(x->bucket_key, sizeof(x->bucket_key));
@@ -103,7 +103,7 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	return 0;
 }
 
-void idx_free(struct pd_index *x)
+void idx_free(struct idx *x)
 {
 	if (!x)
 		return;
@@ -146,7 +146,7 @@ void idx_free(struct pd_index *x)
 
 /* ==== LRU lists and the dirty queue (lock held) ==== */
 
-static struct list *list_of(struct pd_index *x, const struct entry *e, int w)
+static struct list *list_of(struct idx *x, const struct entry *e, int w)
 {
 	switch (w) {
 	case LRU_ALL: return &x->lru;
@@ -240,7 +240,7 @@ static bool mem_evictable(const struct entry *e)
 
 /* The memory lists e is on when evictable: the first pair (LRU_ALL),
  * unless it would leave unwritten while there is a tier (LRU_UALL). */
-static int mem_pair(const struct pd_index *x, const struct entry *e)
+static int mem_pair(const struct idx *x, const struct entry *e)
 {
 	return x->tier.drop && !e->disk ? LRU_UALL : LRU_ALL;
 }
@@ -251,7 +251,7 @@ static bool disk_evictable(const struct entry *e)
 	return e->disk && !e->resident && !e->children && !held(e) && !e->imports;
 }
 
-static void set_on(struct pd_index *x, struct entry *e, int w, bool want)
+static void set_on(struct idx *x, struct entry *e, int w, bool want)
 {
 	if (want == e->on[w])
 		return;
@@ -263,7 +263,7 @@ static void set_on(struct pd_index *x, struct entry *e, int w, bool want)
 }
 
 /* Puts e on or off the LRU lists after its state changed. */
-void idx_do_update(struct pd_index *x, struct entry *e)
+void idx_do_update(struct idx *x, struct entry *e)
 {
 	bool m = mem_evictable(e);
 	int pair = mem_pair(x, e);
@@ -274,7 +274,7 @@ void idx_do_update(struct pd_index *x, struct entry *e)
 	set_on(x, e, LRU_DISK, disk_evictable(e));
 }
 
-static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
+static void do_touch(struct idx *x, struct entry *e, uint64_t now)
 {
 	e->use = ++x->clock;
 	e->used_s = now;
@@ -287,7 +287,7 @@ static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
 
 /* Queues a new resident block for the tier to write, after every block
  * queued before it: a parent is queued before its children. */
-static void do_dirty(struct pd_index *x, struct entry *e)
+static void do_dirty(struct idx *x, struct entry *e)
 {
 	if (!x->tier.drop || e->on[Q_DIRTY])
 		return;
@@ -302,7 +302,7 @@ static void do_dirty(struct pd_index *x, struct entry *e)
  * first queued: a batch that failed goes back in its order, parents
  * before children (one at a time at the front reversed it, and the next
  * write put children on disk before their parents). */
-static void do_requeue(struct pd_index *x, struct entry *e)
+static void do_requeue(struct idx *x, struct entry *e)
 {
 	struct entry *after = NULL;
 	for (struct entry *o = x->dirty.oldest; o && o->qseq < e->qseq; o = o->l[Q_DIRTY].newer)
@@ -312,7 +312,7 @@ static void do_requeue(struct pd_index *x, struct entry *e)
 	x->ndirty++;
 }
 
-static void do_undirty(struct pd_index *x, struct entry *e)
+static void do_undirty(struct idx *x, struct entry *e)
 {
 	if (!e->on[Q_DIRTY])
 		return;
@@ -326,7 +326,7 @@ static void do_undirty(struct pd_index *x, struct entry *e)
 /* Keyed (SipHash): keys are chain hashes anyone can compute, so an
  * unkeyed bucket would tell a user paging through LIST with cursors of
  * their choosing whether a guessed prompt of another user is cached. */
-static size_t bucket_of(const struct pd_index *x, uint32_t ns, const uint8_t *key)
+static size_t bucket_of(const struct idx *x, uint32_t ns, const uint8_t *key)
 {
 	uint8_t in[4 + IDX_HASH_BYTES], h[crypto_shorthash_BYTES];
 	memcpy(in, &ns, 4);
@@ -337,7 +337,7 @@ static size_t bucket_of(const struct pd_index *x, uint32_t ns, const uint8_t *ke
 	return (size_t)(v & (NBUCKETS - 1));
 }
 
-struct entry *idx_do_find(const struct pd_index *x, uint32_t ns, const uint8_t *key)
+struct entry *idx_do_find(const struct idx *x, uint32_t ns, const uint8_t *key)
 {
 	for (struct entry *e = x->buckets[bucket_of(x, ns, key)]; e; e = e->hnext)
 		if (e->g->ns == ns && !memcmp(e->key, key, IDX_HASH_BYTES))
@@ -346,7 +346,7 @@ struct entry *idx_do_find(const struct pd_index *x, uint32_t ns, const uint8_t *
 }
 
 /* The exact test: same tokens, same parent (or same root context). */
-static int do_confirms(const struct pd_index *x, const struct entry *e, const struct entry *parent,
+static int do_confirms(const struct idx *x, const struct entry *e, const struct entry *parent,
 		       const struct idx_group *g, const uint32_t *tokens)
 {
 	if (e->parent != parent)
@@ -356,21 +356,21 @@ static int do_confirms(const struct pd_index *x, const struct entry *e, const st
 	return !memcmp(e->tokens, tokens, x->block_tokens * sizeof(uint32_t));
 }
 
-static void lease_add(struct pd_index *x, struct entry *e)
+static void lease_add(struct idx *x, struct entry *e)
 {
 	if (!e->leases++)
 		x->st.leased_bytes += e->g->store.slot_bytes;
 	idx_do_update(x, e);
 }
 
-static void lease_drop(struct pd_index *x, struct entry *e)
+static void lease_drop(struct idx *x, struct entry *e)
 {
 	if (!--e->leases)
 		x->st.leased_bytes -= e->g->store.slot_bytes;
 	idx_do_update(x, e);
 }
 
-static void do_group_gc(struct pd_index *x, struct idx_group *g)
+static void do_group_gc(struct idx *x, struct idx_group *g)
 {
 	if (g->refs || g->blocks)
 		return;
@@ -395,7 +395,7 @@ static void do_group_gc(struct pd_index *x, struct idx_group *g)
  * became evictable by it takes its place there (O(1), where inserting by
  * its own use walks them): the prefix was in use as long as its last
  * continuation was. */
-static void do_leave_memory_lists(struct pd_index *x, struct entry *e)
+static void do_leave_memory_lists(struct idx *x, struct entry *e)
 {
 	struct entry *p = e->parent;
 	int k = e->on[LRU_ALL] ? LRU_ALL : e->on[LRU_UALL] ? LRU_UALL : -1;
@@ -416,7 +416,7 @@ static void do_leave_memory_lists(struct pd_index *x, struct entry *e)
 }
 
 /* e's slot goes back to its store (punch: and its memory to the budget). */
-static void do_unreside(struct pd_index *x, struct entry *e, bool punch)
+static void do_unreside(struct idx *x, struct entry *e, bool punch)
 {
 	struct idx_group *g = e->g;
 	e->resident = false;
@@ -430,7 +430,7 @@ static void do_unreside(struct pd_index *x, struct entry *e, bool punch)
 	g->resident--;
 }
 
-static void do_reside(struct pd_index *x, struct entry *e, struct idx_loc loc)
+static void do_reside(struct idx *x, struct entry *e, struct idx_loc loc)
 {
 	struct idx_group *g = e->g;
 	e->loc = loc;
@@ -444,7 +444,7 @@ static void do_reside(struct pd_index *x, struct entry *e, struct idx_loc loc)
 }
 
 /* e's record is deleted (by the tier, later) and no longer counted. */
-static void do_drop_record(struct pd_index *x, struct entry *e)
+static void do_drop_record(struct idx *x, struct entry *e)
 {
 	e->disk = false;
 	x->tier.drop(x->tier.ctx, e->g->ns, e->hash);
@@ -455,7 +455,7 @@ static void do_drop_record(struct pd_index *x, struct entry *e)
 /* Removes a removable entry; its parent may become evictable, and goes
  * too if it was hollow. Returns the nearest ancestor still in the index
  * (NULL: none): the ones it took are freed. */
-struct entry *idx_do_remove(struct pd_index *x, struct entry *e, bool punch)
+struct entry *idx_do_remove(struct idx *x, struct entry *e, bool punch)
 {
 	for (;;) {
 		struct idx_group *g = e->g;
@@ -492,7 +492,7 @@ struct entry *idx_do_remove(struct pd_index *x, struct entry *e, bool punch)
 }
 
 /* A resident block with a record leaves memory only. */
-static void do_to_disk(struct pd_index *x, struct entry *e, bool punch)
+static void do_to_disk(struct idx *x, struct entry *e, bool punch)
 {
 	do_unreside(x, e, punch);
 	do_leave_memory_lists(x, e);
@@ -506,7 +506,7 @@ static void do_to_disk(struct pd_index *x, struct entry *e, bool punch)
 /* Evicts the oldest entry of L for group g's next block. Memory moves
  * between stores only through the budget: a victim of another store
  * gives its pages back. -ENOENT when L is empty. */
-static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_group *g)
+static int do_evict_from(struct idx *x, struct list *L, const struct idx_group *g)
 {
 	struct entry *v = L->oldest;
 	if (!v)
@@ -543,7 +543,7 @@ static void tier_deadline(struct timespec *until)
  * (the writer is then taken for stuck until it writes one: a disk that
  * hangs in the middle of a write would otherwise cost every publish, and
  * a --disk-sync one every block, TIER_WAIT_MS of its worker). */
-static bool do_wait_tier(struct pd_index *x)
+static bool do_wait_tier(struct idx *x)
 {
 	if (!x->tier.drop || x->tier_hung ||
 	    !(x->nwriting || (x->ndirty && !x->tier_stuck)))
@@ -566,7 +566,7 @@ static bool do_wait_tier(struct pd_index *x)
  * publish that still copies e's bytes (this one found e being filled and
  * counts it as there; a kill -9 before its record would lose a block
  * confirmed to both), at most TIER_WAIT_MS. true: look again. */
-static bool do_wait_record(struct pd_index *x, struct entry *e)
+static bool do_wait_record(struct idx *x, struct entry *e)
 {
 	if (e->disk)
 		return false;
@@ -584,7 +584,7 @@ static bool do_wait_record(struct pd_index *x, struct entry *e)
 
 /* Room for a record of `bytes` within the disk budget: the least recently
  * used blocks held only on disk go. -ENOSPC when there are none left. */
-static int do_disk_room(struct pd_index *x, uint64_t bytes)
+static int do_disk_room(struct idx *x, uint64_t bytes)
 {
 	while (x->st.disk_bytes + bytes > x->lim.disk_budget) {
 		struct entry *v = x->disk_lru.oldest;
@@ -600,7 +600,7 @@ static int do_disk_room(struct pd_index *x, uint64_t bytes)
  * (a full disk or disk budget) and writes none now, or they are not
  * queued (their writes failed for good). Only then may one leave memory
  * unwritten. */
-static bool do_tier_cannot(const struct pd_index *x)
+static bool do_tier_cannot(const struct idx *x)
 {
 	return !x->nwriting && (x->tier_stuck || !x->ndirty);
 }
@@ -609,7 +609,7 @@ static bool do_tier_cannot(const struct pd_index *x)
  * (from `written`); else, when the caller may, a wait for the writer;
  * else an unwritten one (from `unwritten`) when the writer cannot write
  * it. true: something changed, look for a slot again. */
-static bool do_make_room(struct pd_index *x, struct list *written, struct list *unwritten,
+static bool do_make_room(struct idx *x, struct list *written, struct list *unwritten,
 			 const struct idx_group *g, bool may_wait)
 {
 	return !do_evict_from(x, written, g) || (may_wait && do_wait_tier(x)) ||
@@ -625,7 +625,7 @@ static bool do_make_room(struct pd_index *x, struct list *written, struct list *
  * memory only once it is on disk; a MATCH's restore gets no slot then.
  * The oldest unwritten block goes only when the writer cannot write it
  * (do_tier_cannot), counted. */
-static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
+static int do_alloc(struct idx *x, struct idx_group *g, struct entry *keep,
 		    struct idx_loc *loc, bool may_wait)
 {
 	uint64_t slot = g->store.slot_bytes;
@@ -658,7 +658,7 @@ static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
 
 /* ==== Leases (lock held) ==== */
 
-static struct lease **do_lease_slot(struct pd_index *x, uint64_t id)
+static struct lease **do_lease_slot(struct idx *x, uint64_t id)
 {
 	struct lease **pp = &x->leases[id % LEASE_BUCKETS];
 	while (*pp && (*pp)->id != id)
@@ -668,7 +668,7 @@ static struct lease **do_lease_slot(struct pd_index *x, uint64_t id)
 
 /* ==== Groups ==== */
 
-int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t *fingerprint,
+int idx_group_get(struct idx *x, const struct idx_root *root, const uint8_t *fingerprint,
 		  const struct idx_store *store, struct idx_group **out)
 {
 	int rc = 0;
@@ -715,7 +715,7 @@ bool idx_group_has_store(const struct idx_group *g, const void *store_ctx)
 	return g->store.ctx == store_ctx; /* set once, when the group is made */
 }
 
-void idx_group_put(struct pd_index *x, struct idx_group *g)
+void idx_group_put(struct idx *x, struct idx_group *g)
 {
 	if (!g)
 		return;
@@ -727,7 +727,7 @@ void idx_group_put(struct pd_index *x, struct idx_group *g)
 
 /* ==== MATCH and RELEASE ==== */
 
-void idx_do_fill_block(const struct pd_index *x, const struct entry *e, struct idx_block *b)
+void idx_do_fill_block(const struct idx *x, const struct entry *e, struct idx_block *b)
 {
 	const struct idx_group *g = e->g;
 	(void)x;
@@ -747,7 +747,7 @@ void idx_do_fill_block(const struct pd_index *x, const struct entry *e, struct i
 	b->resident = e->resident;
 }
 
-int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
+int idx_match(struct idx *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
 	      uint32_t *hit, struct idx_block *fetch, uint32_t *nfetch)
 {
@@ -838,7 +838,7 @@ static bool record_bad(int rc)
 	       rc == -ENODATA;
 }
 
-void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
+void idx_restored(struct idx *x, uint64_t *lease, uint32_t *hit,
 		  const struct idx_block *fetch, uint32_t nfetch, const int *ok)
 {
 	hot_lock(x);
@@ -893,7 +893,7 @@ void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
 	pthread_mutex_unlock(&x->lock);
 }
 
-int idx_release(struct pd_index *x, uint64_t lease)
+int idx_release(struct idx *x, uint64_t lease)
 {
 	hot_lock(x);
 	struct lease **pp = do_lease_slot(x, lease), *l = *pp;
@@ -916,7 +916,7 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	return l ? 0 : -ENOENT;
 }
 
-void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count)
+void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count)
 {
 	pthread_mutex_lock(&x->lock);
 	x->st.misses--;
@@ -929,7 +929,7 @@ void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count)
 
 /* Files a new entry e (zeroed) for a block after `parent` (NULL: g's
  * root): its names, tokens and place in the forest, last used now. */
-static void do_link(struct pd_index *x, struct entry *e, struct idx_group *g,
+static void do_link(struct idx *x, struct entry *e, struct idx_group *g,
 		    struct entry *parent, const uint8_t *key, const uint8_t *hash,
 		    const uint32_t *t, uint64_t now)
 {
@@ -954,7 +954,7 @@ static void do_link(struct pd_index *x, struct entry *e, struct idx_group *g,
 /* The parent block b names, as its chain was: in g, one block shallower,
  * with that hash. true and *parent (NULL at depth 0), or false when it is
  * not there. */
-static bool do_parent_of(const struct pd_index *x, const struct idx_group *g,
+static bool do_parent_of(const struct idx *x, const struct idx_group *g,
 			 const struct idx_block *b, struct entry **parent)
 {
 	uint8_t pkey[IDX_HASH_BYTES];
@@ -975,7 +975,7 @@ static bool do_parent_of(const struct pd_index *x, const struct idx_group *g,
  * evicts it) with a slot in e->loc, for do_publish to fill without the
  * lock. -EEXIST (its key is another prompt's), do_alloc's -ENOSPC or
  * -EDQUOT, or -ENOMEM. */
-static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *parent,
+static int do_reserve(struct idx *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hash, const uint32_t *t, uint64_t now, struct entry **out,
 		      bool *dedup)
 {
@@ -1045,7 +1045,7 @@ struct placed {
  * publish placed nothing or `from` is gone; every lease taken is then
  * given back.
  */
-static uint64_t do_lease_chain(struct pd_index *x, uint64_t from, struct entry **chain, uint32_t n)
+static uint64_t do_lease_chain(struct idx *x, uint64_t from, struct entry **chain, uint32_t n)
 {
 	const struct lease *f = from ? *do_lease_slot(x, from) : NULL;
 	uint32_t nf = f ? f->n : 0;
@@ -1069,7 +1069,7 @@ static uint64_t do_lease_chain(struct pd_index *x, uint64_t from, struct entry *
 /* Copies the blocks of [0, *end) that are mine and not yet filled, in
  * order, without the lock (held on entry and on return). A failed copy
  * ends the run there: *end and *end_rc say where and why. */
-static void do_fill(struct pd_index *x, struct placed *p, uint32_t *end, int *end_rc,
+static void do_fill(struct idx *x, struct placed *p, uint32_t *end, int *end_rc,
 		    int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx)
 {
 	pthread_mutex_unlock(&x->lock);
@@ -1102,7 +1102,7 @@ static void do_fill(struct pd_index *x, struct placed *p, uint32_t *end, int *en
  * is hollow and this publish fills it with its own bytes instead (its
  * blocks below would otherwise hang under a hole no MATCH crosses).
  */
-static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *parent,
+static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		      int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		      uint32_t *stored, uint32_t *dedup, uint64_t from, uint64_t *lease_out)
@@ -1205,7 +1205,7 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 	return end_rc;
 }
 
-int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
+int idx_publish(struct idx *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup)
@@ -1214,7 +1214,7 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 				  NULL);
 }
 
-int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
+int idx_publish_leased(struct idx *x, struct idx_group *g, uint64_t lease,
 		       const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		       uint32_t *stored, uint32_t *dedup, uint64_t *lease_out)
@@ -1237,7 +1237,7 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
 			  lease_out);
 }
 
-int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
+int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
 	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
 	       struct idx_held *h)
 {
@@ -1275,7 +1275,7 @@ int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *
 	return rc;
 }
 
-void idx_import_end(struct pd_index *x, struct idx_held *h)
+void idx_import_end(struct idx *x, struct idx_held *h)
 {
 	pthread_mutex_lock(&x->lock);
 	/* Children first: each then enters the LRU lists before its parent. */
@@ -1293,7 +1293,7 @@ void idx_import_end(struct pd_index *x, struct idx_held *h)
 
 /* ==== The disk tier: spill, and load at start ==== */
 
-uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
+uint32_t idx_spill_take(struct idx *x, struct idx_block *out, uint32_t max,
 			uint64_t max_bytes)
 {
 	uint32_t n = 0;
@@ -1333,7 +1333,7 @@ uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
 	return n;
 }
 
-void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
+void idx_spilled(struct idx *x, const struct idx_block *b, int rc)
 {
 	pthread_mutex_lock(&x->lock);
 	struct entry *e = (struct entry *)b->ref;
@@ -1371,7 +1371,7 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 	pthread_mutex_unlock(&x->lock);
 }
 
-uint64_t idx_dirty(struct pd_index *x)
+uint64_t idx_dirty(struct idx *x)
 {
 	pthread_mutex_lock(&x->lock);
 	uint64_t n = x->ndirty;
@@ -1379,7 +1379,7 @@ uint64_t idx_dirty(struct pd_index *x)
 	return n;
 }
 
-int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
+int idx_load(struct idx *x, struct idx_group *g, const struct idx_block *b)
 {
 	uint8_t key[IDX_HASH_BYTES];
 	struct entry *parent;
@@ -1423,7 +1423,7 @@ out:
 	return rc;
 }
 
-void idx_count_corrupt(struct pd_index *x, uint64_t n)
+void idx_count_corrupt(struct idx *x, uint64_t n)
 {
 	pthread_mutex_lock(&x->lock);
 	x->st.disk_corrupt += n;

@@ -31,7 +31,7 @@
  * the lock first, for at most ADMIN_YIELD_NS, so that a steady stream of
  * MATCHes cannot stop an eviction either. */
 #define ADMIN_YIELD_NS 2000000
-static void admin_yield(struct pd_index *x)
+static void admin_yield(struct idx *x)
 {
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -45,14 +45,14 @@ static void admin_yield(struct pd_index *x)
 
 /* ==== PIN, UNPIN, and the pins' TTLs ==== */
 
-static struct entry *do_find_id(struct pd_index *x, const struct pd_id *id)
+static struct entry *do_find_id(struct idx *x, const struct pd_id *id)
 {
 	uint8_t key[IDX_HASH_BYTES];
 	make_key(x, id->key, key);
 	return idx_do_find(x, id->uid, key);
 }
 
-static void pin_add(struct pd_index *x, struct entry *e)
+static void pin_add(struct idx *x, struct entry *e)
 {
 	if (!e->pins++) {
 		x->st.pinned_bytes += e->g->store.slot_bytes;
@@ -61,7 +61,7 @@ static void pin_add(struct pd_index *x, struct entry *e)
 	idx_do_update(x, e);
 }
 
-static void pin_drop(struct pd_index *x, struct entry *e)
+static void pin_drop(struct idx *x, struct entry *e)
 {
 	if (!--e->pins) {
 		x->st.pinned_bytes -= e->g->store.slot_bytes;
@@ -70,7 +70,7 @@ static void pin_drop(struct pd_index *x, struct entry *e)
 	idx_do_update(x, e);
 }
 
-static void do_unpin(struct pd_index *x, struct pin **pp)
+static void do_unpin(struct idx *x, struct pin **pp)
 {
 	struct pin *p = *pp;
 	*pp = p->next;
@@ -83,7 +83,7 @@ static void do_unpin(struct pd_index *x, struct pin **pp)
 	free(p);
 }
 
-void idx_do_expire(struct pd_index *x)
+void idx_do_expire(struct idx *x)
 {
 	uint64_t now = now_ms();
 	for (struct pin **pp = &x->pins; *pp;) {
@@ -96,7 +96,7 @@ void idx_do_expire(struct pd_index *x)
 	}
 }
 
-static const struct pin *do_pin_of(const struct pd_index *x, const struct entry *e)
+static const struct pin *do_pin_of(const struct idx *x, const struct entry *e)
 {
 	for (const struct pin *p = x->pins; p; p = p->next)
 		if (p->e == e)
@@ -104,7 +104,7 @@ static const struct pin *do_pin_of(const struct pd_index *x, const struct entry 
 	return NULL;
 }
 
-static uint64_t do_ns_pinned(const struct pd_index *x, uint32_t ns)
+static uint64_t do_ns_pinned(const struct idx *x, uint32_t ns)
 {
 	uint64_t sum = 0;
 	for (const struct idx_group *g = x->groups; g; g = g->next)
@@ -113,12 +113,12 @@ static uint64_t do_ns_pinned(const struct pd_index *x, uint32_t ns)
 	return sum;
 }
 
-int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
+int idx_pin(struct idx *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
 {
 	return idx_pin_ns(x, id, ttl_s, UINT64_MAX, pinned_bytes);
 }
 
-int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
+int idx_pin_ns(struct idx *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
 	       uint64_t *pinned_bytes)
 {
 	int rc = 0;
@@ -169,7 +169,7 @@ out:
 	return rc;
 }
 
-int idx_unpin(struct pd_index *x, const struct pd_id *id)
+int idx_unpin(struct idx *x, const struct pd_id *id)
 {
 	int rc = -ENOENT;
 	pthread_mutex_lock(&x->lock);
@@ -185,7 +185,7 @@ int idx_unpin(struct pd_index *x, const struct pd_id *id)
 	return rc;
 }
 
-void idx_expire(struct pd_index *x)
+void idx_expire(struct idx *x)
 {
 	pthread_mutex_lock(&x->lock);
 	idx_do_expire(x);
@@ -194,7 +194,7 @@ void idx_expire(struct pd_index *x)
 
 /* ==== Stats and usage ==== */
 
-void idx_get_stats(struct pd_index *x, struct idx_stats *out)
+void idx_get_stats(struct idx *x, struct idx_stats *out)
 {
 	pthread_mutex_lock(&x->lock);
 	idx_do_expire(x);
@@ -211,12 +211,12 @@ static bool in_view(const struct idx_view *v, uint32_t ns)
 	return !v;
 }
 
-int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
+int idx_usage(struct idx *x, struct pd_usage **rows, uint32_t *n)
 {
 	return idx_usage_in(x, NULL, rows, n);
 }
 
-int idx_usage_in(struct pd_index *x, const struct idx_view *view, struct pd_usage **rows,
+int idx_usage_in(struct idx *x, const struct idx_view *view, struct pd_usage **rows,
 		 uint32_t *n)
 {
 	pthread_mutex_lock(&x->lock);
@@ -256,7 +256,7 @@ int idx_usage_in(struct pd_index *x, const struct idx_view *view, struct pd_usag
 
 /* ==== LIST ==== */
 
-static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now,
+static void do_row(const struct idx *x, const struct entry *e, uint64_t now,
 		   struct pd_chain_row *r)
 {
 	const struct idx_group *g = e->g;
@@ -278,13 +278,13 @@ static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now
 		r->pin_ttl_s = p->expires_ms > ms ? (uint32_t)((p->expires_ms - ms + 999) / 1000) : 0;
 }
 
-void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
+void idx_list(struct idx *x, const struct pd_list *req, struct pd_chain_row *rows,
 	      uint32_t *nrows, uint64_t *next)
 {
 	idx_list_in(x, req, NULL, rows, nrows, next);
 }
 
-void idx_list_in(struct pd_index *x, const struct pd_list *req, const struct idx_view *view,
+void idx_list_in(struct idx *x, const struct pd_list *req, const struct idx_view *view,
 		 struct pd_chain_row *rows, uint32_t *nrows, uint64_t *next)
 {
 	/* The cursor: bucket in the high half, position in its chain below. */
@@ -344,7 +344,7 @@ static int selected(const struct entry *e, const struct pd_evict *sel, const uin
 }
 
 /* Returns idx_do_remove's: the nearest ancestor left. */
-static struct entry *do_admin_remove(struct pd_index *x, struct entry *e,
+static struct entry *do_admin_remove(struct idx *x, struct entry *e,
 				     struct pd_evict_reply *out)
 {
 	out->blocks++;
@@ -386,7 +386,7 @@ static int round_full(const struct evict_round *r)
 /* Evicts e and then its selected ancestors as they become leaves; when the
  * round is full, the next one is left pending (by id: it may be gone when
  * the next round comes). */
-static void do_evict_chain(struct pd_index *x, struct entry *e, struct evict_round *r)
+static void do_evict_chain(struct idx *x, struct entry *e, struct evict_round *r)
 {
 	while (e && removable(e) && selected(e, r->sel, r->ns, r->now)) {
 		if (round_full(r)) {
@@ -407,7 +407,7 @@ static void do_evict_chain(struct pd_index *x, struct entry *e, struct evict_rou
 
 /* One round over buckets [*b, ...): selected evictable leaves, with their
  * chains, until ROUND_ENTRIES were looked at or the round is full. */
-static void do_evict_round(struct pd_index *x, uint64_t *b, struct evict_round *r)
+static void do_evict_round(struct idx *x, uint64_t *b, struct evict_round *r)
 {
 	r->blocks = r->bytes = 0;
 	if (r->has_pending) {
@@ -448,12 +448,12 @@ static void do_count_kept(const struct entry *e, struct pd_evict_reply *out)
 		out->kept_parent++;
 }
 
-int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out)
+int idx_evict(struct idx *x, const struct pd_evict *sel, struct pd_evict_reply *out)
 {
 	return idx_evict_ns(x, sel, NULL, out);
 }
 
-int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t *ns,
+int idx_evict_ns(struct idx *x, const struct pd_evict *sel, const uint32_t *ns,
 		 struct pd_evict_reply *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -512,7 +512,7 @@ static bool export_selected(const struct entry *e, const struct pd_export *sel)
 	return !(sel->flags & PD_EXPORT_MODEL) || !memcmp(e->g->fp, sel->fp, PD_FP_SIZE);
 }
 
-static int push_block(const struct pd_index *x, const struct entry *e, struct idx_block **v,
+static int push_block(const struct idx *x, const struct entry *e, struct idx_block **v,
 		      size_t *k, size_t *cap)
 {
 	if (*k == *cap) {
@@ -532,7 +532,7 @@ static int by_depth(const void *a, const void *b)
 	return (x->depth > y->depth) - (x->depth < y->depth);
 }
 
-int idx_export_take(struct pd_index *x, const struct pd_export *sel, struct idx_block **out,
+int idx_export_take(struct idx *x, const struct pd_export *sel, struct idx_block **out,
 		    uint32_t *n)
 {
 	int rc = 0;
@@ -578,7 +578,7 @@ out:
 	return 0;
 }
 
-void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
+void idx_export_done(struct idx *x, struct idx_block *b, uint32_t n)
 {
 	pthread_mutex_lock(&x->lock);
 	for (uint32_t i = 0; i < n; i++) {
@@ -600,7 +600,7 @@ void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
 	free(b);
 }
 
-int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
+int idx_each_record(struct idx *x, int (*fn)(void *ctx, const struct idx_block *b),
 		    void *ctx)
 {
 	int rc = 0;

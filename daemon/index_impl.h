@@ -110,7 +110,7 @@ struct pin {
 #define LEASE_BUCKETS 1024
 #define NBUCKETS (1u << 16)
 
-struct pd_index {
+struct idx {
 	pthread_mutex_t lock;
 	atomic_uint waiting;          /* requests waiting for the lock (hot_lock) */
 	uint32_t block_tokens;
@@ -170,24 +170,24 @@ static inline bool hollow(const struct entry *e)
 	return !e->resident && !e->disk && !e->restoring;
 }
 
-static inline void make_key(const struct pd_index *x, const uint8_t *hash, uint8_t key[IDX_HASH_BYTES])
+static inline void make_key(const struct idx *x, const uint8_t *hash, uint8_t key[IDX_HASH_BYTES])
 {
 	memset(key, 0, IDX_HASH_BYTES);
 	memcpy(key, hash, (size_t)x->key_bytes);
 }
 
 /* index.c */
-struct entry *idx_do_find(const struct pd_index *x, uint32_t ns, const uint8_t *key);
+struct entry *idx_do_find(const struct idx *x, uint32_t ns, const uint8_t *key);
 /* Puts e on or off the LRU lists after its state changed. */
-void idx_do_update(struct pd_index *x, struct entry *e);
+void idx_do_update(struct idx *x, struct entry *e);
 /* Removes a removable entry, and the hollow ancestors it leaves
  * removable; returns the nearest ancestor still in the index. */
-struct entry *idx_do_remove(struct pd_index *x, struct entry *e, bool punch);
+struct entry *idx_do_remove(struct idx *x, struct entry *e, bool punch);
 /* e as the tier and exports see it (ref: e). */
-void idx_do_fill_block(const struct pd_index *x, const struct entry *e, struct idx_block *b);
+void idx_do_fill_block(const struct idx *x, const struct entry *e, struct idx_block *b);
 
 /* index_admin.c */
 /* Ends the pins whose TTL has run out. */
-void idx_do_expire(struct pd_index *x);
+void idx_do_expire(struct idx *x);
 
 #endif

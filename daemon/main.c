@@ -281,7 +281,7 @@ int main(int argc, char **argv)
 			cfg.block_tokens = (uint32_t)v;
 			break;
 		case 'g':
-			if (id_of_group(optarg, &cfg.group))
+			if (shared_group_id(optarg, &cfg.group))
 				return bad("--group: no group '%s'", optarg);
 			cfg.has_group = 1;
 			break;

@@ -25,7 +25,7 @@
 struct partition {
 	uint32_t uid;
 	uint64_t block_bytes;
-	struct pd_store *store;
+	struct store *store;
 	struct partition *next;
 };
 

@@ -18,7 +18,7 @@ static long long number(const char *s, long long max)
 	return errno || end == s || *end || v < 0 || v > max ? -1 : v;
 }
 
-int id_of_group(const char *arg, gid_t *gid)
+int shared_group_id(const char *arg, gid_t *gid)
 {
 	struct group *g = getgrnam(arg);
 	long long v = g ? (long long)g->gr_gid : number(arg, INT32_MAX);
@@ -30,7 +30,7 @@ int id_of_group(const char *arg, gid_t *gid)
 
 int shared_parse_group(struct shared_cfg *s, const char *arg, char *err, size_t n)
 {
-	if (id_of_group(arg, &s->gid)) {
+	if (shared_group_id(arg, &s->gid)) {
 		snprintf(err, n, "--shared-group: no group '%s' (give a group name or a gid)", arg);
 		return -1;
 	}

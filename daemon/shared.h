@@ -36,7 +36,7 @@ enum shared_role {
 
 /* A group's id from its name or its number (0 to INT32_MAX): --group's
  * and --shared-group's. 0, or -1 when there is no such group. */
-int id_of_group(const char *arg, gid_t *gid);
+int shared_group_id(const char *arg, gid_t *gid);
 
 /* --shared-group GROUP (a name or a gid) and --shared-publishers
  * UID[,UID...] (uids or user names). 0, or -1 with a message in err. */
