@@ -14,8 +14,14 @@
 
 struct tier;
 
-/* Lock order: a partitions' lock and the index's are never held together;
- * the index's is taken last of all (stores run under it). */
+/*
+ * Locks (docs/DESIGN.md, "Locks", has them all): the index's lock (index.c)
+ * is the outer one. Under it run the stores' callbacks (no lock of their
+ * own) and the tier's callbacks, which take the tier's mutex (tier.c): so
+ * index -> tier, never the other way (the tier's writer calls into the
+ * index without its mutex). The partitions' lock and admission's are
+ * leaves: nothing is taken under them, and neither is taken under another.
+ */
 struct daemon {
 	struct partitions parts;  /* arenas, and the budget */
 	struct idx *idx;     /* every block of every user and model */

@@ -13,8 +13,11 @@
  * across every group: a user at their quota gives up their own oldest
  * block, otherwise the oldest block of anyone goes.
  *
- * Thread-safe: one mutex guards the whole index (docs/DESIGN.md). Store
- * callbacks run under it, so stores need no lock of their own.
+ * Thread-safe: one mutex guards the whole index (docs/DESIGN.md, "Locks").
+ * Store callbacks run under it, so stores need no lock of their own; the
+ * tier's callbacks take the tier's mutex under it. Its callers hold no
+ * lock of the daemon's. Only PUBLISH and IMPORT drop it in the middle of
+ * a call: to copy a block's bytes (fill) and to wait for the writer.
  */
 #ifndef PD_INDEX_H
 #define PD_INDEX_H
@@ -47,8 +50,9 @@ struct idx_store {
 };
 
 /* The disk tier as the index sees it (tier.h). Both run under the index
- * lock, so they only queue work: drop, a record to delete (the block left
- * the index); wake, blocks to write (idx_spill_take). */
+ * lock, so they only queue work (under the tier's own mutex, which thus
+ * nests inside the index's): drop, a record to delete (the block left the
+ * index); wake, blocks to write (idx_spill_take). */
 struct idx_tier {
 	void (*drop)(void *ctx, uint32_t ns, const uint8_t *hash);
 	void (*wake)(void *ctx);

@@ -111,6 +111,12 @@ struct pin {
 #define NBUCKETS (1u << 16)
 
 struct idx {
+	/* Guards everything here and in the entries, groups, users, leases
+	 * and pins, and the stores' slots (their callbacks run under it).
+	 * Taken with no other lock held; the tier's mutex may be taken under
+	 * it (x->tier's callbacks). Held across no socket or disk I/O: the
+	 * exceptions are punches and new arenas (store callbacks, memory
+	 * only) and idx_each_record's fn (a stopping daemon's manifest). */
 	pthread_mutex_t lock;
 	atomic_uint waiting;          /* requests waiting for the lock (hot_lock) */
 	uint32_t block_tokens;
@@ -126,7 +132,8 @@ struct idx {
 	struct list dirty;            /* blocks to write, oldest queued first */
 	uint64_t ndirty, nwriting, qseq;
 	struct idx_tier tier;         /* drop NULL: no tier */
-	pthread_cond_t spilled;       /* a write ended (idx_spilled) */
+	pthread_cond_t spilled;       /* a write ended (idx_spilled); waited on with
+				       * lock, which the wait drops (do_wait_*) */
 	uint64_t spill_ends;          /* how many have */
 	bool tier_stuck;              /* the writer cannot write now: nobody waits */
 	bool tier_hung;               /* no write ended for TIER_WAIT_MS: nobody waits */

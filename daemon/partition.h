@@ -30,6 +30,9 @@ struct partition {
 };
 
 struct partitions {
+	/* Guards head and count (the list, and the making and freeing of its
+	 * partitions; a store's holders are atomic, and its slots are the
+	 * index's). A leaf: taken with no lock held, none taken under it. */
 	pthread_mutex_t lock;
 	struct partition *head;
 	int count;

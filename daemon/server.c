@@ -40,7 +40,7 @@ struct worker {
 	pthread_t thread;
 	struct daemon *d;
 	int epfd, evfd;
-	pthread_mutex_t lock;     /* guards queue and stop */
+	pthread_mutex_t lock;     /* guards queue and stop; a leaf, held for a swap */
 	struct node *queue;       /* handed over by the listener */
 	bool stop;
 	struct node *conns;       /* owned by the worker thread */

@@ -24,12 +24,14 @@ struct store {
 	size_t slot_bytes;          /* block_bytes rounded up to pages */
 	struct store_budget *budget;
 	uint32_t slots_per_arena;
-	struct shm_arena *arenas[MAX_ARENAS];
-	/* Changed under the index lock; atomic so statistics read them freely. */
+	struct shm_arena *arenas[MAX_ARENAS]; /* each set before narenas counts it */
+	/* No lock of its own: slots change under the index lock (the
+	 * callbacks run under it). Atomic so that statistics, and workers
+	 * that send arenas to clients, read them without it. */
 	_Atomic uint32_t narenas;
 	_Atomic uint64_t used_slots;
 	_Atomic uint64_t charged_slots; /* resident: used, or freed without a punch */
-	_Atomic uint32_t holders;       /* store_hold */
+	_Atomic uint32_t holders;       /* store_hold: connections and groups, any lock or none */
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,

@@ -21,7 +21,7 @@ struct store;
 /* Memory that several stores (one per partition) draw their slots from:
  * the bytes of all resident slots never exceed limit. */
 struct store_budget {
-	_Atomic uint64_t charged;
+	_Atomic uint64_t charged;       /* no lock: a compare-and-swap against limit */
 	uint64_t limit;
 };
 

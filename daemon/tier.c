@@ -86,9 +86,12 @@ struct tier {
 	uint8_t *bufs;              /* SPILL_BATCH x (head, one page of padding) */
 	struct spill batch[SPILL_BATCH];
 
-	pthread_mutex_t mu;         /* guards what follows */
-	pthread_cond_t cv;          /* the writer's wake-up */
-	pthread_cond_t done;        /* a drain's end */
+	/* Guards what follows. Taken alone, or under the index lock (on_drop,
+	 * on_wake); nothing is taken under it, and it is never held across
+	 * I/O or a call into the index (the writer lets it go first). */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;          /* the writer's wake-up; its wait drops mu */
+	pthread_cond_t done;        /* a drain's end; tier_drain's wait drops mu */
 	bool stop, kick, draining, drained;
 	bool broken;                /* the writer's ring is gone: write nothing */
 	struct drop *drops;
