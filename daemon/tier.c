@@ -82,21 +82,22 @@ struct tier {
 	pthread_t thread;
 	bool started;
 	bool sync;                  /* --disk-sync: records synced before they count */
-	struct io_uring ring;       /* the writer's */
+	/* The writer thread's own (no lock): */
+	struct io_uring ring;
+	bool broken;                /* the ring is gone: write nothing */
 	uint8_t *bufs;              /* SPILL_BATCH x (head, one page of padding) */
 	struct spill batch[SPILL_BATCH];
 
 	/* Guards what follows. Taken alone, or under the index lock (on_drop,
 	 * on_wake); nothing is taken under it, and it is never held across
-	 * I/O or a call into the index (the writer lets it go first). */
+	 * I/O (but on_drop's log line when out of memory) or a call into the
+	 * index (the writer lets it go first). */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;          /* the writer's wake-up; its wait drops mu */
 	pthread_cond_t done;        /* a drain's end; tier_drain's wait drops mu */
 	bool stop, kick, draining, drained;
-	bool broken;                /* the writer's ring is gone: write nothing */
-	struct drop *drops;
+	struct drop *drops;         /* records to delete, for the writer */
 	size_t ndrops, cap_drops;
-	uint64_t unwritten;         /* a drain's result */
 };
 
 static int64_t mono_ms(void)
