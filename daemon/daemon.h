@@ -15,6 +15,19 @@
 struct tier;
 
 /*
+ * Errors: a call returns 0 or -errno, and one that can say more sets a
+ * `const char **why` to a static phrase of what was wrong ("payload
+ * checksum", "cannot open the disk directory"). The caller, which has the
+ * context (the path, the peer, the request), makes it one line for the
+ * log (pd_log) or for a reply (conn_fail), with strerror(-rc) when there
+ * is no why. Why not a buffer: no size to pick, nothing to truncate or
+ * format on the paths that hostile input reaches (records, imports, the
+ * restores of a MATCH), and tests and fuzzers compare the phrase. A
+ * detail only the callee knows goes back as data, not prose (tier_open's
+ * holder, shared_parse_publishers' at).
+ */
+
+/*
  * Locks (docs/DESIGN.md, "Locks", has them all): the index's lock (index.c)
  * is the outer one. Under it run the stores' callbacks (no lock of their
  * own) and the tier's callbacks, which take the tier's mutex (tier.c): so

@@ -120,21 +120,19 @@ int tier_dirfd(const struct tier *t)
 	return t->dirfd;
 }
 
-int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, char *err,
-	      size_t errlen)
+int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, const char **why,
+	      long *holder)
 {
 	*out = NULL;
+	*holder = 0;
 	if (mkdir(dir, 0700) && errno != EEXIST) {
-		int e = errno;
-		snprintf(err, errlen, "cannot make the disk directory %s: %s", dir, strerror(e));
-		return -e;
+		*why = "cannot make the disk directory";
+		return -errno;
 	}
+	*why = "cannot open the disk directory";
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		int e = errno;
-		snprintf(err, errlen, "cannot open the disk directory %s: %s", dir, strerror(e));
-		return -e;
-	}
+	if (dfd < 0)
+		return -errno;
 	/* flock, not a pid file alone: the kernel ends the lock with its
 	 * holder, so a kill -9 leaves no stale lock behind. */
 	int lfd = openat(dfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -144,12 +142,13 @@ int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, char *e
 		if (lfd >= 0 && e == EWOULDBLOCK) {
 			ssize_t r = pread(lfd, pid, sizeof(pid) - 1, 0);
 			pid[r > 0 ? r : 0] = 0;
-			pid[strcspn(pid, "\n")] = 0;
-			snprintf(err, errlen, "the disk directory %s is in use by another prefixd (pid %s): give each daemon its own --disk-dir",
-				 dir, pid[0] ? pid : "unknown");
+			char *end;
+			long v = strtol(pid, &end, 10);
+			*holder = end != pid && (*end == '\n' || !*end) && v > 0 ? v : 0;
+			*why = "is in use by another prefixd";
 			e = EBUSY;
 		} else {
-			snprintf(err, errlen, "cannot lock %s/lock: %s", dir, strerror(e));
+			*why = "cannot lock the lock file of the disk directory";
 		}
 		if (lfd >= 0)
 			close(lfd);
@@ -165,7 +164,6 @@ int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, char *e
 	if (!t) {
 		close(lfd);
 		close(dfd);
-		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	t->dirfd = dfd;

@@ -23,11 +23,12 @@
 
 struct tier;
 
-/* Takes DIR (made if missing) for this daemon: a second one on the same
- * DIR is refused (-EBUSY, with its pid in err). 0 or -errno, and a
- * sentence for the log in err. */
-int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, char *err,
-	      size_t errlen);
+/* Takes DIR (made if missing) for this daemon. 0, or -errno and *why,
+ * what could not be done to DIR ("cannot open the disk directory"); a
+ * second daemon on the same DIR is refused with -EBUSY and *holder the
+ * first one's pid (0: unknown). */
+int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, const char **why,
+	      long *holder);
 /* The directory's descriptor, for restart.c. */
 int tier_dirfd(const struct tier *t);
 /* Before tier_start: with sync, every record is synced to the disk
