@@ -124,6 +124,8 @@ void idx_set_tier(struct idx *x, const struct idx_tier *tier);
  * Groups must have been put. */
 void idx_free(struct idx *x);
 
+/* ==== Requests (index.c: each call takes the lock once) ==== */
+
 /* The group of a root, made on first use, with the model's fingerprint
  * and the store of its blocks; one reference for the caller. 0 or
  * -ENOMEM. */
@@ -158,6 +160,9 @@ void idx_restored(struct idx *x, uint64_t *lease, uint32_t *hit,
 		  const struct idx_block *fetch, uint32_t nfetch, const int *ok);
 /* Ends a lease: 0, or -ENOENT if there is no such lease. */
 int idx_release(struct idx *x, uint64_t lease);
+/* Takes back the miss an idx_match of count blocks in g counted: the
+ * MATCH goes on in another namespace, which counts it. */
+void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count);
 
 /*
  * Stores blocks that continue the last block of `lease` (0: the root).
@@ -186,7 +191,27 @@ int idx_publish_leased(struct idx *x, struct idx_group *g, uint64_t lease,
 		       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		       uint32_t *stored, uint32_t *dedup, uint64_t *lease_out);
 
-/* ==== The disk tier ==== */
+/* The blocks one import stored or found, each held in the index (never
+ * removed; out of memory only once written to disk) until idx_import_end,
+ * so that a parent is still there when its children come: zeroed at the
+ * start of an import. */
+struct idx_held {
+	void **e;
+	uint32_t n, cap;
+};
+
+/* Stores block b (ns, depth, hash, parent, tokens) of group g, as a
+ * publish would, after its parent, found by hash, and holds it in h.
+ * When memory is full of blocks not yet written, waits for the disk tier
+ * to write some. 0 (*dedup: it was there), -ENOENT (no such parent), or
+ * idx_publish's errors. */
+int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
+	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
+	       struct idx_held *h);
+/* Lets go of what an import held (h is emptied). */
+void idx_import_end(struct idx *x, struct idx_held *h);
+
+/* ==== The disk tier (index.c; idx_each_record in index_admin.c) ==== */
 
 /* Up to max blocks to write out, oldest published first, as many as
  * max_bytes of records hold (one at least), each held until idx_spilled;
@@ -221,25 +246,7 @@ int idx_each_record(struct idx *x, int (*fn)(void *ctx, const struct idx_block *
 /* Records found damaged elsewhere (at start), for the disk_corrupt count. */
 void idx_count_corrupt(struct idx *x, uint64_t n);
 
-/* The blocks one import stored or found, each held in the index (never
- * removed; out of memory only once written to disk) until idx_import_end,
- * so that a parent is still there when its children come: zeroed at the
- * start of an import. */
-struct idx_held {
-	void **e;
-	uint32_t n, cap;
-};
-
-/* Stores block b (ns, depth, hash, parent, tokens) of group g, as a
- * publish would, after its parent, found by hash, and holds it in h.
- * When memory is full of blocks not yet written, waits for the disk tier
- * to write some. 0 (*dedup: it was there), -ENOENT (no such parent), or
- * idx_publish's errors. */
-int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
-	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
-	       struct idx_held *h);
-/* Lets go of what an import held (h is emptied). */
-void idx_import_end(struct idx *x, struct idx_held *h);
+/* ==== Admin (index_admin.c: LIST and EVICT run in rounds that step aside) ==== */
 
 /* The blocks an export selects (flags of struct pd_export), parents
  * first, each held (neither evicted nor removed) until idx_export_done:
@@ -262,11 +269,6 @@ int idx_usage(struct idx *x, struct pd_usage **rows, uint32_t *n);
  * others fill can never crowd the view's out of a reply. */
 int idx_usage_in(struct idx *x, const struct idx_view *view, struct pd_usage **rows,
 		 uint32_t *n);
-/* Takes back the miss an idx_match of count blocks in g counted: the
- * MATCH goes on in another namespace, which counts it. */
-void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count);
-
-/* ==== Admin ==== */
 
 /*
  * Up to req->max_rows chains ending at a leaf or at a pin, from req->cursor on; *next
