@@ -17,6 +17,8 @@
 #define ADMISSION_REFUSING_MAX 64
 
 struct admission {
+	/* Guards conns, refusing and users (the limits are set once, at
+	 * init). A leaf: taken with no lock held, none taken under it. */
 	pthread_mutex_t lock;
 	uint32_t max_conns, max_user_conns;
 	uint32_t conns, refusing;
@@ -26,7 +28,7 @@ struct admission {
 	} *users;
 	size_t nusers, cap_users;
 	uint64_t body_limit;
-	_Atomic uint64_t body_bytes;
+	_Atomic uint64_t body_bytes;  /* no lock: a compare-and-swap against body_limit */
 };
 
 int admission_init(struct admission *a, uint32_t max_conns, uint32_t max_user_conns,

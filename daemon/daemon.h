@@ -12,14 +12,33 @@
 #include "partition.h"
 #include "shared.h"
 
-struct pd_tier;
+struct tier;
 
-/* Lock order: a partitions' lock and the index's are never held together;
- * the index's is taken last of all (stores run under it). */
+/*
+ * Errors: a call returns 0 or -errno, and one that can say more sets a
+ * `const char **why` to a static phrase of what was wrong ("payload
+ * checksum", "cannot open the disk directory"). The caller, which has the
+ * context (the path, the peer, the request), makes it one line for the
+ * log (pd_log) or for a reply (conn_fail), with strerror(-rc) when there
+ * is no why. Why not a buffer: no size to pick, nothing to truncate or
+ * format on the paths that hostile input reaches (records, imports, the
+ * restores of a MATCH), and tests and fuzzers compare the phrase. A
+ * detail only the callee knows goes back as data, not prose (tier_open's
+ * holder, shared_parse_publishers' at).
+ */
+
+/*
+ * Locks (docs/DESIGN.md, "Locks", has them all): the index's lock (index.c)
+ * is the outer one. Under it run the stores' callbacks (no lock of their
+ * own) and the tier's callbacks, which take the tier's mutex (tier.c): so
+ * index -> tier, never the other way (the tier's writer calls into the
+ * index without its mutex). The partitions' lock and admission's are
+ * leaves: nothing is taken under them, and neither is taken under another.
+ */
 struct daemon {
 	struct partitions parts;  /* arenas, and the budget */
-	struct pd_index *idx;     /* every block of every user and model */
-	struct pd_tier *tier;     /* the disk tier; NULL: none */
+	struct idx *idx;          /* every block of every user and model */
+	struct tier *tier;        /* the disk tier; NULL: none */
 	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */

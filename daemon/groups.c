@@ -17,7 +17,7 @@ struct group_held {
 
 struct idx_group *group_set_get(struct group_set *s, struct daemon *d, uint32_t ns,
 				const uint8_t *h0, const uint8_t *fp, uint64_t block_bytes,
-				struct pd_store **store, int *err)
+				struct store **store, int *err)
 {
 	/* Records come in runs of one chain: the last one first. */
 	for (size_t i = s->n; i-- > 0;)
@@ -73,8 +73,8 @@ void group_set_release(struct group_set *s, struct daemon *d)
 	*s = (struct group_set){ 0 };
 }
 
-int record_block(const struct rec_meta *m, uint32_t block_tokens, uint32_t *tokens,
-		 struct idx_block *b, const char **why)
+int groups_record_block(const struct rec_meta *m, uint32_t block_tokens, uint32_t *tokens,
+			struct idx_block *b, const char **why)
 {
 	if (m->payload % ((uint64_t)block_tokens * 4)) {
 		*why = "its payload is not a whole number of f32 values per token";

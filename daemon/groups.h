@@ -24,7 +24,7 @@ struct group_set {
  * group holds blocks of another size (a forged root). */
 struct idx_group *group_set_get(struct group_set *s, struct daemon *d, uint32_t ns,
 				const uint8_t *h0, const uint8_t *fp, uint64_t block_bytes,
-				struct pd_store **store, int *err);
+				struct store **store, int *err);
 /* Lets every group and partition go (those with blocks stay, held by them). */
 void group_set_release(struct group_set *s, struct daemon *d);
 
@@ -32,7 +32,7 @@ void group_set_release(struct group_set *s, struct daemon *d);
  * payload must be whole f32 values per token and its hash must follow its
  * chain (from its parent's hash, or the root). 0 and *b (b->tokens is
  * tokens, block_tokens ids in host order), or -EBADMSG with *why. */
-int record_block(const struct rec_meta *m, uint32_t block_tokens, uint32_t *tokens,
-		 struct idx_block *b, const char **why);
+int groups_record_block(const struct rec_meta *m, uint32_t block_tokens, uint32_t *tokens,
+			struct idx_block *b, const char **why);
 
 #endif

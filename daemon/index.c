@@ -35,13 +35,15 @@
  * again, and it goes with its last child.
  *
  * Locking: `lock` guards everything here, stores included (their
- * callbacks run under it). Functions named do_* expect it held.
+ * callbacks run under it). Functions named do_* and idx_do_* expect it
+ * held. This file is the request path, which takes the lock once per
+ * call (index_impl.h); the admin work, which runs in rounds and steps
+ * aside, is in index_admin.c.
  */
-#include "index.h"
+#include "index_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,145 +51,20 @@
 
 #include <sodium.h>
 
-/* The lists an entry can be on: the two memory LRU lists of blocks that
- * may leave memory at no loss (written, or no tier), the two of blocks
- * that would be lost unwritten (with a tier), the disk LRU list, and the
- * dirty queue. */
-enum { LRU_ALL, LRU_USER, LRU_UALL, LRU_UUSER, LRU_DISK, Q_DIRTY, NLISTS };
-
 /* How long a publish that needs memory held only by unwritten blocks
  * waits for the writer to finish one more of them, before it takes the
  * writer for stuck and drops one unwritten (counted). A batch of records
  * takes milliseconds; a stop of seconds is a broken disk. */
 #define TIER_WAIT_MS 5000
 
-struct entry;
-
-struct link {
-	struct entry *older, *newer;
-};
-
-struct list {
-	struct entry *oldest, *newest;
-};
-
-struct user {
-	uint32_t uid;
-	uint64_t bytes;               /* of its blocks */
-	uint32_t groups;
-	struct list lru;              /* its evictable blocks */
-	struct list ulru;             /* its evictable blocks not yet written */
-	struct user *next;
-};
-
-struct idx_group {
-	uint32_t ns;
-	uint8_t h0[IDX_HASH_BYTES];
-	uint8_t fp[PD_FP_SIZE];
-	struct idx_store store;
-	struct user *user;
-	uint32_t refs;
-	uint64_t blocks;              /* entries: the group lives while it has some */
-	uint64_t resident, pinned_bytes, hits, hit_blocks, query_blocks, evictions;
-	struct idx_group *next;
-};
-
-struct entry {
-	uint8_t key[IDX_HASH_BYTES];
-	uint8_t hash[IDX_HASH_BYTES]; /* whole: what a record names */
-	struct idx_group *g;
-	struct entry *parent;
-	uint32_t children;
-	uint32_t res_children;        /* resident ones */
-	uint32_t leases;              /* leases holding this entry */
-	uint32_t pins;                /* pinned chains through this entry */
-	uint32_t exports;             /* exports reading it */
-	uint32_t imports;             /* imports holding it for its children */
-	uint64_t qseq;                /* its place in the dirty queue */
-	uint32_t depth;               /* blocks from the root, this one included */
-	uint64_t use;                 /* logical clock of the last use: LRU order */
-	uint64_t used_s;              /* monotonic seconds of the last use */
-	uint64_t hits;
-	uint64_t sum;                 /* the record's payload checksum */
-	struct idx_loc loc;           /* while resident or restoring */
-	struct entry *hnext;          /* hash bucket chain */
-	struct link l[NLISTS];
-	bool on[NLISTS];
-	bool resident, disk, writing, restoring;
-	bool zombie;                  /* removed while writing: freed by idx_spilled */
-	uint32_t tokens[];            /* (block_tokens) */
-};
-
-struct lease {
-	uint64_t id;
-	uint32_t n;
-	struct lease *next;
-	struct entry *blocks[];       /* (n) */
-};
-
-struct pin {
-	struct entry *e;
-	uint64_t expires_ms;          /* monotonic; 0: never */
-	struct pin *next;
-};
-
-#define LEASE_BUCKETS 1024
-#define NBUCKETS (1u << 16)
-/* Entries one listing or eviction round looks at under the lock: a few
- * hundred microseconds at most (docs/perf/2026-11-23-admin-listing.md). */
-#define ROUND_ENTRIES 4096
-
-struct pd_index {
-	pthread_mutex_t lock;
-	atomic_uint waiting;          /* requests waiting for the lock (hot_lock) */
-	uint32_t block_tokens;
-	int key_bytes;
-	struct idx_limits lim;
-	/* A secret of this index: a user who lists sees where in the table
-	 * a page stops, which must not tell whose keys are there. */
-	uint8_t bucket_key[crypto_shorthash_KEYBYTES];
-	struct entry *buckets[NBUCKETS];
-	struct list lru;              /* every evictable block */
-	struct list ulru;             /* every evictable block not yet written */
-	struct list disk_lru;         /* blocks held only on disk, leaves */
-	struct list dirty;            /* blocks to write, oldest queued first */
-	uint64_t ndirty, nwriting, qseq;
-	struct idx_tier tier;         /* drop NULL: no tier */
-	pthread_cond_t spilled;       /* a write ended (idx_spilled) */
-	uint64_t spill_ends;          /* how many have */
-	bool tier_stuck;              /* the writer cannot write now: nobody waits */
-	bool tier_hung;               /* no write ended for TIER_WAIT_MS: nobody waits */
-	uint64_t clock;
-	struct idx_group *groups;
-	struct user *users;
-	struct pin *pins;
-	struct lease *leases[LEASE_BUCKETS];
-	uint64_t next_lease;
-	struct idx_stats st;
-};
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-/* Far from 0, so that a last use from before this boot, which a restart
- * brings back, still lies after it (idle times are differences). */
-#define USE_CLOCK_BASE_S ((uint64_t)1 << 40)
-
-static uint64_t now_s(void)
-{
-	return now_ms() / 1000 + USE_CLOCK_BASE_S;
-}
+/* ==== The lock ==== */
 
 /* The lock for requests of the hot path (MATCH, RELEASE, PUBLISH). A
  * mutex is not fair: an admin command that unlocks between its rounds
  * takes it again before a woken MATCH runs (measured: a MATCH stalled for
  * a whole 750 ms eviction). Admin rounds therefore step aside while
  * requests wait (admin_yield). */
-static void hot_lock(struct pd_index *x)
+static void hot_lock(struct idx *x)
 {
 	/* Uncontended, nobody waits: no shared counter to touch. */
 	if (!pthread_mutex_trylock(&x->lock))
@@ -197,35 +74,21 @@ static void hot_lock(struct pd_index *x)
 	atomic_fetch_sub_explicit(&x->waiting, 1, memory_order_relaxed);
 }
 
-/* Between two admin rounds (lock not held): lets waiting requests have
- * the lock first, for at most ADMIN_YIELD_NS, so that a steady stream of
- * MATCHes cannot stop an eviction either. */
-#define ADMIN_YIELD_NS 2000000
-static void admin_yield(struct pd_index *x)
-{
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (atomic_load_explicit(&x->waiting, memory_order_relaxed)) {
-		sched_yield();
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > ADMIN_YIELD_NS)
-			break;
-	}
-}
+/* ==== The index ==== */
 
-void idx_set_tier(struct pd_index *x, const struct idx_tier *tier)
+void idx_set_tier(struct idx *x, const struct idx_tier *tier)
 {
 	x->tier = *tier;
 }
 
 int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
-	    struct pd_index **out)
+	    struct idx **out)
 {
 	if (!block_tokens || key_bytes < 1 || key_bytes > IDX_HASH_BYTES)
 		return -EINVAL;
 	if (sodium_init() < 0)
 		return -EIO;
-	struct pd_index *x = calloc(1, sizeof(*x));
+	struct idx *x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
 	randombytes_buf(x->bucket_key, sizeof(x->bucket_key));
@@ -240,7 +103,7 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	return 0;
 }
 
-void idx_free(struct pd_index *x)
+void idx_free(struct idx *x)
 {
 	if (!x)
 		return;
@@ -281,9 +144,9 @@ void idx_free(struct pd_index *x)
 	free(x);
 }
 
-/* ==== LRU lists of evictable entries (caller holds lock) ==== */
+/* ==== LRU lists and the dirty queue (lock held) ==== */
 
-static struct list *list_of(struct pd_index *x, const struct entry *e, int w)
+static struct list *list_of(struct idx *x, const struct entry *e, int w)
 {
 	switch (w) {
 	case LRU_ALL: return &x->lru;
@@ -377,7 +240,7 @@ static bool mem_evictable(const struct entry *e)
 
 /* The memory lists e is on when evictable: the first pair (LRU_ALL),
  * unless it would leave unwritten while there is a tier (LRU_UALL). */
-static int mem_pair(const struct pd_index *x, const struct entry *e)
+static int mem_pair(const struct idx *x, const struct entry *e)
 {
 	return x->tier.drop && !e->disk ? LRU_UALL : LRU_ALL;
 }
@@ -388,21 +251,7 @@ static bool disk_evictable(const struct entry *e)
 	return e->disk && !e->resident && !e->children && !held(e) && !e->imports;
 }
 
-/* Admin eviction and hollow entries: it can leave the index. */
-static bool removable(const struct entry *e)
-{
-	/* One being written goes too: it lingers as a zombie until the
-	 * writer is done with its slot (do_remove). */
-	return !e->children && !e->leases && !e->pins && !e->restoring && !e->exports &&
-	       !e->imports;
-}
-
-static bool hollow(const struct entry *e)
-{
-	return !e->resident && !e->disk && !e->restoring;
-}
-
-static void set_on(struct pd_index *x, struct entry *e, int w, bool want)
+static void set_on(struct idx *x, struct entry *e, int w, bool want)
 {
 	if (want == e->on[w])
 		return;
@@ -414,7 +263,7 @@ static void set_on(struct pd_index *x, struct entry *e, int w, bool want)
 }
 
 /* Puts e on or off the LRU lists after its state changed. */
-static void do_update(struct pd_index *x, struct entry *e)
+void idx_do_update(struct idx *x, struct entry *e)
 {
 	bool m = mem_evictable(e);
 	int pair = mem_pair(x, e);
@@ -425,7 +274,7 @@ static void do_update(struct pd_index *x, struct entry *e)
 	set_on(x, e, LRU_DISK, disk_evictable(e));
 }
 
-static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
+static void do_touch(struct idx *x, struct entry *e, uint64_t now)
 {
 	e->use = ++x->clock;
 	e->used_s = now;
@@ -438,7 +287,7 @@ static void do_touch(struct pd_index *x, struct entry *e, uint64_t now)
 
 /* Queues a new resident block for the tier to write, after every block
  * queued before it: a parent is queued before its children. */
-static void do_dirty(struct pd_index *x, struct entry *e)
+static void do_dirty(struct idx *x, struct entry *e)
 {
 	if (!x->tier.drop || e->on[Q_DIRTY])
 		return;
@@ -453,7 +302,7 @@ static void do_dirty(struct pd_index *x, struct entry *e)
  * first queued: a batch that failed goes back in its order, parents
  * before children (one at a time at the front reversed it, and the next
  * write put children on disk before their parents). */
-static void do_requeue(struct pd_index *x, struct entry *e)
+static void do_requeue(struct idx *x, struct entry *e)
 {
 	struct entry *after = NULL;
 	for (struct entry *o = x->dirty.oldest; o && o->qseq < e->qseq; o = o->l[Q_DIRTY].newer)
@@ -463,7 +312,7 @@ static void do_requeue(struct pd_index *x, struct entry *e)
 	x->ndirty++;
 }
 
-static void do_undirty(struct pd_index *x, struct entry *e)
+static void do_undirty(struct idx *x, struct entry *e)
 {
 	if (!e->on[Q_DIRTY])
 		return;
@@ -472,18 +321,12 @@ static void do_undirty(struct pd_index *x, struct entry *e)
 	x->ndirty--;
 }
 
-/* ==== Entries (caller holds lock) ==== */
-
-static void make_key(const struct pd_index *x, const uint8_t *hash, uint8_t key[IDX_HASH_BYTES])
-{
-	memset(key, 0, IDX_HASH_BYTES);
-	memcpy(key, hash, (size_t)x->key_bytes);
-}
+/* ==== Entries (lock held) ==== */
 
 /* Keyed (SipHash): keys are chain hashes anyone can compute, so an
  * unkeyed bucket would tell a user paging through LIST with cursors of
  * their choosing whether a guessed prompt of another user is cached. */
-static size_t bucket_of(const struct pd_index *x, uint32_t ns, const uint8_t *key)
+static size_t bucket_of(const struct idx *x, uint32_t ns, const uint8_t *key)
 {
 	uint8_t in[4 + IDX_HASH_BYTES], h[crypto_shorthash_BYTES];
 	memcpy(in, &ns, 4);
@@ -494,7 +337,7 @@ static size_t bucket_of(const struct pd_index *x, uint32_t ns, const uint8_t *ke
 	return (size_t)(v & (NBUCKETS - 1));
 }
 
-static struct entry *do_find(const struct pd_index *x, uint32_t ns, const uint8_t *key)
+struct entry *idx_do_find(const struct idx *x, uint32_t ns, const uint8_t *key)
 {
 	for (struct entry *e = x->buckets[bucket_of(x, ns, key)]; e; e = e->hnext)
 		if (e->g->ns == ns && !memcmp(e->key, key, IDX_HASH_BYTES))
@@ -503,7 +346,7 @@ static struct entry *do_find(const struct pd_index *x, uint32_t ns, const uint8_
 }
 
 /* The exact test: same tokens, same parent (or same root context). */
-static int do_confirms(const struct pd_index *x, const struct entry *e, const struct entry *parent,
+static int do_confirms(const struct idx *x, const struct entry *e, const struct entry *parent,
 		       const struct idx_group *g, const uint32_t *tokens)
 {
 	if (e->parent != parent)
@@ -513,39 +356,21 @@ static int do_confirms(const struct pd_index *x, const struct entry *e, const st
 	return !memcmp(e->tokens, tokens, x->block_tokens * sizeof(uint32_t));
 }
 
-static void lease_add(struct pd_index *x, struct entry *e)
+static void lease_add(struct idx *x, struct entry *e)
 {
 	if (!e->leases++)
 		x->st.leased_bytes += e->g->store.slot_bytes;
-	do_update(x, e);
+	idx_do_update(x, e);
 }
 
-static void lease_drop(struct pd_index *x, struct entry *e)
+static void lease_drop(struct idx *x, struct entry *e)
 {
 	if (!--e->leases)
 		x->st.leased_bytes -= e->g->store.slot_bytes;
-	do_update(x, e);
+	idx_do_update(x, e);
 }
 
-static void pin_add(struct pd_index *x, struct entry *e)
-{
-	if (!e->pins++) {
-		x->st.pinned_bytes += e->g->store.slot_bytes;
-		e->g->pinned_bytes += e->g->store.slot_bytes;
-	}
-	do_update(x, e);
-}
-
-static void pin_drop(struct pd_index *x, struct entry *e)
-{
-	if (!--e->pins) {
-		x->st.pinned_bytes -= e->g->store.slot_bytes;
-		e->g->pinned_bytes -= e->g->store.slot_bytes;
-	}
-	do_update(x, e);
-}
-
-static void do_group_gc(struct pd_index *x, struct idx_group *g)
+static void do_group_gc(struct idx *x, struct idx_group *g)
 {
 	if (g->refs || g->blocks)
 		return;
@@ -570,7 +395,7 @@ static void do_group_gc(struct pd_index *x, struct idx_group *g)
  * became evictable by it takes its place there (O(1), where inserting by
  * its own use walks them): the prefix was in use as long as its last
  * continuation was. */
-static void do_leave_memory_lists(struct pd_index *x, struct entry *e)
+static void do_leave_memory_lists(struct idx *x, struct entry *e)
 {
 	struct entry *p = e->parent;
 	int k = e->on[LRU_ALL] ? LRU_ALL : e->on[LRU_UALL] ? LRU_UALL : -1;
@@ -591,7 +416,7 @@ static void do_leave_memory_lists(struct pd_index *x, struct entry *e)
 }
 
 /* e's slot goes back to its store (punch: and its memory to the budget). */
-static void do_unreside(struct pd_index *x, struct entry *e, bool punch)
+static void do_unreside(struct idx *x, struct entry *e, bool punch)
 {
 	struct idx_group *g = e->g;
 	e->resident = false;
@@ -605,7 +430,7 @@ static void do_unreside(struct pd_index *x, struct entry *e, bool punch)
 	g->resident--;
 }
 
-static void do_reside(struct pd_index *x, struct entry *e, struct idx_loc loc)
+static void do_reside(struct idx *x, struct entry *e, struct idx_loc loc)
 {
 	struct idx_group *g = e->g;
 	e->loc = loc;
@@ -619,7 +444,7 @@ static void do_reside(struct pd_index *x, struct entry *e, struct idx_loc loc)
 }
 
 /* e's record is deleted (by the tier, later) and no longer counted. */
-static void do_drop_record(struct pd_index *x, struct entry *e)
+static void do_drop_record(struct idx *x, struct entry *e)
 {
 	e->disk = false;
 	x->tier.drop(x->tier.ctx, e->g->ns, e->hash);
@@ -630,7 +455,7 @@ static void do_drop_record(struct pd_index *x, struct entry *e)
 /* Removes a removable entry; its parent may become evictable, and goes
  * too if it was hollow. Returns the nearest ancestor still in the index
  * (NULL: none): the ones it took are freed. */
-static struct entry *do_remove(struct pd_index *x, struct entry *e, bool punch)
+struct entry *idx_do_remove(struct idx *x, struct entry *e, bool punch)
 {
 	for (;;) {
 		struct idx_group *g = e->g;
@@ -649,7 +474,7 @@ static struct entry *do_remove(struct pd_index *x, struct entry *e, bool punch)
 		if (e->disk)
 			do_drop_record(x, e);
 		if (p)
-			do_update(x, p);
+			idx_do_update(x, p);
 		if (e->writing) {
 			/* Out of the index; its slot, group and memory stay
 			 * until idx_spilled, when the writer is done. */
@@ -667,19 +492,21 @@ static struct entry *do_remove(struct pd_index *x, struct entry *e, bool punch)
 }
 
 /* A resident block with a record leaves memory only. */
-static void do_to_disk(struct pd_index *x, struct entry *e, bool punch)
+static void do_to_disk(struct idx *x, struct entry *e, bool punch)
 {
 	do_unreside(x, e, punch);
 	do_leave_memory_lists(x, e);
-	do_update(x, e);
+	idx_do_update(x, e);
 	if (e->parent)
-		do_update(x, e->parent);
+		idx_do_update(x, e->parent);
 }
+
+/* ==== Room: eviction, and waits for the writer (lock held; the waits drop it) ==== */
 
 /* Evicts the oldest entry of L for group g's next block. Memory moves
  * between stores only through the budget: a victim of another store
  * gives its pages back. -ENOENT when L is empty. */
-static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_group *g)
+static int do_evict_from(struct idx *x, struct list *L, const struct idx_group *g)
 {
 	struct entry *v = L->oldest;
 	if (!v)
@@ -692,7 +519,7 @@ static int do_evict_from(struct pd_index *x, struct list *L, const struct idx_gr
 	} else {
 		if (x->tier.drop)
 			x->st.unwritten_evictions++;
-		do_remove(x, v, punch);
+		idx_do_remove(x, v, punch);
 	}
 	return 0;
 }
@@ -716,7 +543,7 @@ static void tier_deadline(struct timespec *until)
  * (the writer is then taken for stuck until it writes one: a disk that
  * hangs in the middle of a write would otherwise cost every publish, and
  * a --disk-sync one every block, TIER_WAIT_MS of its worker). */
-static bool do_wait_tier(struct pd_index *x)
+static bool do_wait_tier(struct idx *x)
 {
 	if (!x->tier.drop || x->tier_hung ||
 	    !(x->nwriting || (x->ndirty && !x->tier_stuck)))
@@ -739,7 +566,7 @@ static bool do_wait_tier(struct pd_index *x)
  * publish that still copies e's bytes (this one found e being filled and
  * counts it as there; a kill -9 before its record would lose a block
  * confirmed to both), at most TIER_WAIT_MS. true: look again. */
-static bool do_wait_record(struct pd_index *x, struct entry *e)
+static bool do_wait_record(struct idx *x, struct entry *e)
 {
 	if (e->disk)
 		return false;
@@ -757,14 +584,14 @@ static bool do_wait_record(struct pd_index *x, struct entry *e)
 
 /* Room for a record of `bytes` within the disk budget: the least recently
  * used blocks held only on disk go. -ENOSPC when there are none left. */
-static int do_disk_room(struct pd_index *x, uint64_t bytes)
+static int do_disk_room(struct idx *x, uint64_t bytes)
 {
 	while (x->st.disk_bytes + bytes > x->lim.disk_budget) {
 		struct entry *v = x->disk_lru.oldest;
 		if (!v)
 			return -ENOSPC;
 		x->st.disk_evictions++;
-		do_remove(x, v, true);
+		idx_do_remove(x, v, true);
 	}
 	return 0;
 }
@@ -773,7 +600,7 @@ static int do_disk_room(struct pd_index *x, uint64_t bytes)
  * (a full disk or disk budget) and writes none now, or they are not
  * queued (their writes failed for good). Only then may one leave memory
  * unwritten. */
-static bool do_tier_cannot(const struct pd_index *x)
+static bool do_tier_cannot(const struct idx *x)
 {
 	return !x->nwriting && (x->tier_stuck || !x->ndirty);
 }
@@ -782,7 +609,7 @@ static bool do_tier_cannot(const struct pd_index *x)
  * (from `written`); else, when the caller may, a wait for the writer;
  * else an unwritten one (from `unwritten`) when the writer cannot write
  * it. true: something changed, look for a slot again. */
-static bool do_make_room(struct pd_index *x, struct list *written, struct list *unwritten,
+static bool do_make_room(struct idx *x, struct list *written, struct list *unwritten,
 			 const struct idx_group *g, bool may_wait)
 {
 	return !do_evict_from(x, written, g) || (may_wait && do_wait_tier(x)) ||
@@ -798,7 +625,7 @@ static bool do_make_room(struct pd_index *x, struct list *written, struct list *
  * memory only once it is on disk; a MATCH's restore gets no slot then.
  * The oldest unwritten block goes only when the writer cannot write it
  * (do_tier_cannot), counted. */
-static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
+static int do_alloc(struct idx *x, struct idx_group *g, struct entry *keep,
 		    struct idx_loc *loc, bool may_wait)
 {
 	uint64_t slot = g->store.slot_bytes;
@@ -829,44 +656,9 @@ static int do_alloc(struct pd_index *x, struct idx_group *g, struct entry *keep,
 	return rc;
 }
 
-/* ==== Pins (caller holds lock) ==== */
+/* ==== Leases (lock held) ==== */
 
-static struct entry *do_find_id(struct pd_index *x, const struct pd_id *id)
-{
-	uint8_t key[IDX_HASH_BYTES];
-	make_key(x, id->key, key);
-	return do_find(x, id->uid, key);
-}
-
-static void do_unpin(struct pd_index *x, struct pin **pp)
-{
-	struct pin *p = *pp;
-	*pp = p->next;
-	for (struct entry *e = p->e; e; e = e->parent)
-		pin_drop(x, e);
-	/* A chain pinned on disk whose restore failed: nothing holds it now. */
-	if (hollow(p->e) && removable(p->e))
-		do_remove(x, p->e, true);
-	x->st.pins--;
-	free(p);
-}
-
-static void do_expire(struct pd_index *x)
-{
-	uint64_t now = now_ms();
-	for (struct pin **pp = &x->pins; *pp;) {
-		if ((*pp)->expires_ms && (*pp)->expires_ms <= now) {
-			do_unpin(x, pp);
-			x->st.pins_expired++;
-		} else {
-			pp = &(*pp)->next;
-		}
-	}
-}
-
-/* ==== Leases (caller holds lock) ==== */
-
-static struct lease **do_lease_slot(struct pd_index *x, uint64_t id)
+static struct lease **do_lease_slot(struct idx *x, uint64_t id)
 {
 	struct lease **pp = &x->leases[id % LEASE_BUCKETS];
 	while (*pp && (*pp)->id != id)
@@ -876,7 +668,7 @@ static struct lease **do_lease_slot(struct pd_index *x, uint64_t id)
 
 /* ==== Groups ==== */
 
-int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t *fingerprint,
+int idx_group_get(struct idx *x, const struct idx_root *root, const uint8_t *fingerprint,
 		  const struct idx_store *store, struct idx_group **out)
 {
 	int rc = 0;
@@ -923,7 +715,7 @@ bool idx_group_has_store(const struct idx_group *g, const void *store_ctx)
 	return g->store.ctx == store_ctx; /* set once, when the group is made */
 }
 
-void idx_group_put(struct pd_index *x, struct idx_group *g)
+void idx_group_put(struct idx *x, struct idx_group *g)
 {
 	if (!g)
 		return;
@@ -933,9 +725,9 @@ void idx_group_put(struct pd_index *x, struct idx_group *g)
 	pthread_mutex_unlock(&x->lock);
 }
 
-/* ==== Requests ==== */
+/* ==== MATCH and RELEASE ==== */
 
-static void fill_block(const struct pd_index *x, const struct entry *e, struct idx_block *b)
+void idx_do_fill_block(const struct idx *x, const struct entry *e, struct idx_block *b)
 {
 	const struct idx_group *g = e->g;
 	(void)x;
@@ -955,7 +747,7 @@ static void fill_block(const struct pd_index *x, const struct entry *e, struct i
 	b->resident = e->resident;
 }
 
-int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
+int idx_match(struct idx *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
 	      uint32_t *hit, struct idx_block *fetch, uint32_t *nfetch)
 {
@@ -969,7 +761,7 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 	hot_lock(x);
 	for (; n < count; n++) {
 		make_key(x, hashes + (size_t)n * IDX_HASH_BYTES, key);
-		struct entry *e = do_find(x, g->ns, key);
+		struct entry *e = idx_do_find(x, g->ns, key);
 		const uint32_t *t = tokens + (size_t)n * x->block_tokens;
 		if (!e)
 			break;
@@ -1002,8 +794,8 @@ int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
 			e->restoring = true;
 			/* The slot counts against the quota while it fills. */
 			g->user->bytes += g->store.slot_bytes;
-			do_update(x, e);
-			fill_block(x, e, &fetch[nf]);
+			idx_do_update(x, e);
+			idx_do_fill_block(x, e, &fetch[nf]);
 			fetch[nf++].pos = i;
 		}
 		locs[i] = e->loc;
@@ -1046,7 +838,7 @@ static bool record_bad(int rc)
 	       rc == -ENODATA;
 }
 
-void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
+void idx_restored(struct idx *x, uint64_t *lease, uint32_t *hit,
 		  const struct idx_block *fetch, uint32_t nfetch, const int *ok)
 {
 	hot_lock(x);
@@ -1072,7 +864,7 @@ void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
 				do_drop_record(x, e);
 			}
 		}
-		do_update(x, e);
+		idx_do_update(x, e);
 	}
 	/* The hit idx_match counted, as it turned out. */
 	struct idx_group *g = l->blocks[0]->g;
@@ -1088,7 +880,7 @@ void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
 		struct entry *e = l->blocks[j];
 		lease_drop(x, e);
 		if (hollow(e) && removable(e))
-			do_remove(x, e, true);
+			idx_do_remove(x, e, true);
 	}
 	l->n = cut;
 	*hit = cut;
@@ -1101,7 +893,7 @@ void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
 	pthread_mutex_unlock(&x->lock);
 }
 
-int idx_release(struct pd_index *x, uint64_t lease)
+int idx_release(struct idx *x, uint64_t lease)
 {
 	hot_lock(x);
 	struct lease **pp = do_lease_slot(x, lease), *l = *pp;
@@ -1115,7 +907,7 @@ int idx_release(struct pd_index *x, uint64_t lease)
 			struct entry *e = l->blocks[i];
 			lease_drop(x, e);
 			if (hollow(e) && removable(e))
-				do_remove(x, e, true);
+				idx_do_remove(x, e, true);
 		}
 		x->st.leases--;
 	}
@@ -1124,9 +916,20 @@ int idx_release(struct pd_index *x, uint64_t lease)
 	return l ? 0 : -ENOENT;
 }
 
+void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count)
+{
+	pthread_mutex_lock(&x->lock);
+	x->st.misses--;
+	x->st.query_blocks -= count;
+	g->query_blocks -= count;
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* ==== PUBLISH and IMPORT ==== */
+
 /* Files a new entry e (zeroed) for a block after `parent` (NULL: g's
  * root): its names, tokens and place in the forest, last used now. */
-static void do_link(struct pd_index *x, struct entry *e, struct idx_group *g,
+static void do_link(struct idx *x, struct entry *e, struct idx_group *g,
 		    struct entry *parent, const uint8_t *key, const uint8_t *hash,
 		    const uint32_t *t, uint64_t now)
 {
@@ -1141,7 +944,7 @@ static void do_link(struct pd_index *x, struct entry *e, struct idx_group *g,
 	x->buckets[b] = e;
 	if (parent) {
 		parent->children++;
-		do_update(x, parent);
+		idx_do_update(x, parent);
 	}
 	e->use = ++x->clock;
 	e->used_s = now;
@@ -1151,7 +954,7 @@ static void do_link(struct pd_index *x, struct entry *e, struct idx_group *g,
 /* The parent block b names, as its chain was: in g, one block shallower,
  * with that hash. true and *parent (NULL at depth 0), or false when it is
  * not there. */
-static bool do_parent_of(const struct pd_index *x, const struct idx_group *g,
+static bool do_parent_of(const struct idx *x, const struct idx_group *g,
 			 const struct idx_block *b, struct entry **parent)
 {
 	uint8_t pkey[IDX_HASH_BYTES];
@@ -1159,7 +962,7 @@ static bool do_parent_of(const struct pd_index *x, const struct idx_group *g,
 	if (!b->depth)
 		return true;
 	make_key(x, b->parent, pkey);
-	struct entry *p = do_find(x, g->ns, pkey);
+	struct entry *p = idx_do_find(x, g->ns, pkey);
 	if (!p || p->g != g || p->depth != b->depth || memcmp(p->hash, b->parent, IDX_HASH_BYTES))
 		return false;
 	*parent = p;
@@ -1172,13 +975,13 @@ static bool do_parent_of(const struct pd_index *x, const struct idx_group *g,
  * evicts it) with a slot in e->loc, for do_publish to fill without the
  * lock. -EEXIST (its key is another prompt's), do_alloc's -ENOSPC or
  * -EDQUOT, or -ENOMEM. */
-static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *parent,
+static int do_reserve(struct idx *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hash, const uint32_t *t, uint64_t now, struct entry **out,
 		      bool *dedup)
 {
 	uint8_t key[IDX_HASH_BYTES];
 	make_key(x, hash, key);
-	struct entry *e = do_find(x, g->ns, key);
+	struct entry *e = idx_do_find(x, g->ns, key);
 	*dedup = false;
 	if (e && !do_confirms(x, e, parent, g, t)) {
 		x->st.collisions++;
@@ -1200,7 +1003,7 @@ static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *par
 		return rc;
 	/* do_alloc may have waited for the writer without the lock: another
 	 * publish or a restore may have filed or filled the block since. */
-	if (!e && (e = do_find(x, g->ns, key)) && !do_confirms(x, e, parent, g, t)) {
+	if (!e && (e = idx_do_find(x, g->ns, key)) && !do_confirms(x, e, parent, g, t)) {
 		g->store.free(g->store.ctx, loc, true);
 		x->st.collisions++;
 		return -EEXIST;
@@ -1225,7 +1028,7 @@ static int do_reserve(struct pd_index *x, struct idx_group *g, struct entry *par
 	e->loc = loc;
 	e->restoring = true;
 	g->user->bytes += g->store.slot_bytes;
-	do_update(x, e);
+	idx_do_update(x, e);
 	*out = e;
 	return 0;
 }
@@ -1242,7 +1045,7 @@ struct placed {
  * publish placed nothing or `from` is gone; every lease taken is then
  * given back.
  */
-static uint64_t do_lease_chain(struct pd_index *x, uint64_t from, struct entry **chain, uint32_t n)
+static uint64_t do_lease_chain(struct idx *x, uint64_t from, struct entry **chain, uint32_t n)
 {
 	const struct lease *f = from ? *do_lease_slot(x, from) : NULL;
 	uint32_t nf = f ? f->n : 0;
@@ -1266,7 +1069,7 @@ static uint64_t do_lease_chain(struct pd_index *x, uint64_t from, struct entry *
 /* Copies the blocks of [0, *end) that are mine and not yet filled, in
  * order, without the lock (held on entry and on return). A failed copy
  * ends the run there: *end and *end_rc say where and why. */
-static void do_fill(struct pd_index *x, struct placed *p, uint32_t *end, int *end_rc,
+static void do_fill(struct idx *x, struct placed *p, uint32_t *end, int *end_rc,
 		    int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx)
 {
 	pthread_mutex_unlock(&x->lock);
@@ -1299,7 +1102,7 @@ static void do_fill(struct pd_index *x, struct placed *p, uint32_t *end, int *en
  * is hollow and this publish fills it with its own bytes instead (its
  * blocks below would otherwise hang under a hole no MATCH crosses).
  */
-static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *parent,
+static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		      int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		      uint32_t *stored, uint32_t *dedup, uint64_t from, uint64_t *lease_out)
@@ -1370,9 +1173,9 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 		} else {
 			g->store.free(g->store.ctx, p[i].loc, true);
 		}
-		do_update(x, e);
+		idx_do_update(x, e);
 		if (e->parent)
-			do_update(x, e->parent);
+			idx_do_update(x, e->parent);
 	}
 	/* --disk-sync: the publisher hears of its blocks once they are on
 	 * disk (or the writer cannot write them: a full disk, said in the
@@ -1395,14 +1198,14 @@ static int do_publish(struct pd_index *x, struct idx_group *g, struct entry *par
 	 * removing its last takes the hollow ones above with it (only the
 	 * last can be a leaf). */
 	if (placed > end && hollow(chain[placed - 1]) && removable(chain[placed - 1]))
-		do_remove(x, chain[placed - 1], true);
+		idx_do_remove(x, chain[placed - 1], true);
 	pthread_mutex_unlock(&x->lock);
 	free(p);
 	free(chain);
 	return end_rc;
 }
 
-int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
+int idx_publish(struct idx *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup)
@@ -1411,7 +1214,7 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
 				  NULL);
 }
 
-int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
+int idx_publish_leased(struct idx *x, struct idx_group *g, uint64_t lease,
 		       const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		       uint32_t *stored, uint32_t *dedup, uint64_t *lease_out)
@@ -1420,7 +1223,7 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
 	if (lease_out)
 		*lease_out = 0;
 	hot_lock(x);
-	do_expire(x);
+	idx_do_expire(x);
 	struct entry *parent = NULL;
 	if (lease) {
 		struct lease *l = *do_lease_slot(x, lease);
@@ -1434,7 +1237,7 @@ int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
 			  lease_out);
 }
 
-int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
+int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
 	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
 	       struct idx_held *h)
 {
@@ -1465,32 +1268,32 @@ int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *
 		struct entry *e = l->blocks[l->n - 1];
 		e->imports++;
 		h->e[h->n++] = e;
-		do_update(x, e);
+		idx_do_update(x, e);
 		pthread_mutex_unlock(&x->lock);
 		idx_release(x, lease);
 	}
 	return rc;
 }
 
-void idx_import_end(struct pd_index *x, struct idx_held *h)
+void idx_import_end(struct idx *x, struct idx_held *h)
 {
 	pthread_mutex_lock(&x->lock);
 	/* Children first: each then enters the LRU lists before its parent. */
 	for (uint32_t i = h->n; i-- > 0;) {
 		struct entry *e = h->e[i];
 		e->imports--;
-		do_update(x, e);
+		idx_do_update(x, e);
 		if (hollow(e) && removable(e))
-			do_remove(x, e, true);
+			idx_do_remove(x, e, true);
 	}
 	pthread_mutex_unlock(&x->lock);
 	free(h->e);
 	*h = (struct idx_held){ 0 };
 }
 
-/* ==== The disk tier ==== */
+/* ==== The disk tier: spill, and load at start ==== */
 
-uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
+uint32_t idx_spill_take(struct idx *x, struct idx_block *out, uint32_t max,
 			uint64_t max_bytes)
 {
 	uint32_t n = 0;
@@ -1508,7 +1311,7 @@ uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
 			/* Its parent will not be written (its write failed for
 			 * good): neither is this block, which stays in memory. */
 			do_undirty(x, e);
-			do_update(x, e);
+			idx_do_update(x, e);
 			continue;
 		}
 		if (n && (bytes >= max_bytes || e->g->store.record_bytes > max_bytes - bytes))
@@ -1523,14 +1326,14 @@ uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
 		e->writing = true;
 		x->nwriting++;
 		x->st.disk_bytes += e->g->store.record_bytes;
-		do_update(x, e);
-		fill_block(x, e, &out[n++]);
+		idx_do_update(x, e);
+		idx_do_fill_block(x, e, &out[n++]);
 	}
 	pthread_mutex_unlock(&x->lock);
 	return n;
 }
 
-void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
+void idx_spilled(struct idx *x, const struct idx_block *b, int rc)
 {
 	pthread_mutex_lock(&x->lock);
 	struct entry *e = (struct entry *)b->ref;
@@ -1564,11 +1367,11 @@ void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc)
 		if (rc == -ENOSPC) /* in line again, where it was */
 			do_requeue(x, e);
 	}
-	do_update(x, e);
+	idx_do_update(x, e);
 	pthread_mutex_unlock(&x->lock);
 }
 
-uint64_t idx_dirty(struct pd_index *x)
+uint64_t idx_dirty(struct idx *x)
 {
 	pthread_mutex_lock(&x->lock);
 	uint64_t n = x->ndirty;
@@ -1576,7 +1379,7 @@ uint64_t idx_dirty(struct pd_index *x)
 	return n;
 }
 
-int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
+int idx_load(struct idx *x, struct idx_group *g, const struct idx_block *b)
 {
 	uint8_t key[IDX_HASH_BYTES];
 	struct entry *parent;
@@ -1586,7 +1389,7 @@ int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_lock(&x->lock);
-	if (do_find(x, g->ns, key)) {
+	if (idx_do_find(x, g->ns, key)) {
 		rc = -EEXIST;
 		goto out;
 	}
@@ -1610,7 +1413,7 @@ int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b)
 		if (x->clock < b->use)
 			x->clock = b->use;
 	}
-	do_update(x, e);
+	idx_do_update(x, e);
 	x->st.disk_blocks++;
 	x->st.disk_bytes += g->store.record_bytes;
 	e = NULL;
@@ -1620,545 +1423,9 @@ out:
 	return rc;
 }
 
-static bool export_selected(const struct entry *e, const struct pd_export *sel)
-{
-	if (!e->resident && !e->disk)
-		return false; /* hollow, or on its way back from disk */
-	if ((sel->flags & PD_EXPORT_USER) && e->g->ns != sel->uid)
-		return false;
-	return !(sel->flags & PD_EXPORT_MODEL) || !memcmp(e->g->fp, sel->fp, PD_FP_SIZE);
-}
-
-static int push_block(const struct pd_index *x, const struct entry *e, struct idx_block **v,
-		      size_t *k, size_t *cap)
-{
-	if (*k == *cap) {
-		struct idx_block *m = realloc(*v, 2 * *cap * sizeof(**v));
-		if (!m)
-			return -ENOMEM;
-		*v = m;
-		*cap *= 2;
-	}
-	fill_block(x, e, &(*v)[(*k)++]);
-	return 0;
-}
-
-static int by_depth(const void *a, const void *b)
-{
-	const struct idx_block *x = a, *y = b;
-	return (x->depth > y->depth) - (x->depth < y->depth);
-}
-
-int idx_export_take(struct pd_index *x, const struct pd_export *sel, struct idx_block **out,
-		    uint32_t *n)
-{
-	int rc = 0;
-	size_t k = 0, cap = 64;
-	struct idx_block *v = malloc(cap * sizeof(*v));
-	*out = NULL;
-	*n = 0;
-	if (!v)
-		return -ENOMEM;
-	pthread_mutex_lock(&x->lock);
-	if (sel->flags & PD_EXPORT_ID) {
-		struct entry *last = do_find_id(x, &sel->id);
-		if (!last) {
-			rc = -ENOENT;
-			goto out;
-		}
-		/* Its chain, leaf first (sorted below). */
-		for (struct entry *e = last; e && !rc; e = e->parent)
-			if (export_selected(e, sel))
-				rc = push_block(x, e, &v, &k, &cap);
-	} else {
-		for (size_t b = 0; b < NBUCKETS && !rc; b++)
-			for (struct entry *e = x->buckets[b]; e && !rc; e = e->hnext)
-				if (export_selected(e, sel))
-					rc = push_block(x, e, &v, &k, &cap);
-	}
-	if (rc)
-		goto out;
-	for (size_t i = 0; i < k; i++) {
-		struct entry *e = (struct entry *)v[i].ref;
-		e->exports++;
-		do_update(x, e);
-	}
-out:
-	pthread_mutex_unlock(&x->lock);
-	if (rc) {
-		free(v);
-		return rc;
-	}
-	qsort(v, k, sizeof(*v), by_depth);
-	*out = v;
-	*n = (uint32_t)k;
-	return 0;
-}
-
-void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n)
-{
-	pthread_mutex_lock(&x->lock);
-	for (uint32_t i = 0; i < n; i++) {
-		struct entry *e = (struct entry *)b[i].ref;
-		e->exports--;
-		do_update(x, e);
-	}
-	/* One whose restore failed meanwhile goes now that nothing holds it;
-	 * looked up again, deepest first, since a removal takes hollow
-	 * parents with it. */
-	for (uint32_t i = n; i-- > 0;) {
-		uint8_t key[IDX_HASH_BYTES];
-		make_key(x, b[i].hash, key);
-		struct entry *e = do_find(x, b[i].ns, key);
-		if (e == b[i].ref && hollow(e) && removable(e))
-			do_remove(x, e, true);
-	}
-	pthread_mutex_unlock(&x->lock);
-	free(b);
-}
-
-static const struct pin *do_pin_of(const struct pd_index *x, const struct entry *e);
-
-int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
-		    void *ctx)
-{
-	int rc = 0;
-	struct idx_block b;
-	pthread_mutex_lock(&x->lock);
-	do_expire(x);
-	uint64_t now = now_s(), ms = now_ms();
-	for (size_t k = 0; k < NBUCKETS && !rc; k++)
-		for (struct entry *e = x->buckets[k]; e && !rc; e = e->hnext)
-			if (e->disk) {
-				fill_block(x, e, &b);
-				b.hits = e->hits;
-				b.use = e->use;
-				b.idle_s = now > e->used_s ? now - e->used_s : 0;
-				const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
-				b.pin_end = p != NULL;
-				if (p && p->expires_ms) /* whole seconds, rounded up, at least 1 */
-					b.pin_ttl_s = p->expires_ms > ms
-							      ? (uint32_t)((p->expires_ms - ms + 999) / 1000)
-							      : 1;
-				rc = fn(ctx, &b);
-			}
-	pthread_mutex_unlock(&x->lock);
-	return rc;
-}
-
-void idx_count_corrupt(struct pd_index *x, uint64_t n)
+void idx_count_corrupt(struct idx *x, uint64_t n)
 {
 	pthread_mutex_lock(&x->lock);
 	x->st.disk_corrupt += n;
-	pthread_mutex_unlock(&x->lock);
-}
-
-void idx_get_stats(struct pd_index *x, struct idx_stats *out)
-{
-	pthread_mutex_lock(&x->lock);
-	do_expire(x);
-	*out = x->st;
-	out->disk_pending = x->ndirty + x->nwriting;
-	pthread_mutex_unlock(&x->lock);
-}
-
-void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count)
-{
-	pthread_mutex_lock(&x->lock);
-	x->st.misses--;
-	x->st.query_blocks -= count;
-	g->query_blocks -= count;
-	pthread_mutex_unlock(&x->lock);
-}
-
-static bool in_view(const struct idx_view *v, uint32_t ns)
-{
-	for (uint32_t i = 0; v && i < v->n; i++)
-		if (v->ns[i] == ns)
-			return true;
-	return !v;
-}
-
-int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n)
-{
-	return idx_usage_in(x, NULL, rows, n);
-}
-
-int idx_usage_in(struct pd_index *x, const struct idx_view *view, struct pd_usage **rows,
-		 uint32_t *n)
-{
-	pthread_mutex_lock(&x->lock);
-	size_t cap = 0;
-	for (struct idx_group *g = x->groups; g; g = g->next)
-		cap++;
-	struct pd_usage *r = calloc(cap ? cap : 1, sizeof(*r));
-	uint32_t k = 0;
-	/* Groups of one (user, model) differ by salt or layout: one row. Past
-	 * the rows a reply can carry, pairs not seen yet are left out. */
-	for (struct idx_group *g = x->groups; r && g; g = g->next) {
-		if (!in_view(view, g->ns))
-			continue;
-		uint32_t i = 0;
-		while (i < k && (r[i].uid != g->ns || memcmp(r[i].fp, g->fp, PD_FP_SIZE)))
-			i++;
-		if (i == k) {
-			if (k == PD_MAX_ROWS)
-				continue;
-			r[k].uid = g->ns;
-			memcpy(r[k].fp, g->fp, PD_FP_SIZE);
-			k++;
-		}
-		r[i].blocks += g->resident;
-		r[i].bytes += g->resident * g->store.slot_bytes;
-		r[i].pinned_bytes += g->pinned_bytes;
-		r[i].hits += g->hits;
-		r[i].hit_tokens += g->hit_blocks * x->block_tokens;
-		r[i].query_tokens += g->query_blocks * x->block_tokens;
-		r[i].evictions += g->evictions;
-	}
-	pthread_mutex_unlock(&x->lock);
-	*rows = r;
-	*n = k;
-	return r ? 0 : -ENOMEM;
-}
-
-/* ==== Admin ==== */
-
-static const struct pin *do_pin_of(const struct pd_index *x, const struct entry *e)
-{
-	for (const struct pin *p = x->pins; p; p = p->next)
-		if (p->e == e)
-			return p;
-	return NULL;
-}
-
-static void do_row(const struct pd_index *x, const struct entry *e, uint64_t now,
-		   struct pd_chain_row *r)
-{
-	const struct idx_group *g = e->g;
-	memset(r, 0, sizeof(*r));
-	memcpy(r->id.key, e->key, IDX_HASH_BYTES);
-	r->id.uid = g->ns;
-	memcpy(r->fp, g->fp, PD_FP_SIZE);
-	r->blocks = e->depth;
-	r->tokens = e->depth * x->block_tokens;
-	r->leases = e->leases;
-	r->bytes = (uint64_t)e->depth * g->store.slot_bytes;
-	r->hits = e->hits;
-	r->idle_s = now > e->used_s ? (uint32_t)(now - e->used_s) : 0;
-	r->flags = (e->resident ? PD_CHAIN_MEMORY : 0) | (e->disk ? PD_CHAIN_DISK : 0) |
-		   (e->pins ? PD_CHAIN_PINNED : 0);
-	const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
-	uint64_t ms = now_ms();
-	if (p && p->expires_ms) /* whole seconds left, rounded up */
-		r->pin_ttl_s = p->expires_ms > ms ? (uint32_t)((p->expires_ms - ms + 999) / 1000) : 0;
-}
-
-void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
-	      uint32_t *nrows, uint64_t *next)
-{
-	idx_list_in(x, req, NULL, rows, nrows, next);
-}
-
-void idx_list_in(struct pd_index *x, const struct pd_list *req, const struct idx_view *view,
-		 struct pd_chain_row *rows, uint32_t *nrows, uint64_t *next)
-{
-	/* The cursor: bucket in the high half, position in its chain below. */
-	uint64_t b = req->cursor >> 32, pos = req->cursor & 0xffffffffu;
-	uint32_t n = 0, seen = 0;
-	uint64_t i = 0;   /* where a page stops inside bucket b */
-	uint64_t now = now_s();
-	pthread_mutex_lock(&x->lock);
-	do_expire(x);
-	for (; b < NBUCKETS; b++, pos = 0) {
-		i = 0;
-		for (const struct entry *e = x->buckets[b]; e; e = e->hnext, i++) {
-			if (i < pos)
-				continue;
-			if (n == req->max_rows || seen == ROUND_ENTRIES)
-				goto page;
-			seen++;
-			/* Chains end at leaves, and at pins: a pinned prefix
-			 * that others continue stays visible, to unpin. */
-			if (e->children && !(e->pins && do_pin_of(x, e)))
-				continue;
-			if ((req->flags & PD_LIST_USER) && e->g->ns != req->uid)
-				continue;
-			if (!in_view(view, e->g->ns))
-				continue;
-			if ((req->flags & PD_LIST_MODEL) && memcmp(e->g->fp, req->fp, PD_FP_SIZE))
-				continue;
-			do_row(x, e, now, &rows[n++]);
-		}
-	}
-	pthread_mutex_unlock(&x->lock);
-	*nrows = n;
-	*next = 0;
-	return;
-page:
-	pthread_mutex_unlock(&x->lock);
-	*nrows = n;
-	*next = b << 32 | i;
-	/* (0, 0) is the start: a page never ends there, it always advances. */
-	if (!*next)
-		*next = 1;
-}
-
-static int selected(const struct entry *e, const struct pd_evict *sel, const uint32_t *ns,
-		    uint64_t now)
-{
-	if (ns && e->g->ns != *ns)
-		return 0;
-	switch (sel->by) {
-	case PD_EVICT_MODEL: return !memcmp(e->g->fp, sel->key, PD_FP_SIZE);
-	case PD_EVICT_USER: return e->g->ns == sel->uid;
-	case PD_EVICT_IDLE: return now >= e->used_s && now - e->used_s >= sel->idle_s;
-	default: return 1;
-	}
-}
-
-/* Returns do_remove's: the nearest ancestor left. */
-static struct entry *do_admin_remove(struct pd_index *x, struct entry *e,
-				     struct pd_evict_reply *out)
-{
-	out->blocks++;
-	out->bytes += e->g->store.slot_bytes;
-	x->st.admin_evictions++;
-	return do_remove(x, e, true);
-}
-
-/* What one round of an admin eviction may remove before it lets MATCHes
- * have the lock: each removal punches pages out (3.5 us for 8 KiB to
- * ~450 us for a 2.9 MB block, docs/perf/2026-11-22-punch-holes.md), so a round stays near
- * half a millisecond. */
-#define ROUND_EVICT_BLOCKS 64
-#define ROUND_EVICT_BYTES (1u << 20)
-
-struct evict_round {
-	const struct pd_evict *sel;
-	const uint32_t *ns;         /* only this namespace's blocks; NULL: any */
-	uint64_t now;
-	uint64_t blocks, bytes;     /* removed this round */
-	int has_pending;            /* a chain to go on with next round */
-	struct pd_id pending;
-	int has_kept;               /* the first block a chain's walk kept */
-	struct pd_id kept;
-	struct pd_evict_reply *out;
-};
-
-static void set_id(struct pd_id *id, const struct entry *e)
-{
-	memcpy(id->key, e->key, IDX_HASH_BYTES);
-	id->uid = e->g->ns;
-}
-
-static int round_full(const struct evict_round *r)
-{
-	return r->blocks >= ROUND_EVICT_BLOCKS || r->bytes >= ROUND_EVICT_BYTES;
-}
-
-/* Evicts e and then its selected ancestors as they become leaves; when the
- * round is full, the next one is left pending (by id: it may be gone when
- * the next round comes). */
-static void do_evict_chain(struct pd_index *x, struct entry *e, struct evict_round *r)
-{
-	while (e && removable(e) && selected(e, r->sel, r->ns, r->now)) {
-		if (round_full(r)) {
-			set_id(&r->pending, e);
-			r->has_pending = 1;
-			return;
-		}
-		r->blocks++;
-		r->bytes += e->g->store.slot_bytes;
-		/* Not e->parent: a hollow parent goes with e. */
-		e = do_admin_remove(x, e, r->out);
-	}
-	if (e) {
-		set_id(&r->kept, e);
-		r->has_kept = 1;
-	}
-}
-
-/* One round over buckets [*b, ...): selected evictable leaves, with their
- * chains, until ROUND_ENTRIES were looked at or the round is full. */
-static void do_evict_round(struct pd_index *x, uint64_t *b, struct evict_round *r)
-{
-	r->blocks = r->bytes = 0;
-	if (r->has_pending) {
-		r->has_pending = 0;
-		do_evict_chain(x, do_find_id(x, &r->pending), r);
-	}
-	uint32_t seen = 0;
-	while (*b < NBUCKETS && seen < ROUND_ENTRIES && !round_full(r)) {
-		/* Leaves only, so that no chain's walk up frees one of them. */
-		struct entry *found[64];
-		uint32_t n = 0;
-		int more = 0;
-		for (struct entry *e = x->buckets[*b]; e; e = e->hnext, seen++) {
-			if (!removable(e) || !selected(e, r->sel, r->ns, r->now))
-				continue;
-			if (n == 64) {
-				more = 1; /* this bucket again: what is left of it */
-				break;
-			}
-			found[n++] = e;
-		}
-		for (uint32_t i = 0; i < n && !r->has_pending; i++)
-			do_evict_chain(x, found[i], r);
-		if (r->has_pending)
-			return; /* found[] past it are rescanned next round */
-		if (!more)
-			(*b)++;
-	}
-}
-
-static void do_count_kept(const struct entry *e, struct pd_evict_reply *out)
-{
-	if (e->leases || e->imports) /* an import holds it like a lease */
-		out->kept_leased++;
-	else if (e->pins)
-		out->kept_pinned++;
-	else
-		out->kept_parent++;
-}
-
-int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out)
-{
-	return idx_evict_ns(x, sel, NULL, out);
-}
-
-int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t *ns,
-		 struct pd_evict_reply *out)
-{
-	memset(out, 0, sizeof(*out));
-	uint64_t now = now_s();
-	struct evict_round r = { .sel = sel, .ns = ns, .now = now, .out = out };
-	uint64_t b = 0;
-	if (sel->by == PD_EVICT_ID) {
-		/* The chain's own blocks, leaf up; a block another chain
-		 * continues stays for it. */
-		r.pending.uid = sel->uid;
-		memcpy(r.pending.key, sel->key, IDX_HASH_BYTES);
-		pthread_mutex_lock(&x->lock);
-		r.has_pending = do_find_id(x, &r.pending) != NULL;
-		pthread_mutex_unlock(&x->lock);
-		if (!r.has_pending)
-			return -ENOENT;
-		b = NBUCKETS;
-	}
-	/* Rounds over the buckets, so that MATCHes get the lock in between. */
-	while (b < NBUCKETS || r.has_pending) {
-		pthread_mutex_lock(&x->lock);
-		do_expire(x);
-		do_evict_round(x, &b, &r);
-		pthread_mutex_unlock(&x->lock);
-		admin_yield(x);
-	}
-	if (sel->by == PD_EVICT_ID) {
-		pthread_mutex_lock(&x->lock);
-		for (const struct entry *e = r.has_kept ? do_find_id(x, &r.kept) : NULL; e;
-		     e = e->parent)
-			do_count_kept(e, out);
-		pthread_mutex_unlock(&x->lock);
-		return 0;
-	}
-	/* What stays of the selection, and why. */
-	for (b = 0; b < NBUCKETS;) {
-		pthread_mutex_lock(&x->lock);
-		for (uint32_t seen = 0; b < NBUCKETS && seen < ROUND_ENTRIES; b++)
-			for (const struct entry *e = x->buckets[b]; e; e = e->hnext, seen++)
-				if (selected(e, sel, ns, now))
-					do_count_kept(e, out);
-		pthread_mutex_unlock(&x->lock);
-		admin_yield(x);
-	}
-	return 0;
-}
-
-static uint64_t do_ns_pinned(const struct pd_index *x, uint32_t ns)
-{
-	uint64_t sum = 0;
-	for (const struct idx_group *g = x->groups; g; g = g->next)
-		if (g->ns == ns)
-			sum += g->pinned_bytes;
-	return sum;
-}
-
-int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes)
-{
-	return idx_pin_ns(x, id, ttl_s, UINT64_MAX, pinned_bytes);
-}
-
-int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
-	       uint64_t *pinned_bytes)
-{
-	int rc = 0;
-	pthread_mutex_lock(&x->lock);
-	do_expire(x);
-	struct entry *e = do_find_id(x, id);
-	struct pin *p = NULL;
-	uint64_t add = 0;
-	if (!e) {
-		rc = -ENOENT;
-		goto out;
-	}
-	for (struct pin *q = x->pins; q && !p; q = q->next)
-		if (q->e == e)
-			p = q;
-	if (!p) {
-		for (const struct entry *a = e; a; a = a->parent)
-			if (!a->pins)
-				add += a->g->store.slot_bytes;
-		if (x->st.pinned_bytes + add > x->lim.pin_max) {
-			rc = -E2BIG;
-			goto out;
-		}
-		if (ns_max != UINT64_MAX && do_ns_pinned(x, e->g->ns) + add > ns_max) {
-			rc = -EDQUOT;
-			goto out;
-		}
-		if (!(p = calloc(1, sizeof(*p)))) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		p->e = e;
-		p->next = x->pins;
-		x->pins = p;
-		x->st.pins++;
-		for (struct entry *a = e; a; a = a->parent)
-			pin_add(x, a);
-	}
-	p->expires_ms = ttl_s ? now_ms() + (uint64_t)ttl_s * 1000 : 0;
-	add = 0;
-out:
-	/* A user is told of their namespace's pins only: the others' are
-	 * not theirs to count. */
-	*pinned_bytes = ns_max == UINT64_MAX ? x->st.pinned_bytes + add
-			: e                  ? do_ns_pinned(x, e->g->ns) + add
-					     : 0;
-	pthread_mutex_unlock(&x->lock);
-	return rc;
-}
-
-int idx_unpin(struct pd_index *x, const struct pd_id *id)
-{
-	int rc = -ENOENT;
-	pthread_mutex_lock(&x->lock);
-	do_expire(x);
-	struct entry *e = do_find_id(x, id);
-	for (struct pin **pp = &x->pins; e && *pp; pp = &(*pp)->next)
-		if ((*pp)->e == e) {
-			do_unpin(x, pp);
-			rc = 0;
-			break;
-		}
-	pthread_mutex_unlock(&x->lock);
-	return rc;
-}
-
-void idx_expire(struct pd_index *x)
-{
-	pthread_mutex_lock(&x->lock);
-	do_expire(x);
 	pthread_mutex_unlock(&x->lock);
 }

@@ -13,8 +13,11 @@
  * across every group: a user at their quota gives up their own oldest
  * block, otherwise the oldest block of anyone goes.
  *
- * Thread-safe: one mutex guards the whole index (docs/DESIGN.md, "Locks"). Store
- * callbacks run under it, so stores need no lock of their own.
+ * Thread-safe: one mutex guards the whole index (docs/DESIGN.md, "Locks").
+ * Store callbacks run under it, so stores need no lock of their own; the
+ * tier's callbacks take the tier's mutex under it. Its callers hold no
+ * lock of the daemon's. Only PUBLISH and IMPORT drop it in the middle of
+ * a call: to copy a block's bytes (fill) and to wait for the writer.
  */
 #ifndef PD_INDEX_H
 #define PD_INDEX_H
@@ -47,8 +50,9 @@ struct idx_store {
 };
 
 /* The disk tier as the index sees it (tier.h). Both run under the index
- * lock, so they only queue work: drop, a record to delete (the block left
- * the index); wake, blocks to write (idx_spill_take). */
+ * lock, so they only queue work (under the tier's own mutex, which thus
+ * nests inside the index's): drop, a record to delete (the block left the
+ * index); wake, blocks to write (idx_spill_take). */
 struct idx_tier {
 	void (*drop)(void *ctx, uint32_t ns, const uint8_t *hash);
 	void (*wake)(void *ctx);
@@ -106,31 +110,33 @@ struct idx_block {
 	uint32_t pin_ttl_s;           /* that pin's TTL left, rounded up; 0: none */
 };
 
-struct pd_index;
+struct idx;
 struct idx_group;
 
 /* key_bytes < 32 truncates keys (a test-only weak hash). 0 or -errno. */
 int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
-	    struct pd_index **out);
+	    struct idx **out);
 /* Gives the index a disk tier, before any block is stored: blocks are
  * then written out after they are published (idx_spill_take), evicted
  * from memory once written, and restored by MATCH. */
-void idx_set_tier(struct pd_index *x, const struct idx_tier *tier);
+void idx_set_tier(struct idx *x, const struct idx_tier *tier);
 /* Frees every block through its store, unpunched (the stores go next).
  * Groups must have been put. */
-void idx_free(struct pd_index *x);
+void idx_free(struct idx *x);
+
+/* ==== Requests (index.c: each call takes the lock once) ==== */
 
 /* The group of a root, made on first use, with the model's fingerprint
  * and the store of its blocks; one reference for the caller. 0 or
  * -ENOMEM. */
-int idx_group_get(struct pd_index *x, const struct idx_root *root, const uint8_t *fingerprint,
+int idx_group_get(struct idx *x, const struct idx_root *root, const uint8_t *fingerprint,
 		  const struct idx_store *store, struct idx_group **out);
 /* Whether g's blocks live in store_ctx. A group is found by its root
  * alone, and a root commits to a block size (pd_chain_root), so a
  * different store means a forged root: records of an import, say. */
 bool idx_group_has_store(const struct idx_group *g, const void *store_ctx);
 /* Drops a reference; a group without references or blocks goes. */
-void idx_group_put(struct pd_index *x, struct idx_group *g);
+void idx_group_put(struct idx *x, struct idx_group *g);
 
 /*
  * Longest confirmed run of leading blocks. hashes: count x 32 bytes,
@@ -143,17 +149,20 @@ void idx_group_put(struct pd_index *x, struct idx_group *g);
  * whose bytes the caller reads from disk and then hands to idx_restored,
  * which confirms the hit. With fetch NULL, the hit ends before them.
  */
-int idx_match(struct pd_index *x, struct idx_group *g, const uint8_t *hashes,
+int idx_match(struct idx *x, struct idx_group *g, const uint8_t *hashes,
 	      const uint32_t *tokens, uint32_t count, uint64_t *lease, struct idx_loc *locs,
 	      uint32_t *hit, struct idx_block *fetch, uint32_t *nfetch);
 /* Ends the restores of an idx_match: ok[i] (0 or -errno) for fetch[i].
  * The hit ends before the first block that failed (its record is dropped
  * and counted corrupt when -EBADMSG); *hit and *lease are set anew (lease
  * 0 when nothing is left). */
-void idx_restored(struct pd_index *x, uint64_t *lease, uint32_t *hit,
+void idx_restored(struct idx *x, uint64_t *lease, uint32_t *hit,
 		  const struct idx_block *fetch, uint32_t nfetch, const int *ok);
 /* Ends a lease: 0, or -ENOENT if there is no such lease. */
-int idx_release(struct pd_index *x, uint64_t lease);
+int idx_release(struct idx *x, uint64_t lease);
+/* Takes back the miss an idx_match of count blocks in g counted: the
+ * MATCH goes on in another namespace, which counts it. */
+void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count);
 
 /*
  * Stores blocks that continue the last block of `lease` (0: the root).
@@ -168,7 +177,7 @@ int idx_release(struct pd_index *x, uint64_t lease);
  * blocks before the end, which are all there now: blocks [0, *stored +
  * *dedup) of the chain.
  */
-int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
+int idx_publish(struct idx *x, struct idx_group *g, uint64_t lease,
 		const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		uint32_t *stored, uint32_t *dedup);
@@ -177,45 +186,10 @@ int idx_publish(struct pd_index *x, struct idx_group *g, uint64_t lease,
  * the last block stored or already there (`lease`'s blocks, then those);
  * 0 when there is none. A publisher continues from it with its next
  * blocks, and releases it with idx_release. */
-int idx_publish_leased(struct pd_index *x, struct idx_group *g, uint64_t lease,
+int idx_publish_leased(struct idx *x, struct idx_group *g, uint64_t lease,
 		       const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
 		       uint32_t *stored, uint32_t *dedup, uint64_t *lease_out);
-
-/* ==== The disk tier ==== */
-
-/* Up to max blocks to write out, oldest published first, as many as
- * max_bytes of records hold (one at least), each held until idx_spilled;
- * and the disk budget charged for them (the least recently used blocks
- * held only on disk go to make room; a block that cannot fit stays in
- * memory only). A block comes only after its parent has a record or is
- * earlier in the same batch: the caller must not make a child's record
- * visible unless its parent's is. */
-uint32_t idx_spill_take(struct pd_index *x, struct idx_block *out, uint32_t max,
-			uint64_t max_bytes);
-/* rc 0: the block's record is on disk. -ENOSPC: not written, try again
- * later (in its place in line). Anything else: not written, and not tried
- * again. Wakes the publishes that wait for memory or, with sync, for
- * their records. */
-void idx_spilled(struct pd_index *x, const struct idx_block *b, int rc);
-/* Blocks that wait to be written. */
-uint64_t idx_dirty(struct pd_index *x);
-/*
- * A block found on disk at start: b->ns, depth, hash, parent, tokens and
- * sum, in group g (its h0 and fp), with its hits, use and idle time as
- * idx_each_record gave them (zero: unknown). Its parent must be loaded
- * first.
- * 0, -ENOENT (no such parent in g), -EEXIST (there already), -ENOSPC (the
- * disk budget is full) or -ENOMEM.
- */
-int idx_load(struct pd_index *x, struct idx_group *g, const struct idx_block *b);
-/* Calls fn for every block with a record on disk (under the index lock:
- * for a daemon that stops) until fn returns non-zero, which it returns.
- * The blocks come with their hits, use and pin. */
-int idx_each_record(struct pd_index *x, int (*fn)(void *ctx, const struct idx_block *b),
-		    void *ctx);
-/* Records found damaged elsewhere (at start), for the disk_corrupt count. */
-void idx_count_corrupt(struct pd_index *x, uint64_t n);
 
 /* The blocks one import stored or found, each held in the index (never
  * removed; out of memory only once written to disk) until idx_import_end,
@@ -231,18 +205,55 @@ struct idx_held {
  * When memory is full of blocks not yet written, waits for the disk tier
  * to write some. 0 (*dedup: it was there), -ENOENT (no such parent), or
  * idx_publish's errors. */
-int idx_import(struct pd_index *x, struct idx_group *g, const struct idx_block *b,
+int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
 	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,
 	       struct idx_held *h);
 /* Lets go of what an import held (h is emptied). */
-void idx_import_end(struct pd_index *x, struct idx_held *h);
+void idx_import_end(struct idx *x, struct idx_held *h);
+
+/* ==== The disk tier (index.c; idx_each_record in index_admin.c) ==== */
+
+/* Up to max blocks to write out, oldest published first, as many as
+ * max_bytes of records hold (one at least), each held until idx_spilled;
+ * and the disk budget charged for them (the least recently used blocks
+ * held only on disk go to make room; a block that cannot fit stays in
+ * memory only). A block comes only after its parent has a record or is
+ * earlier in the same batch: the caller must not make a child's record
+ * visible unless its parent's is. */
+uint32_t idx_spill_take(struct idx *x, struct idx_block *out, uint32_t max,
+			uint64_t max_bytes);
+/* rc 0: the block's record is on disk. -ENOSPC: not written, try again
+ * later (in its place in line). Anything else: not written, and not tried
+ * again. Wakes the publishes that wait for memory or, with sync, for
+ * their records. */
+void idx_spilled(struct idx *x, const struct idx_block *b, int rc);
+/* Blocks that wait to be written. */
+uint64_t idx_dirty(struct idx *x);
+/*
+ * A block found on disk at start: b->ns, depth, hash, parent, tokens and
+ * sum, in group g (its h0 and fp), with its hits, use and idle time as
+ * idx_each_record gave them (zero: unknown). Its parent must be loaded
+ * first.
+ * 0, -ENOENT (no such parent in g), -EEXIST (there already), -ENOSPC (the
+ * disk budget is full) or -ENOMEM.
+ */
+int idx_load(struct idx *x, struct idx_group *g, const struct idx_block *b);
+/* Calls fn for every block with a record on disk (under the index lock:
+ * for a daemon that stops) until fn returns non-zero, which it returns.
+ * The blocks come with their hits, use and pin. */
+int idx_each_record(struct idx *x, int (*fn)(void *ctx, const struct idx_block *b),
+		    void *ctx);
+/* Records found damaged elsewhere (at start), for the disk_corrupt count. */
+void idx_count_corrupt(struct idx *x, uint64_t n);
+
+/* ==== Admin (index_admin.c: LIST and EVICT run in rounds that step aside) ==== */
 
 /* The blocks an export selects (flags of struct pd_export), parents
  * first, each held (neither evicted nor removed) until idx_export_done:
  * *out malloc'd. 0, -ENOENT (no such chain) or -ENOMEM. */
-int idx_export_take(struct pd_index *x, const struct pd_export *sel, struct idx_block **out,
+int idx_export_take(struct idx *x, const struct pd_export *sel, struct idx_block **out,
 		    uint32_t *n);
-void idx_export_done(struct pd_index *x, struct idx_block *b, uint32_t n);
+void idx_export_done(struct idx *x, struct idx_block *b, uint32_t n);
 
 /* The namespaces a peer that is not an admin may see (its own and, as a
  * member, the shared one); a NULL view is every namespace. */
@@ -251,18 +262,13 @@ struct idx_view {
 	uint32_t n;
 };
 
-void idx_get_stats(struct pd_index *x, struct idx_stats *out);
+void idx_get_stats(struct idx *x, struct idx_stats *out);
 /* One row per (user, model), malloc'd into *rows (free it). 0 or -ENOMEM. */
-int idx_usage(struct pd_index *x, struct pd_usage **rows, uint32_t *n);
+int idx_usage(struct idx *x, struct pd_usage **rows, uint32_t *n);
 /* idx_usage of the namespaces of view only (NULL: all), so that the rows
  * others fill can never crowd the view's out of a reply. */
-int idx_usage_in(struct pd_index *x, const struct idx_view *view, struct pd_usage **rows,
+int idx_usage_in(struct idx *x, const struct idx_view *view, struct pd_usage **rows,
 		 uint32_t *n);
-/* Takes back the miss an idx_match of count blocks in g counted: the
- * MATCH goes on in another namespace, which counts it. */
-void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count);
-
-/* ==== Admin ==== */
 
 /*
  * Up to req->max_rows chains ending at a leaf or at a pin, from req->cursor on; *next
@@ -271,35 +277,35 @@ void idx_uncount_miss(struct pd_index *x, struct idx_group *g, uint32_t count);
  * for long; a listing is not a snapshot (blocks may come and go between
  * pages).
  */
-void idx_list(struct pd_index *x, const struct pd_list *req, struct pd_chain_row *rows,
+void idx_list(struct idx *x, const struct pd_list *req, struct pd_chain_row *rows,
 	      uint32_t *nrows, uint64_t *next);
 /* idx_list of the chains of view's namespaces only (NULL: all): a page
  * ends after max_rows of them, so that where it ends tells nothing of
  * the chains of others. */
-void idx_list_in(struct pd_index *x, const struct pd_list *req, const struct idx_view *view,
+void idx_list_in(struct idx *x, const struct pd_list *req, const struct idx_view *view,
 		 struct pd_chain_row *rows, uint32_t *nrows, uint64_t *next);
 /* Evicts the unleased, unpinned blocks a selector names and counts the
  * ones kept. 0, or -ENOENT for an unknown chain id. */
-int idx_evict(struct pd_index *x, const struct pd_evict *sel, struct pd_evict_reply *out);
+int idx_evict(struct idx *x, const struct pd_evict *sel, struct pd_evict_reply *out);
 /* idx_evict of the blocks of namespace *ns only (NULL: any). */
-int idx_evict_ns(struct pd_index *x, const struct pd_evict *sel, const uint32_t *ns,
+int idx_evict_ns(struct idx *x, const struct pd_evict *sel, const uint32_t *ns,
 		 struct pd_evict_reply *out);
 /* Pins a chain (the block id names and every block before it) against
  * eviction, for ttl_s seconds (0: until unpinned); pinning a pinned chain
  * sets its TTL anew. 0 and *pinned_bytes what pins hold now; -ENOENT; or
  * -E2BIG when that would pass pin_max (*pinned_bytes is then what pins
  * would hold with this one). */
-int idx_pin(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes);
+int idx_pin(struct idx *x, const struct pd_id *id, uint32_t ttl_s, uint64_t *pinned_bytes);
 /* idx_pin, and -EDQUOT when the pins of the chain's namespace would then
  * hold more than ns_max bytes. With ns_max other than UINT64_MAX (a
  * user's pin), *pinned_bytes is what the pins of the chain's namespace
  * hold (or would hold), never the others'. */
-int idx_pin_ns(struct pd_index *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
+int idx_pin_ns(struct idx *x, const struct pd_id *id, uint32_t ttl_s, uint64_t ns_max,
 	       uint64_t *pinned_bytes);
 /* 0, or -ENOENT when no such chain is pinned. */
-int idx_unpin(struct pd_index *x, const struct pd_id *id);
+int idx_unpin(struct idx *x, const struct pd_id *id);
 /* Ends the pins whose TTL has run out (also done by every admin call and
  * publish; the daemon calls it once a second). */
-void idx_expire(struct pd_index *x);
+void idx_expire(struct idx *x);
 
 #endif

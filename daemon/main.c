@@ -248,7 +248,6 @@ int main(int argc, char **argv)
 				  .max_conns = DEFAULT_MAX_CONNS, .request_memory = DEFAULT_REQUEST_MEMORY,
 				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT };
 	long max_user = 0;
-	char why[256];
 	bool force = false;
 	char socket_buf[256];
 	const char *quota = NULL, *pin_max = NULL, *disk_budget = NULL;
@@ -281,7 +280,7 @@ int main(int argc, char **argv)
 			cfg.block_tokens = (uint32_t)v;
 			break;
 		case 'g':
-			if (id_of_group(optarg, &cfg.group))
+			if (shared_group_id(optarg, &cfg.group))
 				return bad("--group: no group '%s'", optarg);
 			cfg.has_group = 1;
 			break;
@@ -322,13 +321,19 @@ int main(int argc, char **argv)
 			disk_budget = optarg;
 			break;
 		case 'S':
-			if (shared_parse_group(&cfg.shared, optarg, why, sizeof(why)))
-				return bad("%s", why);
+			if (shared_parse_group(&cfg.shared, optarg))
+				return bad("--shared-group: no group '%s' (give a group name or a gid)",
+					   optarg);
 			break;
-		case 'P':
-			if (shared_parse_publishers(&cfg.shared, optarg, why, sizeof(why)))
-				return bad("%s", why);
-			break;
+		case 'P': {
+			const char *why, *at;
+			if (!shared_parse_publishers(&cfg.shared, optarg, &why, &at))
+				break;
+			if (at)
+				return bad("--shared-publishers: %s '%.*s' (give uids or user names, separated by commas)",
+					   why, (int)strcspn(at, ","), at);
+			return bad("--shared-publishers: %s", why);
+		}
 		case 'F':
 			force = true;
 			break;

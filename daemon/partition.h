@@ -25,11 +25,14 @@
 struct partition {
 	uint32_t uid;
 	uint64_t block_bytes;
-	struct pd_store *store;
+	struct store *store;
 	struct partition *next;
 };
 
 struct partitions {
+	/* Guards head and count (the list, and the making and freeing of its
+	 * partitions; a store's holders are atomic, and its slots are the
+	 * index's). A leaf: taken with no lock held, none taken under it. */
 	pthread_mutex_t lock;
 	struct partition *head;
 	int count;

@@ -25,6 +25,9 @@ struct user {
 	struct user *next;
 };
 
+/* lock guards the queue, users and stopping; a leaf, never held across
+ * the close() it exists for. wake: the queue grew or the reaper must
+ * stop; the reaper's wait drops lock. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static struct item *head, **tail = &head;

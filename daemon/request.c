@@ -247,7 +247,7 @@ static struct held_lease *find_lease(struct conn *c, uint64_t id)
 /* A namespace a MATCH looks in: the connection's own or the shared one. */
 struct ns_view {
 	struct idx_group *g;
-	struct pd_store *store;
+	struct store *store;
 	uint32_t arena_base;      /* of its arena ids on the wire */
 	bool shared;
 };
@@ -258,7 +258,7 @@ static int match_reply(struct conn *c, const struct ns_view *v, uint64_t lease, 
 {
 	struct pd_place places[PD_MAX_HASHES];
 	struct pd_arena_desc arenas[PD_MAX_FDS];
-	struct pd_store *s = v->store;
+	struct store *s = v->store;
 	for (uint32_t i = 0; i < hit; i++)
 		places[i] = (struct pd_place){ locs[i].arena,
 					       from_disk && from_disk[i] ? PD_PLACE_FROM_DISK : 0,
@@ -401,7 +401,7 @@ int req_release(struct conn *c)
 struct staging {
 	int fd;
 	uint64_t block_bytes;
-	struct pd_store *store;
+	struct store *store;
 };
 
 /* Copies block i from the publisher's staging memory into its slot

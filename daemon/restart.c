@@ -57,7 +57,7 @@ static int check_head(const uint8_t *head, size_t head_bytes, uint32_t bt, const
 	}
 	if (!(f->tokens = malloc(bt * sizeof(uint32_t))))
 		return -ENOMEM;
-	if ((rc = record_block(&m, bt, f->tokens, &f->b, why))) {
+	if ((rc = groups_record_block(&m, bt, f->tokens, &f->b, why))) {
 		free(f->tokens);
 		f->tokens = NULL;
 		return rc;
@@ -254,7 +254,7 @@ static int man_count(void *ctx, const struct idx_block *b)
 	return 0;
 }
 
-int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records)
+int restart_save(struct daemon *d, struct tier *t, uint64_t *records)
 {
 	int dirfd = tier_dirfd(t);
 	struct manifest_writer w = { .bt = d->block_tokens,
@@ -389,7 +389,7 @@ static void pin_again(struct daemon *d, const struct found *f, struct restart_re
 	       e == -E2BIG ? "pins would hold more than --pin-max" : strerror(-e));
 }
 
-int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r)
+int restart_load(struct daemon *d, struct tier *t, struct restart_report *r)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);

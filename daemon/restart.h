@@ -32,10 +32,10 @@ struct restart_report {
 
 /* Loads d->idx from t's directory. 0 or -errno (-ENOMEM; a directory
  * that cannot be read). */
-int restart_load(struct daemon *d, struct pd_tier *t, struct restart_report *r);
+int restart_load(struct daemon *d, struct tier *t, struct restart_report *r);
 /* After a graceful stop's tier_drain: the manifest of every record on
  * disk, so that the next start reads one file instead of every record's
  * head (docs/perf/2026-11-23-disk-tier.md has both timings). 0 or -errno; *records listed. */
-int restart_save(struct daemon *d, struct pd_tier *t, uint64_t *records);
+int restart_save(struct daemon *d, struct tier *t, uint64_t *records);
 
 #endif

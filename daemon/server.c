@@ -40,7 +40,7 @@ struct worker {
 	pthread_t thread;
 	struct daemon *d;
 	int epfd, evfd;
-	pthread_mutex_t lock;     /* guards queue and stop */
+	pthread_mutex_t lock;     /* guards queue and stop; a leaf, held for a swap */
 	struct node *queue;       /* handed over by the listener */
 	bool stop;
 	struct node *conns;       /* owned by the worker thread */
@@ -361,13 +361,23 @@ static int accept_all(int lfd, struct daemon *d, struct worker *ws, int nw, unsi
 /* Opens the disk tier, loads what it holds, starts its writer. */
 static int disk_start(const struct server_cfg *cfg, struct daemon *d)
 {
-	char err[512];
-	if (tier_open(cfg->disk_dir, cfg->block_tokens, &d->tier, err, sizeof(err))) {
-		pd_err("%s", err);
+	const char *why;
+	long holder;
+	int rc = tier_open(cfg->disk_dir, cfg->block_tokens, &d->tier, &why, &holder);
+	if (rc == -EBUSY) {
+		char pid[24] = "unknown";
+		if (holder)
+			snprintf(pid, sizeof(pid), "%ld", holder);
+		pd_err("the disk directory %s %s (pid %s): give each daemon its own --disk-dir",
+		       cfg->disk_dir, why, pid);
+		return -1;
+	}
+	if (rc) {
+		pd_err("%s %s: %s", why, cfg->disk_dir, strerror(-rc));
 		return -1;
 	}
 	struct restart_report r;
-	int rc = restart_load(d, d->tier, &r);
+	rc = restart_load(d, d->tier, &r);
 	if (rc) {
 		pd_err("cannot read the disk directory %s: %s", cfg->disk_dir, strerror(-rc));
 		return -1;

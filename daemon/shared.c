@@ -18,7 +18,7 @@ static long long number(const char *s, long long max)
 	return errno || end == s || *end || v < 0 || v > max ? -1 : v;
 }
 
-int id_of_group(const char *arg, gid_t *gid)
+int shared_group_id(const char *arg, gid_t *gid)
 {
 	struct group *g = getgrnam(arg);
 	long long v = g ? (long long)g->gr_gid : number(arg, INT32_MAX);
@@ -28,22 +28,25 @@ int id_of_group(const char *arg, gid_t *gid)
 	return 0;
 }
 
-int shared_parse_group(struct shared_cfg *s, const char *arg, char *err, size_t n)
+int shared_parse_group(struct shared_cfg *s, const char *arg)
 {
-	if (id_of_group(arg, &s->gid)) {
-		snprintf(err, n, "--shared-group: no group '%s' (give a group name or a gid)", arg);
-		return -1;
-	}
+	if (shared_group_id(arg, &s->gid))
+		return -ENOENT;
 	s->on = 1;
 	return 0;
 }
 
-int shared_parse_publishers(struct shared_cfg *s, const char *arg, char *err, size_t n)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+int shared_parse_publishers(struct shared_cfg *s, const char *arg, const char **why,
+			    const char **at)
 {
+	*at = NULL;
 	char *copy = strdup(arg), *save = NULL;
 	if (!copy) {
-		snprintf(err, n, "out of memory");
-		return -1;
+		*why = "out of memory";
+		return -ENOMEM;
 	}
 	int rc = 0;
 	s->npub = 0;
@@ -51,18 +54,19 @@ int shared_parse_publishers(struct shared_cfg *s, const char *arg, char *err, si
 		struct passwd *pw = getpwnam(t);
 		long long v = pw ? (long long)pw->pw_uid : number(t, INT32_MAX);
 		if (v < 0) {
-			snprintf(err, n, "--shared-publishers: no user '%s' (give uids or user names, separated by commas)", t);
-			rc = -1;
+			*why = "no user";
+			*at = arg + (t - copy);
+			rc = -ENOENT;
 		} else if (s->npub == SHARED_MAX_PUBLISHERS) {
-			snprintf(err, n, "--shared-publishers: at most %d users", SHARED_MAX_PUBLISHERS);
-			rc = -1;
+			*why = "at most " STR(SHARED_MAX_PUBLISHERS) " users";
+			rc = -E2BIG;
 		} else {
 			s->pub[s->npub++] = (uid_t)v;
 		}
 	}
 	if (!rc && !s->npub) {
-		snprintf(err, n, "--shared-publishers: no user given (give uids or user names, separated by commas)");
-		rc = -1;
+		*why = "no user given (give uids or user names, separated by commas)";
+		rc = -EINVAL;
 	}
 	free(copy);
 	return rc;

@@ -36,12 +36,16 @@ enum shared_role {
 
 /* A group's id from its name or its number (0 to INT32_MAX): --group's
  * and --shared-group's. 0, or -1 when there is no such group. */
-int id_of_group(const char *arg, gid_t *gid);
+int shared_group_id(const char *arg, gid_t *gid);
 
-/* --shared-group GROUP (a name or a gid) and --shared-publishers
- * UID[,UID...] (uids or user names). 0, or -1 with a message in err. */
-int shared_parse_group(struct shared_cfg *s, const char *arg, char *err, size_t n);
-int shared_parse_publishers(struct shared_cfg *s, const char *arg, char *err, size_t n);
+/* --shared-group GROUP (a name or a gid): 0, or -ENOENT when there is no
+ * such group. */
+int shared_parse_group(struct shared_cfg *s, const char *arg);
+/* --shared-publishers UID[,UID...] (uids or user names): 0, or -errno and
+ * *why; *at is then the name it stopped at, within arg up to its comma
+ * (NULL: none). */
+int shared_parse_publishers(struct shared_cfg *s, const char *arg, const char **why,
+			    const char **at);
 
 /* The role of the peer on fd with credentials cred: membership is its
  * primary group or one of its supplementary groups (SO_PEERGROUPS, as

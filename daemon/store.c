@@ -20,20 +20,22 @@
 
 #define MAX_ARENAS STORE_MAX_ARENAS
 
-struct pd_store {
+struct store {
 	size_t slot_bytes;          /* block_bytes rounded up to pages */
 	struct store_budget *budget;
 	uint32_t slots_per_arena;
-	struct shm_arena *arenas[MAX_ARENAS];
-	/* Changed under the index lock; atomic so statistics read them freely. */
+	struct shm_arena *arenas[MAX_ARENAS]; /* each set before narenas counts it */
+	/* No lock of its own: slots change under the index lock (the
+	 * callbacks run under it). Atomic so that statistics, and workers
+	 * that send arenas to clients, read them without it. */
 	_Atomic uint32_t narenas;
 	_Atomic uint64_t used_slots;
 	_Atomic uint64_t charged_slots; /* resident: used, or freed without a punch */
-	_Atomic uint32_t holders;       /* store_hold */
+	_Atomic uint32_t holders;       /* store_hold: connections and groups, any lock or none */
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
-	      struct pd_store **out)
+	      struct store **out)
 {
 	if (!block_bytes || !slots_per_arena)
 		return -EINVAL;
@@ -41,7 +43,7 @@ int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_pe
 	size_t slot = (block_bytes + page - 1) / page * page;
 	if (slot > budget->limit)
 		return -ENOSPC;
-	struct pd_store *s = calloc(1, sizeof(*s));
+	struct store *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->slot_bytes = slot;
@@ -53,16 +55,16 @@ int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_pe
 
 void store_hold(void *store, int delta)
 {
-	struct pd_store *s = store;
+	struct store *s = store;
 	atomic_fetch_add(&s->holders, (uint32_t)delta);
 }
 
-uint32_t store_holders(const struct pd_store *s)
+uint32_t store_holders(const struct store *s)
 {
 	return atomic_load(&s->holders);
 }
 
-void store_free(struct pd_store *s)
+void store_free(struct store *s)
 {
 	if (!s)
 		return;
@@ -84,7 +86,7 @@ static bool charge(struct store_budget *b, uint64_t bytes)
 
 int store_alloc(void *store, struct idx_loc *loc)
 {
-	struct pd_store *s = store;
+	struct store *s = store;
 	/* A slot freed without a punch: its memory is charged already. */
 	for (uint32_t i = 0; i < s->narenas; i++)
 		if (!shm_arena_slot_reuse(s->arenas[i], &loc->offset)) {
@@ -124,7 +126,7 @@ int store_alloc(void *store, struct idx_loc *loc)
 
 void store_release(void *store, struct idx_loc loc, bool punch)
 {
-	struct pd_store *s = store;
+	struct store *s = store;
 	if (loc.arena >= s->narenas)
 		return;
 	int rc = shm_arena_slot_free(s->arenas[loc.arena], loc.offset, punch);
@@ -137,7 +139,7 @@ void store_release(void *store, struct idx_loc loc, bool punch)
 	}
 }
 
-uint8_t *store_slot(struct pd_store *s, struct idx_loc loc)
+uint8_t *store_slot(struct store *s, struct idx_loc loc)
 {
 	if (loc.arena >= s->narenas || loc.offset % shm_arena_slot_bytes(s->arenas[loc.arena]) ||
 	    loc.offset >= shm_arena_size(s->arenas[loc.arena]))
@@ -145,21 +147,21 @@ uint8_t *store_slot(struct pd_store *s, struct idx_loc loc)
 	return shm_arena_base(s->arenas[loc.arena]) + loc.offset;
 }
 
-struct shm_arena *store_arena(struct pd_store *s, uint32_t id)
+struct shm_arena *store_arena(struct store *s, uint32_t id)
 {
 	return id < s->narenas ? s->arenas[id] : NULL;
 }
 
-uint32_t store_arenas(const struct pd_store *s) { return s->narenas; }
+uint32_t store_arenas(const struct store *s) { return s->narenas; }
 
-uint64_t store_bytes_used(const struct pd_store *s)
+uint64_t store_bytes_used(const struct store *s)
 {
 	return s->used_slots * s->slot_bytes;
 }
 
-uint64_t store_bytes_charged(const struct pd_store *s)
+uint64_t store_bytes_charged(const struct store *s)
 {
 	return s->charged_slots * s->slot_bytes;
 }
 
-uint64_t store_slot_bytes(const struct pd_store *s) { return s->slot_bytes; }
+uint64_t store_slot_bytes(const struct store *s) { return s->slot_bytes; }

@@ -13,7 +13,7 @@
 #include "arena.h"
 #include "index.h"
 
-struct pd_store;
+struct store;
 
 /* Arenas one store may have: their ids are 0 .. STORE_MAX_ARENAS - 1. */
 #define STORE_MAX_ARENAS 4096
@@ -21,7 +21,7 @@ struct pd_store;
 /* Memory that several stores (one per partition) draw their slots from:
  * the bytes of all resident slots never exceed limit. */
 struct store_budget {
-	_Atomic uint64_t charged;
+	_Atomic uint64_t charged;       /* no lock: a compare-and-swap against limit */
 	uint64_t limit;
 };
 
@@ -29,8 +29,8 @@ struct store_budget {
  * slots, each slot charged to the budget while its pages are resident. 0
  * or -errno (-ENOSPC when not even one slot fits). */
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
-	      struct pd_store **out);
-void store_free(struct pd_store *s);
+	      struct store **out);
+void store_free(struct store *s);
 
 /* idx_store callbacks: a slot (a resident free one if any, else a new one
  * if the budget allows), or -ENOSPC; and its return, with punch giving its
@@ -41,17 +41,17 @@ void store_release(void *store, struct idx_loc loc, bool punch);
 /* Users of a store: connections and index groups (an idx_store hold
  * callback). A store nobody holds has no blocks and can be freed. */
 void store_hold(void *store, int delta);
-uint32_t store_holders(const struct pd_store *s);
+uint32_t store_holders(const struct store *s);
 
 /* The daemon's writable view of a slot; NULL for a place outside the arenas. */
-uint8_t *store_slot(struct pd_store *s, struct idx_loc loc);
+uint8_t *store_slot(struct store *s, struct idx_loc loc);
 /* Arena by id (ids are 0 .. store_arenas() - 1), for sending to clients. */
-struct shm_arena *store_arena(struct pd_store *s, uint32_t id);
-uint32_t store_arenas(const struct pd_store *s);
+struct shm_arena *store_arena(struct store *s, uint32_t id);
+uint32_t store_arenas(const struct store *s);
 /* Bytes of blocks stored, and of resident slots (what it holds of the budget). */
-uint64_t store_bytes_used(const struct pd_store *s);
-uint64_t store_bytes_charged(const struct pd_store *s);
+uint64_t store_bytes_used(const struct store *s);
+uint64_t store_bytes_charged(const struct store *s);
 /* What one block holds of the budget: block_bytes rounded up to pages. */
-uint64_t store_slot_bytes(const struct pd_store *s);
+uint64_t store_slot_bytes(const struct store *s);
 
 #endif

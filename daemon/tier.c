@@ -72,28 +72,32 @@ struct spill {
 	int niov;
 };
 
-struct pd_tier {
+struct tier {
 	int dirfd, lockfd;
 	uint32_t block_tokens;
 	size_t head_bytes;          /* rec_head_size(block_tokens) */
 	char dir[256];
-	struct pd_index *x;
+	struct idx *x;
 
 	pthread_t thread;
 	bool started;
 	bool sync;                  /* --disk-sync: records synced before they count */
-	struct io_uring ring;       /* the writer's */
+	/* The writer thread's own (no lock): */
+	struct io_uring ring;
+	bool broken;                /* the ring is gone: write nothing */
 	uint8_t *bufs;              /* SPILL_BATCH x (head, one page of padding) */
 	struct spill batch[SPILL_BATCH];
 
-	pthread_mutex_t mu;         /* guards what follows */
-	pthread_cond_t cv;          /* the writer's wake-up */
-	pthread_cond_t done;        /* a drain's end */
+	/* Guards what follows. Taken alone, or under the index lock (on_drop,
+	 * on_wake); nothing is taken under it, and it is never held across
+	 * I/O (but on_drop's log line when out of memory) or a call into the
+	 * index (the writer lets it go first). */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;          /* the writer's wake-up; its wait drops mu */
+	pthread_cond_t done;        /* a drain's end; tier_drain's wait drops mu */
 	bool stop, kick, draining, drained;
-	bool broken;                /* the writer's ring is gone: write nothing */
-	struct drop *drops;
+	struct drop *drops;         /* records to delete, for the writer */
 	size_t ndrops, cap_drops;
-	uint64_t unwritten;         /* a drain's result */
 };
 
 static int64_t mono_ms(void)
@@ -111,26 +115,24 @@ void tier_name(uint32_t ns, const uint8_t *hash, const char *ext, char out[TIER_
 	snprintf(out + n, (size_t)(TIER_NAME_MAX - n), "%s", ext);
 }
 
-int tier_dirfd(const struct pd_tier *t)
+int tier_dirfd(const struct tier *t)
 {
 	return t->dirfd;
 }
 
-int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char *err,
-	      size_t errlen)
+int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, const char **why,
+	      long *holder)
 {
 	*out = NULL;
+	*holder = 0;
 	if (mkdir(dir, 0700) && errno != EEXIST) {
-		int e = errno;
-		snprintf(err, errlen, "cannot make the disk directory %s: %s", dir, strerror(e));
-		return -e;
+		*why = "cannot make the disk directory";
+		return -errno;
 	}
+	*why = "cannot open the disk directory";
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		int e = errno;
-		snprintf(err, errlen, "cannot open the disk directory %s: %s", dir, strerror(e));
-		return -e;
-	}
+	if (dfd < 0)
+		return -errno;
 	/* flock, not a pid file alone: the kernel ends the lock with its
 	 * holder, so a kill -9 leaves no stale lock behind. */
 	int lfd = openat(dfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -140,12 +142,13 @@ int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char
 		if (lfd >= 0 && e == EWOULDBLOCK) {
 			ssize_t r = pread(lfd, pid, sizeof(pid) - 1, 0);
 			pid[r > 0 ? r : 0] = 0;
-			pid[strcspn(pid, "\n")] = 0;
-			snprintf(err, errlen, "the disk directory %s is in use by another prefixd (pid %s): give each daemon its own --disk-dir",
-				 dir, pid[0] ? pid : "unknown");
+			char *end;
+			long v = strtol(pid, &end, 10);
+			*holder = end != pid && (*end == '\n' || !*end) && v > 0 ? v : 0;
+			*why = "is in use by another prefixd";
 			e = EBUSY;
 		} else {
-			snprintf(err, errlen, "cannot lock %s/lock: %s", dir, strerror(e));
+			*why = "cannot lock the lock file of the disk directory";
 		}
 		if (lfd >= 0)
 			close(lfd);
@@ -157,11 +160,10 @@ int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char
 	if (ftruncate(lfd, 0) || pwrite(lfd, pid, (size_t)n, 0) != n) {
 		/* Only the message of a refused second daemon needs it. */
 	}
-	struct pd_tier *t = calloc(1, sizeof(*t));
+	struct tier *t = calloc(1, sizeof(*t));
 	if (!t) {
 		close(lfd);
 		close(dfd);
-		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	t->dirfd = dfd;
@@ -180,7 +182,7 @@ int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char
 
 static void on_drop(void *ctx, uint32_t ns, const uint8_t *hash)
 {
-	struct pd_tier *t = ctx;
+	struct tier *t = ctx;
 	pthread_mutex_lock(&t->mu);
 	if (t->ndrops == t->cap_drops) {
 		size_t cap = t->cap_drops ? 2 * t->cap_drops : 64;
@@ -207,7 +209,7 @@ static void on_drop(void *ctx, uint32_t ns, const uint8_t *hash)
 
 static void on_wake(void *ctx)
 {
-	struct pd_tier *t = ctx;
+	struct tier *t = ctx;
 	pthread_mutex_lock(&t->mu);
 	t->kick = true;
 	pthread_cond_signal(&t->cv);
@@ -219,7 +221,7 @@ static void on_wake(void *ctx)
 /* A record just written under a name whose deletion is still queued: the
  * deletion was of an earlier block of that name (it was queued before
  * this block was taken to be written), and must not take the new record. */
-static void forget_drop(struct pd_tier *t, uint32_t ns, const uint8_t *hash)
+static void forget_drop(struct tier *t, uint32_t ns, const uint8_t *hash)
 {
 	pthread_mutex_lock(&t->mu);
 	for (size_t i = 0; i < t->ndrops;)
@@ -230,7 +232,7 @@ static void forget_drop(struct pd_tier *t, uint32_t ns, const uint8_t *hash)
 	pthread_mutex_unlock(&t->mu);
 }
 
-static void unlink_drops(struct pd_tier *t, const struct drop *d, size_t n)
+static void unlink_drops(struct tier *t, const struct drop *d, size_t n)
 {
 	char name[TIER_NAME_MAX];
 	for (size_t i = 0; i < n; i++) {
@@ -253,7 +255,7 @@ static void unlink_drops(struct pd_tier *t, const struct drop *d, size_t n)
  * (perf sched, bench/disk). 0, or -1 when no deleted record's file is
  * left.
  */
-static int recycled(struct pd_tier *t, struct recycle *r, const char *tmp, struct spill *s)
+static int recycled(struct tier *t, struct recycle *r, const char *tmp, struct spill *s)
 {
 	char name[TIER_NAME_MAX];
 	while (r && r->next < r->n) {
@@ -281,7 +283,7 @@ static int recycled(struct pd_tier *t, struct recycle *r, const char *tmp, struc
 
 /* Prepares record s: its temporary file (a deleted record's, from
  * rc_list, or a new one), its head, its write. */
-static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint8_t *pad,
+static int spill_prepare(struct tier *t, struct spill *s, uint8_t *head, uint8_t *pad,
 			 struct recycle *rc_list)
 {
 	const struct idx_block *b = &s->b;
@@ -325,7 +327,7 @@ static int spill_prepare(struct pd_tier *t, struct spill *s, uint8_t *head, uint
 /* Submits the `queued` operations on batch entries in the ring and takes
  * their completions: each entry done, with its error (of `writes`, one
  * shorter than the record: the disk is full). The ring's error, or 0. */
-static int complete_batch(struct pd_tier *t, uint32_t queued, bool writes)
+static int complete_batch(struct tier *t, uint32_t queued, bool writes)
 {
 	int rc = queued ? io_uring_submit_and_wait(&t->ring, queued) : 0;
 	for (uint32_t done = 0; rc >= 0 && done < queued; done++) {
@@ -346,7 +348,7 @@ static int complete_batch(struct pd_tier *t, uint32_t queued, bool writes)
 /* --disk-sync: the records written whole reach the disk before their
  * renames (one submission of syncs for the batch); one whose sync did not
  * complete is not done, so not renamed. The ring's error, or 0. */
-static int sync_batch(struct pd_tier *t, uint32_t n)
+static int sync_batch(struct tier *t, uint32_t n)
 {
 	uint32_t queued = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -364,7 +366,7 @@ static int sync_batch(struct pd_tier *t, uint32_t n)
 
 /* The write of the record of b's parent failed in this batch (before
  * batch[i]): rc of it, else 0. */
-static int parent_failed(const struct pd_tier *t, uint32_t i)
+static int parent_failed(const struct tier *t, uint32_t i)
 {
 	const struct idx_block *b = &t->batch[i].b;
 	for (uint32_t j = 0; b->depth && j < i; j++) {
@@ -379,7 +381,7 @@ static int parent_failed(const struct pd_tier *t, uint32_t i)
  * The deleted records' files are taken over first; those left are
  * deleted before any rename, which could otherwise give a new record a
  * name whose deletion is still to come. */
-static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
+static void spill_batch(struct tier *t, uint32_t n, struct recycle *r)
 {
 	uint32_t queued = 0;
 	for (uint32_t i = 0; i < n; i++) {
@@ -453,7 +455,7 @@ static void spill_batch(struct pd_tier *t, uint32_t n, struct recycle *r)
 
 static void *writer(void *arg)
 {
-	struct pd_tier *t = arg;
+	struct tier *t = arg;
 	/* Writing behind is never urgent: MATCHes come first on a busy CPU. */
 	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE))
 		pd_log("disk tier: cannot lower the writer's priority: %s", strerror(errno));
@@ -519,12 +521,12 @@ static void *writer(void *arg)
 	return NULL;
 }
 
-void tier_set_sync(struct pd_tier *t, bool sync)
+void tier_set_sync(struct tier *t, bool sync)
 {
 	t->sync = sync;
 }
 
-int tier_start(struct pd_tier *t, struct pd_index *x)
+int tier_start(struct tier *t, struct idx *x)
 {
 	size_t per = t->head_bytes + REC_ALIGN;
 	if (posix_memalign((void **)&t->bufs, REC_ALIGN, SPILL_BATCH * per))
@@ -548,7 +550,7 @@ int tier_start(struct pd_tier *t, struct pd_index *x)
 	return 0;
 }
 
-static void writer_stop(struct pd_tier *t)
+static void writer_stop(struct tier *t)
 {
 	pthread_mutex_lock(&t->mu);
 	t->stop = true;
@@ -559,7 +561,7 @@ static void writer_stop(struct pd_tier *t)
 	t->started = false;
 }
 
-uint64_t tier_drain(struct pd_tier *t)
+uint64_t tier_drain(struct tier *t)
 {
 	if (!t->started)
 		return 0;
@@ -579,7 +581,7 @@ uint64_t tier_drain(struct pd_tier *t)
 	return idx_dirty(t->x);
 }
 
-void tier_close(struct pd_tier *t)
+void tier_close(struct tier *t)
 {
 	if (!t)
 		return;
@@ -608,7 +610,7 @@ struct fetch {
 	const char *why; /* what fetch_check found */
 };
 
-static int fetch_open(struct pd_tier *t, const struct idx_block *b, struct fetch *f)
+static int fetch_open(struct tier *t, const struct idx_block *b, struct fetch *f)
 {
 	char name[TIER_NAME_MAX];
 	tier_name(b->ns, b->hash, ".rec", name);
@@ -629,7 +631,7 @@ static int fetch_open(struct pd_tier *t, const struct idx_block *b, struct fetch
 }
 
 /* What block b's record must say of itself (root is want's storage). */
-static void expect_of(const struct pd_tier *t, const struct idx_block *b, struct idx_root *root,
+static void expect_of(const struct tier *t, const struct idx_block *b, struct idx_root *root,
 		      struct rec_expect *want)
 {
 	root->ns = b->ns;
@@ -638,7 +640,7 @@ static void expect_of(const struct pd_tier *t, const struct idx_block *b, struct
 }
 
 /* The record's head names this block, its payload is the one written. */
-static int fetch_check(struct pd_tier *t, const struct idx_block *b, struct fetch *f,
+static int fetch_check(struct tier *t, const struct idx_block *b, struct fetch *f,
 		       const char **why)
 {
 	struct idx_root root;
@@ -696,7 +698,7 @@ static struct io_uring *restore_ring(int *rc)
 	return r;
 }
 
-void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int *ok)
+void tier_restore(struct tier *t, const struct idx_block *b, uint32_t n, int *ok)
 {
 	struct fetch f[RESTORE_BATCH];
 	uint8_t *heads = NULL;
@@ -780,7 +782,7 @@ void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int 
 	free(heads);
 }
 
-int tier_read_record(struct pd_tier *t, const struct idx_block *b, uint8_t *buf, size_t len,
+int tier_read_record(struct tier *t, const struct idx_block *b, uint8_t *buf, size_t len,
 		     const char **why)
 {
 	char name[TIER_NAME_MAX];

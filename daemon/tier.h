@@ -21,40 +21,41 @@
 
 #include "index.h"
 
-struct pd_tier;
+struct tier;
 
-/* Takes DIR (made if missing) for this daemon: a second one on the same
- * DIR is refused (-EBUSY, with its pid in err). 0 or -errno, and a
- * sentence for the log in err. */
-int tier_open(const char *dir, uint32_t block_tokens, struct pd_tier **out, char *err,
-	      size_t errlen);
+/* Takes DIR (made if missing) for this daemon. 0, or -errno and *why,
+ * what could not be done to DIR ("cannot open the disk directory"); a
+ * second daemon on the same DIR is refused with -EBUSY and *holder the
+ * first one's pid (0: unknown). */
+int tier_open(const char *dir, uint32_t block_tokens, struct tier **out, const char **why,
+	      long *holder);
 /* The directory's descriptor, for restart.c. */
-int tier_dirfd(const struct pd_tier *t);
+int tier_dirfd(const struct tier *t);
 /* Before tier_start: with sync, every record is synced to the disk
  * before its block counts as written, and a PUBLISH is answered only
  * once its blocks are (--disk-sync); without, records are written behind
  * and a crash or kill -9 loses those not written yet. */
-void tier_set_sync(struct pd_tier *t, bool sync);
+void tier_set_sync(struct tier *t, bool sync);
 /* Makes x write its blocks here, and starts the writer thread. 0 or -errno. */
-int tier_start(struct pd_tier *t, struct pd_index *x);
+int tier_start(struct tier *t, struct idx *x);
 /* Writes every block held only in memory, syncs, and stops the writer (a
  * graceful stop: nothing on disk changes after it but the deletions
  * tier_close makes). Returns how many could not be written (a full disk
  * or budget). */
-uint64_t tier_drain(struct pd_tier *t);
+uint64_t tier_drain(struct tier *t);
 /* Stops the writer (what it has not written stays unwritten), closes DIR
  * and lets another daemon have it. NULL is fine. */
-void tier_close(struct pd_tier *t);
+void tier_close(struct tier *t);
 
 /* Reads n blocks' records into their slots and checks them: ok[i] is 0
  * or -errno (-EBADMSG, -EACCES, -ENOENT, -ENODATA: the record is bad;
  * others: it could not be read now). For idx_restored. Blocks the
  * calling thread until every read is done. */
-void tier_restore(struct pd_tier *t, const struct idx_block *b, uint32_t n, int *ok);
+void tier_restore(struct tier *t, const struct idx_block *b, uint32_t n, int *ok);
 
 /* Reads block b's whole record (len bytes: its head and payload span)
  * into buf and checks it as a restore does. 0, or -errno and *why. */
-int tier_read_record(struct pd_tier *t, const struct idx_block *b, uint8_t *buf, size_t len,
+int tier_read_record(struct tier *t, const struct idx_block *b, uint8_t *buf, size_t len,
 		     const char **why);
 
 /* A record's file name: u<uid>-<hash in hex>.rec (and .tmp while written). */

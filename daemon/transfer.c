@@ -188,14 +188,14 @@ static int read_record(struct reader *rd, off_t *off, struct rec_meta *m, struct
 		return rc;
 	}
 	if ((rc = rec_check_payload(m, rd->payload, span, why)) ||
-	    (rc = record_block(m, rd->bt, rd->tokens, b, why)))
+	    (rc = groups_record_block(m, rd->bt, rd->tokens, b, why)))
 		return rc;
 	*off += (off_t)(rd->head_bytes + span);
 	return 0;
 }
 
 struct fill_ctx {
-	struct pd_store *store;
+	struct store *store;
 	const uint8_t *payload;
 	uint64_t len;
 };
@@ -224,7 +224,7 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 		if ((rc = read_record(rd, &off, &meta, &b, why)))
 			break;
 		uint32_t ns = b.ns = m->flags & PD_IMPORT_USER ? m->uid : meta.ns;
-		struct pd_store *store;
+		struct store *store;
 		int err;
 		struct idx_group *g = group_set_get(&gs, c->d, ns, meta.root, meta.fp, meta.payload,
 						    &store, &err);

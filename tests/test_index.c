@@ -24,7 +24,7 @@ struct pool {
 
 /* A store that records which prompt's block each slot holds. A slot freed
  * without a punch stays resident (charged) and is the next one taken. */
-struct store {
+struct fake_store {
 	struct pool *pool;
 	int used, resident;
 	uint8_t taken[4096];
@@ -35,7 +35,7 @@ static struct pool one_pool;
 
 static int st_alloc(void *ctx, struct idx_loc *loc)
 {
-	struct store *s = ctx;
+	struct fake_store *s = ctx;
 	if (s->resident)
 		s->resident--;
 	else if (s->pool->used == s->pool->cap)
@@ -54,7 +54,7 @@ static int st_alloc(void *ctx, struct idx_loc *loc)
 
 static void st_free(void *ctx, struct idx_loc loc, bool punch)
 {
-	struct store *s = ctx;
+	struct fake_store *s = ctx;
 	cr_assert(s->taken[loc.offset], "double free of slot %lu", (unsigned long)loc.offset);
 	s->taken[loc.offset] = 0;
 	s->used--;
@@ -65,7 +65,7 @@ static void st_free(void *ctx, struct idx_loc loc, bool punch)
 }
 
 struct fill_ctx {
-	struct store *s;
+	struct fake_store *s;
 	const uint32_t *tags;
 };
 
@@ -80,19 +80,19 @@ static const struct idx_limits unlimited = { UINT64_MAX, UINT64_MAX, UINT64_MAX,
 
 /* An index over one store of `cap` slots; each slot costs 1 byte of the
  * limits. */
-static struct pd_index *index_with(struct store *s, int cap, int key_bytes)
+static struct idx *index_with(struct fake_store *s, int cap, int key_bytes)
 {
 	memset(s, 0, sizeof(*s));
 	one_pool = (struct pool){ cap, 0 };
 	s->pool = &one_pool;
-	struct pd_index *x;
+	struct idx *x;
 	cr_assert_eq(idx_new(B, key_bytes, &unlimited, &x), 0);
 	return x;
 }
 
 /* The group of (namespace, root byte) on store s, model fp, its blocks
  * counting slot_bytes each. */
-static struct idx_group *group_sized(struct pd_index *x, struct store *s, uint32_t ns,
+static struct idx_group *group_sized(struct idx *x, struct fake_store *s, uint32_t ns,
 				     uint8_t root, uint8_t fp, uint64_t slot_bytes)
 {
 	struct idx_root r = { ns, { root } };
@@ -103,7 +103,7 @@ static struct idx_group *group_sized(struct pd_index *x, struct store *s, uint32
 	return g;
 }
 
-static struct idx_group *group(struct pd_index *x, struct store *s, uint32_t ns, uint8_t root,
+static struct idx_group *group(struct idx *x, struct fake_store *s, uint32_t ns, uint8_t root,
 			       uint8_t fp)
 {
 	return group_sized(x, s, ns, root, fp, 1);
@@ -134,7 +134,7 @@ static void make_prompt(struct prompt *p, uint32_t seed, uint32_t n, uint32_t sh
 	}
 }
 
-static uint32_t publish(struct pd_index *x, struct store *s, struct idx_group *r, uint64_t lease,
+static uint32_t publish(struct idx *x, struct fake_store *s, struct idx_group *r, uint64_t lease,
 			const struct prompt *p, uint32_t from, uint32_t n, int *rc)
 {
 	struct fill_ctx f = { s, p->tags + from };
@@ -144,7 +144,7 @@ static uint32_t publish(struct pd_index *x, struct store *s, struct idx_group *r
 	return stored;
 }
 
-static uint32_t match(struct pd_index *x, struct idx_group *r, const struct prompt *p, uint64_t *lease,
+static uint32_t match(struct idx *x, struct idx_group *r, const struct prompt *p, uint64_t *lease,
 		      struct idx_loc *locs)
 {
 	uint32_t hit;
@@ -155,16 +155,16 @@ static uint32_t match(struct pd_index *x, struct idx_group *r, const struct prom
 /* Groups of the tests: namespace 1 with two roots, namespace 2. */
 static struct idx_group *root1, *root1b, *root2;
 
-static struct pd_index *start(struct store *s, int cap, int key_bytes)
+static struct idx *start(struct fake_store *s, int cap, int key_bytes)
 {
-	struct pd_index *x = index_with(s, cap, key_bytes);
+	struct idx *x = index_with(s, cap, key_bytes);
 	root1 = group(x, s, 1, 1, 1);
 	root1b = group(x, s, 1, 2, 1);
 	root2 = group(x, s, 2, 1, 1);
 	return x;
 }
 
-static void finish(struct pd_index *x)
+static void finish(struct idx *x)
 {
 	idx_group_put(x, root1);
 	idx_group_put(x, root1b);
@@ -174,8 +174,8 @@ static void finish(struct pd_index *x)
 
 Test(index, hits_are_confirmed_exactly)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 100, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 100, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 3, 0, 0);
 	int rc;
@@ -213,8 +213,8 @@ Test(index, hits_are_confirmed_exactly)
 
 Test(index, publish_continues_a_lease)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 100, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 100, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 2, 0, 0);
 	make_prompt(&b, 2, 4, 1, 2); /* shares a's two blocks, then its own */
@@ -238,8 +238,8 @@ Test(index, publish_continues_a_lease)
 
 Test(index, leases_block_eviction_and_budget_holds)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 3, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 3, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 3, 0, 0);
 	make_prompt(&b, 2, 1, 0, 0);
@@ -266,8 +266,8 @@ Test(index, leases_block_eviction_and_budget_holds)
 
 Test(index, eviction_is_lru_among_leaves)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 3, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 3, 32);
 	struct prompt p[4];
 	int rc;
 	for (uint32_t i = 0; i < 3; i++) {
@@ -291,8 +291,8 @@ Test(index, eviction_is_lru_among_leaves)
  * another prompt's block. */
 Test(index, tiny_hash_collisions_are_never_served)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 4000, 1);
+	struct fake_store s;
+	struct idx *x = start(&s, 4000, 1);
 	static struct prompt p[300];
 	int rc;
 	for (uint32_t i = 0; i < 300; i++) {
@@ -320,16 +320,16 @@ Test(index, tiny_hash_collisions_are_never_served)
 
 /* ==== One budget for every user and model ==== */
 
-static struct pd_index *index_limits(int cap, uint64_t quota, uint64_t pin_max)
+static struct idx *index_limits(int cap, uint64_t quota, uint64_t pin_max)
 {
 	one_pool = (struct pool){ cap, 0 };
 	struct idx_limits lim = { quota, pin_max, (uint64_t)cap, 0 };
-	struct pd_index *x;
+	struct idx *x;
 	cr_assert_eq(idx_new(B, 32, &lim, &x), 0);
 	return x;
 }
 
-static void store_on(struct store *s)
+static void store_on(struct fake_store *s)
 {
 	memset(s, 0, sizeof(*s));
 	s->pool = &one_pool;
@@ -337,8 +337,8 @@ static void store_on(struct store *s)
 
 Test(index, eviction_chooses_across_groups_and_gives_memory_back)
 {
-	struct store sa, sb;
-	struct pd_index *x = index_limits(4, UINT64_MAX, UINT64_MAX);
+	struct fake_store sa, sb;
+	struct idx *x = index_limits(4, UINT64_MAX, UINT64_MAX);
 	store_on(&sa);
 	store_on(&sb);
 	struct idx_group *ga = group(x, &sa, 1, 1, 1), *gb = group(x, &sb, 2, 1, 2);
@@ -381,8 +381,8 @@ Test(index, eviction_chooses_across_groups_and_gives_memory_back)
 
 Test(index, a_user_at_quota_gives_up_their_own_blocks_and_never_another_users)
 {
-	struct store s1, s2;
-	struct pd_index *x = index_limits(4, 2, UINT64_MAX);
+	struct fake_store s1, s2;
+	struct idx *x = index_limits(4, 2, UINT64_MAX);
 	store_on(&s1);
 	store_on(&s2);
 	struct idx_group *g1 = group(x, &s1, 1, 1, 1), *g2 = group(x, &s2, 2, 1, 1);
@@ -424,8 +424,8 @@ static struct pd_id id_of(const struct prompt *p, uint32_t ns)
 
 Test(index, pinned_chains_survive_a_flood_and_pins_are_bounded)
 {
-	struct store s;
-	struct pd_index *x = index_limits(4, UINT64_MAX, 2);
+	struct fake_store s;
+	struct idx *x = index_limits(4, UINT64_MAX, 2);
 	store_on(&s);
 	struct idx_group *g = group(x, &s, 1, 1, 1);
 	struct prompt sys, other, flood;
@@ -466,8 +466,8 @@ Test(index, pinned_chains_survive_a_flood_and_pins_are_bounded)
  * namespace within a bound (its quota), and eviction of one namespace. */
 Test(index, a_namespace_pins_within_its_bound_and_evicts_only_its_own)
 {
-	struct store s;
-	struct pd_index *x = index_limits(100, UINT64_MAX, 50);
+	struct fake_store s;
+	struct idx *x = index_limits(100, UINT64_MAX, 50);
 	store_on(&s);
 	struct idx_group *g1 = group(x, &s, 1, 1, 1), *g2 = group(x, &s, 2, 1, 1);
 	struct prompt a, b, c, d;
@@ -510,8 +510,8 @@ Test(index, a_namespace_pins_within_its_bound_and_evicts_only_its_own)
  * many models must not crowd theirs out of the rows a reply carries. */
 Test(index, a_view_of_usage_rows_is_never_crowded_out_by_others)
 {
-	struct store s;
-	struct pd_index *x = index_limits(8, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(8, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *mine = group(x, &s, 1, 1, 1);
 	enum { OTHERS = PD_MAX_ROWS + 1 };
@@ -549,8 +549,8 @@ Test(index, where_a_chain_lands_in_the_table_is_not_known_from_its_key)
 	uint8_t order[2][N];
 	static struct prompt p[N];
 	for (int run = 0; run < 2; run++) {
-		struct store s;
-		struct pd_index *x = index_limits(64, UINT64_MAX, UINT64_MAX);
+		struct fake_store s;
+		struct idx *x = index_limits(64, UINT64_MAX, UINT64_MAX);
 		store_on(&s);
 		struct idx_group *g = group(x, &s, 1, 1, 1);
 		int rc;
@@ -577,8 +577,8 @@ Test(index, where_a_chain_lands_in_the_table_is_not_known_from_its_key)
 
 Test(index, a_pin_with_a_ttl_ends_by_itself)
 {
-	struct store s;
-	struct pd_index *x = index_limits(8, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(8, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *g = group(x, &s, 1, 1, 1);
 	struct prompt p;
@@ -611,8 +611,8 @@ Test(index, a_pin_with_a_ttl_ends_by_itself)
 
 Test(index, a_pinned_chain_stays_listed_when_a_longer_one_continues_it)
 {
-	struct store s;
-	struct pd_index *x = index_limits(8, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(8, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *g = group(x, &s, 1, 1, 1);
 	struct prompt sys, longer;
@@ -652,8 +652,8 @@ Test(index, a_pinned_chain_stays_listed_when_a_longer_one_continues_it)
 
 Test(index, a_chain_leaves_as_one_unit_of_age)
 {
-	struct store s;
-	struct pd_index *x = index_limits(5, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(5, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *g = group(x, &s, 1, 1, 1);
 	struct prompt old, mid, fresh[3];
@@ -681,8 +681,8 @@ Test(index, a_chain_leaves_as_one_unit_of_age)
 
 Test(index, listing_pages_through_every_leaf_once)
 {
-	struct store s;
-	struct pd_index *x = index_limits(400, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(400, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *g = group(x, &s, 1, 1, 1), *h = group(x, &s, 2, 1, 2);
 	static struct prompt p[50];
@@ -732,8 +732,8 @@ Test(index, listing_pages_through_every_leaf_once)
 
 Test(index, evict_by_each_selector_keeps_leased_and_pinned_blocks)
 {
-	struct store s;
-	struct pd_index *x = index_limits(100, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(100, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *a1 = group(x, &s, 1, 1, 1), *b1 = group(x, &s, 1, 2, 2),
 			 *a2 = group(x, &s, 2, 1, 1);
@@ -796,8 +796,8 @@ Test(index, evict_by_each_selector_keeps_leased_and_pinned_blocks)
  * a chain longer than a round goes over several, whole. */
 Test(index, a_chain_longer_than_a_round_is_evicted_whole)
 {
-	struct store s;
-	struct pd_index *x = index_limits(200, UINT64_MAX, UINT64_MAX);
+	struct fake_store s;
+	struct idx *x = index_limits(200, UINT64_MAX, UINT64_MAX);
 	store_on(&s);
 	struct idx_group *g = group_sized(x, &s, 1, 1, 1, 1 << 20);
 	struct prompt a, b;
@@ -851,13 +851,13 @@ static void on_wake(void *ctx)
 	atomic_fetch_add(&wakes, 1);
 }
 
-static struct pd_index *tiered(struct store *s, int cap, uint64_t disk_budget, struct idx_group **g)
+static struct idx *tiered(struct fake_store *s, int cap, uint64_t disk_budget, struct idx_group **g)
 {
 	memset(s, 0, sizeof(*s));
 	one_pool = (struct pool){ cap, 0 };
 	s->pool = &one_pool;
 	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX, disk_budget };
-	struct pd_index *x;
+	struct idx *x;
 	cr_assert_eq(idx_new(B, 32, &lim, &x), 0);
 	struct idx_tier t = { on_drop, on_wake, NULL, false };
 	idx_set_tier(x, &t);
@@ -870,7 +870,7 @@ static struct pd_index *tiered(struct store *s, int cap, uint64_t disk_budget, s
 }
 
 /* Writes every block waiting, each write ending with rc. */
-static uint32_t write_all(struct pd_index *x, int rc)
+static uint32_t write_all(struct idx *x, int rc)
 {
 	struct idx_block b[64];
 	uint32_t n = idx_spill_take(x, b, 64, UINT64_MAX);
@@ -882,7 +882,7 @@ static uint32_t write_all(struct pd_index *x, int rc)
 }
 
 /* MATCH with restores; ok[i] for the i-th block read back. */
-static uint32_t match_fetch(struct pd_index *x, struct idx_group *g, const struct prompt *p,
+static uint32_t match_fetch(struct idx *x, struct idx_group *g, const struct prompt *p,
 			    const int *ok, uint32_t *nfetch, uint64_t *lease)
 {
 	struct idx_loc locs[64];
@@ -906,10 +906,10 @@ static int hash_dropped(const struct prompt *p, uint32_t b)
 
 Test(index, written_blocks_leave_memory_for_disk_and_come_back)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
 	struct idx_loc locs[64];
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 4, 0, 0);
 	make_prompt(&b, 2, 4, 0, 0);
@@ -952,10 +952,10 @@ Test(index, written_blocks_leave_memory_for_disk_and_come_back)
 
 Test(index, with_a_tier_written_blocks_leave_memory_before_unwritten_ones)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
 	struct idx_loc locs[64];
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a, b, c;
 	make_prompt(&a, 1, 2, 0, 0);
 	make_prompt(&b, 2, 2, 0, 0);
@@ -981,8 +981,8 @@ Test(index, with_a_tier_written_blocks_leave_memory_before_unwritten_ones)
 }
 
 struct publisher {
-	struct pd_index *x;
-	struct store *s;
+	struct idx *x;
+	struct fake_store *s;
 	struct idx_group *g;
 	const struct prompt *p;
 	uint32_t stored;
@@ -998,10 +998,10 @@ static void *publish_thread(void *arg)
 
 Test(index, a_publish_into_memory_full_of_unwritten_blocks_waits_for_the_writer)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
 	struct idx_loc locs[64];
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 4, 0, 0);
 	make_prompt(&b, 2, 2, 0, 0);
@@ -1036,9 +1036,9 @@ Test(index, a_publish_into_memory_full_of_unwritten_blocks_waits_for_the_writer)
 
 Test(index, a_full_disk_lets_unwritten_blocks_go_and_counts_them)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 4, 0, 0);
 	make_prompt(&b, 2, 1, 0, 0);
@@ -1061,9 +1061,9 @@ Test(index, a_full_disk_lets_unwritten_blocks_go_and_counts_them)
  * writes. */
 Test(index, a_writer_hung_in_a_write_is_waited_for_once, .timeout = 120)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a[4], b, c, d;
 	int rc;
 	for (int i = 0; i < 4; i++) { /* four leaves */
@@ -1095,9 +1095,9 @@ Test(index, a_writer_hung_in_a_write_is_waited_for_once, .timeout = 120)
 
 Test(index, a_disk_sync_publish_waits_once_for_a_hung_writer, .timeout = 120)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct idx *x = tiered(&s, 16, 100, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 1, 0, 0);
 	make_prompt(&b, 2, 3, 0, 0);
@@ -1120,9 +1120,9 @@ Test(index, a_disk_sync_publish_waits_once_for_a_hung_writer, .timeout = 120)
 
 Test(index, writes_that_failed_for_a_full_disk_are_taken_again_parents_first)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct idx *x = tiered(&s, 16, 100, &g);
 	struct prompt a;
 	make_prompt(&a, 1, 10, 0, 0);
 	int rc;
@@ -1156,9 +1156,9 @@ Test(index, writes_that_failed_for_a_full_disk_are_taken_again_parents_first)
 
 Test(index, a_child_waits_for_its_parent_written_and_is_given_up_with_it)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct idx *x = tiered(&s, 16, 100, &g);
 	struct prompt a;
 	make_prompt(&a, 1, 3, 0, 0);
 	int rc;
@@ -1175,9 +1175,9 @@ Test(index, a_child_waits_for_its_parent_written_and_is_given_up_with_it)
 
 Test(index, a_failed_restore_cuts_the_hit_drops_its_record_and_a_publish_heals_it)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 4, 0, 0);
 	make_prompt(&b, 2, 4, 0, 0);
@@ -1218,10 +1218,10 @@ Test(index, a_failed_restore_cuts_the_hit_drops_its_record_and_a_publish_heals_i
 
 Test(index, the_disk_budget_takes_the_oldest_disk_only_leaves_and_never_a_resident_block)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
 	struct idx_loc locs[64];
-	struct pd_index *x = tiered(&s, 4, 6, &g);
+	struct idx *x = tiered(&s, 4, 6, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 4, 0, 0);
 	make_prompt(&b, 2, 4, 0, 0);
@@ -1260,10 +1260,10 @@ Test(index, the_disk_budget_takes_the_oldest_disk_only_leaves_and_never_a_reside
 
 Test(index, a_block_removed_while_it_is_written_goes_when_the_writer_is_done)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
 	struct idx_loc locs[64];
-	struct pd_index *x = tiered(&s, 4, 100, &g);
+	struct idx *x = tiered(&s, 4, 100, &g);
 	struct prompt a;
 	make_prompt(&a, 1, 2, 0, 0);
 	int rc;
@@ -1296,7 +1296,7 @@ Test(index, a_block_removed_while_it_is_written_goes_when_the_writer_is_done)
  * visible before all are copied. */
 struct peek_ctx {
 	struct fill_ctx f;
-	struct pd_index *x;
+	struct idx *x;
 	struct idx_group *g;
 	const struct prompt *p;
 	uint32_t hits[8];
@@ -1316,8 +1316,8 @@ static int fill_and_peek(void *ctx, uint32_t i, struct idx_loc loc)
 
 Test(index, blocks_are_copied_without_the_lock_and_seen_only_once_all_are_in)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 16, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 16, 32);
 	struct prompt p;
 	make_prompt(&p, 1, 4, 0, 0);
 	struct peek_ctx c = { { &s, p.tags }, x, root1, &p, { 0 } };
@@ -1346,8 +1346,8 @@ static int fill_fails(void *ctx, uint32_t i, struct idx_loc loc)
 
 Test(index, a_publish_whose_copy_fails_leaves_nothing_behind)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 16, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 16, 32);
 	struct prompt p;
 	make_prompt(&p, 1, 3, 0, 0);
 	uint32_t stored, dedup;
@@ -1370,9 +1370,9 @@ Test(index, a_publish_whose_copy_fails_leaves_nothing_behind)
 
 Test(index, evicting_a_chain_above_a_hollow_block_takes_both)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 2, 100, &g);
+	struct idx *x = tiered(&s, 2, 100, &g);
 	struct prompt a, b;
 	make_prompt(&a, 1, 2, 0, 0);
 	make_prompt(&b, 2, 2, 0, 0);
@@ -1397,7 +1397,7 @@ Test(index, evicting_a_chain_above_a_hollow_block_takes_both)
 	idx_free(x);
 }
 
-static uint32_t publish_leased(struct pd_index *x, struct store *s, struct idx_group *r,
+static uint32_t publish_leased(struct idx *x, struct fake_store *s, struct idx_group *r,
 			       uint64_t lease, const struct prompt *p, uint32_t from, uint32_t n,
 			       int *rc, uint64_t *out)
 {
@@ -1408,7 +1408,7 @@ static uint32_t publish_leased(struct pd_index *x, struct store *s, struct idx_g
 	return stored + dedup;
 }
 
-static struct idx_stats stats_of(struct pd_index *x)
+static struct idx_stats stats_of(struct idx *x)
 {
 	struct idx_stats st;
 	idx_get_stats(x, &st);
@@ -1420,8 +1420,8 @@ static struct idx_stats stats_of(struct pd_index *x)
  * which keeps every block published so far from eviction. */
 Test(index, a_publish_leases_its_chain_for_the_next_part)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 6, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 6, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 6, 0, 0);
 	make_prompt(&b, 2, 4, 0, 0);
@@ -1458,8 +1458,8 @@ Test(index, a_publish_leases_its_chain_for_the_next_part)
  * an unknown lease to continue is refused. */
 Test(index, a_leased_publish_covers_exactly_what_was_stored_or_found)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 4, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 4, 32);
 	struct prompt a, b;
 	make_prompt(&a, 1, 6, 0, 0);
 	make_prompt(&b, 2, 4, 0, 0);
@@ -1492,9 +1492,9 @@ Test(index, a_leased_publish_covers_exactly_what_was_stored_or_found)
  * least, oldest first. */
 Test(index, a_spill_batch_holds_at_most_its_bytes)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 8, 100, &g);
+	struct idx *x = tiered(&s, 8, 100, &g);
 	struct prompt a;
 	make_prompt(&a, 1, 5, 0, 0);
 	int rc;
@@ -1517,8 +1517,8 @@ Test(index, a_spill_batch_holds_at_most_its_bytes)
  * copy is held at `gate` until the test lets it go, and then fails or not.
  */
 struct racer {
-	struct pd_index *x;
-	struct store *s;
+	struct idx *x;
+	struct fake_store *s;
 	const struct prompt *p;
 	uint32_t n;
 	bool leased, fails;
@@ -1552,7 +1552,7 @@ static void *racer_run(void *arg)
 	return NULL;
 }
 
-static void racer_start(struct racer *r, pthread_t *t, struct pd_index *x, struct store *s,
+static void racer_start(struct racer *r, pthread_t *t, struct idx *x, struct fake_store *s,
 			const struct prompt *p, uint32_t n, bool leased, bool fails)
 {
 	*r = (struct racer){ .x = x, .s = s, .p = p, .n = n, .leased = leased, .fails = fails };
@@ -1572,8 +1572,8 @@ static void racer_end(struct racer *r, pthread_t t)
 
 /* A --disk-sync publish, and what was on disk when it was answered. */
 struct synced {
-	struct pd_index *x;
-	struct store *s;
+	struct idx *x;
+	struct fake_store *s;
 	const struct prompt *p;
 	int rc;
 	uint32_t stored, dedup;
@@ -1600,9 +1600,9 @@ static void *synced_run(void *arg)
 Test(index, a_disk_sync_publish_that_finds_blocks_being_copied_waits_for_their_records,
      .timeout = 60)
 {
-	struct store s;
+	struct fake_store s;
 	struct idx_group *g;
-	struct pd_index *x = tiered(&s, 16, 100, &g);
+	struct idx *x = tiered(&s, 16, 100, &g);
 	struct idx_tier t = { on_drop, on_wake, NULL, true };
 	idx_set_tier(x, &t);
 	root1 = g; /* the racers' group */
@@ -1643,8 +1643,8 @@ Test(index, a_disk_sync_publish_that_finds_blocks_being_copied_waits_for_their_r
 
 Test(index, a_publish_fills_the_blocks_of_another_whose_copy_failed)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 16, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 16, 32);
 	struct prompt p;
 	make_prompt(&p, 1, 4, 0, 0);
 	struct racer a, b;
@@ -1677,8 +1677,8 @@ Test(index, a_publish_fills_the_blocks_of_another_whose_copy_failed)
 
 Test(index, a_lease_on_blocks_whose_copy_failed_takes_them_when_it_ends)
 {
-	struct store s;
-	struct pd_index *x = start(&s, 2, 32);
+	struct fake_store s;
+	struct idx *x = start(&s, 2, 32);
 	struct prompt p, q;
 	make_prompt(&p, 1, 2, 0, 0);
 	make_prompt(&q, 2, 2, 0, 0);

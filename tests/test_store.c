@@ -10,7 +10,7 @@
 
 Test(store, budget_is_charged_by_slot)
 {
-	struct pd_store *s;
+	struct store *s;
 	/* 4 slots of 4 KiB per arena, budget for 10 slots: 4 + 4 + 2 used. */
 	struct store_budget b = { .limit = 40960 };
 	cr_assert_eq(store_new(4096, &b, 4, &s), 0);
@@ -38,7 +38,7 @@ Test(store, budget_is_charged_by_slot)
 
 Test(store, an_arena_larger_than_the_budget_costs_only_its_used_slots)
 {
-	struct pd_store *s;
+	struct store *s;
 	struct store_budget b = { .limit = 3 * 4096 };
 	cr_assert_eq(store_new(4096, &b, 1000, &s), 0);
 	struct idx_loc loc;
@@ -54,7 +54,7 @@ Test(store, an_arena_larger_than_the_budget_costs_only_its_used_slots)
 Test(store, block_sizes_share_one_budget)
 {
 	struct store_budget b = { .limit = 8 * 4096 };
-	struct pd_store *s1, *s2;
+	struct store *s1, *s2;
 	cr_assert_eq(store_new(4096, &b, 4, &s1), 0);
 	cr_assert_eq(store_new(8192, &b, 4, &s2), 0);
 	struct idx_loc loc, first;
@@ -74,7 +74,7 @@ Test(store, block_sizes_share_one_budget)
 }
 
 struct fill_ctx {
-	struct pd_store *s;
+	struct store *s;
 	const char *text;
 };
 
@@ -87,12 +87,12 @@ static int fill(void *ctx, uint32_t i, struct idx_loc loc)
 
 Test(store, index_blocks_reach_a_read_only_client)
 {
-	struct pd_store *s;
+	struct store *s;
 	struct store_budget b = { .limit = 1 << 20 };
 	cr_assert_eq(store_new(8192, &b, 8, &s), 0);
 	struct idx_store ops = { store_alloc, store_release, s, store_slot_bytes(s), NULL, 8192, 0 };
 	struct idx_limits lim = { UINT64_MAX, UINT64_MAX, UINT64_MAX, 0 };
-	struct pd_index *x;
+	struct idx *x;
 	cr_assert_eq(idx_new(2, 32, &lim, &x), 0);
 	struct idx_root r = { 1000, { 7 } };
 	uint8_t fp[PD_FP_SIZE] = { 1 };
