@@ -76,7 +76,7 @@ static const struct {
 };
 
 const char *kern_blas_best_core(const struct kern_cpu_isa *isa,
-			       bool (*has)(const char *core, void *ctx), void *ctx)
+				bool (*has)(const char *core, void *ctx), void *ctx)
 {
 	for (size_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++)
 		if (cores[i].fits(isa) && has(cores[i].name, ctx))

@@ -188,13 +188,13 @@ static void dispatch(enum layout l, int T, int n, int k, const float *xT, const 
 }
 
 void kern_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
-		  int ldy)
+		   int ldy)
 {
 	dispatch(ROWS, T, n, k, xT, W, k, k, beta, y, ldy, 1);
 }
 
 void kern_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
-		    float beta, float *yT, int ldy)
+		     float beta, float *yT, int ldy)
 {
 	if (sk == 1) {
 		dispatch(ROWS_T, T, n, k, xT, W, sn, sn, beta, yT, ldy, ldy);

@@ -142,7 +142,7 @@ static const gemv_fn gemv_avx512_of[3] = { gemv_avx512_f32, gemv_avx512_f16, gem
 static const gemv_fn gemv_avx2_of[3] = { gemv_avx2_f32, gemv_avx2_f16, gemv_avx2_bf16 };
 
 void kern_gemv(int T, int n, int k, struct kern_wmat W, const float *x, int ldx, float beta,
-	      float *y, int ldy)
+	       float *y, int ldy)
 {
 	/* Decided once per process (cpu.h). */
 	if (kern_cpu_avx512())
@@ -456,7 +456,7 @@ static void silu_mul_avx512(float *y, const float *up, int n)
 }
 
 void kern_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
-	      int lds)
+	       int lds)
 {
 	if (kern_cpu_avx512()) {
 		dots_avx512(G, n, d, q, ldq, K, scale, s, lds);

@@ -100,7 +100,7 @@ void kern_blas_init(void);
  * Pure: tests pass made-up feature sets.
  */
 const char *kern_blas_best_core(const struct kern_cpu_isa *isa,
-			       bool (*has)(const char *core, void *ctx), void *ctx);
+				bool (*has)(const char *core, void *ctx), void *ctx);
 
 /* The core this process should run: the best for this CPU among those
  * this OpenBLAS has and accepts when asked (a core it refuses to switch to
@@ -130,7 +130,7 @@ bool kern_blas_core_ok(char *buf, size_t cap);
 /* W of any weight type (weight.h), converted to f32 in registers: the
  * results equal those of W's f32 values. */
 void kern_gemv(int T, int n, int k, struct kern_wmat W, const float *x, int ldx, float beta,
-	      float *y, int ldy);
+	       float *y, int ldy);
 
 /*
  * Decode attention reads every key and value once per step; these keep that
@@ -142,7 +142,7 @@ void kern_gemv(int T, int n, int k, struct kern_wmat W, const float *x, int ldx,
  * kern_axpys: o_g += sum_t p[g * ldp + t] * V_t (V_t = V + t * d, o_g = o + g * ldo).
  */
 void kern_dots(int G, int n, int d, const float *q, int ldq, const float *K, float scale, float *s,
-	      int lds);
+	       int lds);
 void kern_axpys(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo);
 /* x[i] = exp(x[i] - max x) for i < n (n >= 1); returns their sum, *max_out the max. */
 float kern_exp_sum(float *x, int n, float *max_out);
@@ -181,13 +181,13 @@ int kern_gemm_few_ld(int T);
 void kern_gemm_few_transpose(int T, int k, const float *x, int ldx, float *xT);
 /* y[t * ldy + i] = sum_p W[i * k + p] xT[p * ld + t] (+ beta y) for t < T, i < n. */
 void kern_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
-		  int ldy);
+		   int ldy);
 /* yT[i * ldy + t] = sum_p W[i * sn + p * sk] xT[p * ld + t] (+ beta yT) for
  * i < n and every t < ld, the padding lanes too (so ldy >= ld): the product
  * stored transposed, as attention keeps its scores and outputs. W's rows
  * (sk == 1: keys) or its columns (sn == 1: values, read as V^T) must be
  * contiguous. */
 void kern_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
-		    float beta, float *yT, int ldy);
+		     float beta, float *yT, int ldy);
 
 #endif
