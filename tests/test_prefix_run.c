@@ -14,7 +14,7 @@
 #include "daemon_util.h"
 #include "helpers.h"
 
-Test(cli, logits_uncached_and_split_match_transformers)
+Test(prefix_run, logits_uncached_and_split_match_transformers)
 {
 	const char *name = "llama-tiny-gqa";
 	size_t n, nl;
@@ -58,7 +58,7 @@ Test(cli, logits_uncached_and_split_match_transformers)
 	free(tok);
 }
 
-Test(cli, generate_greedy_matches_transformers)
+Test(prefix_run, generate_greedy_matches_transformers)
 {
 	const char *name = "neox-tiny-seq";
 	size_t np, no;
@@ -80,7 +80,7 @@ Test(cli, generate_greedy_matches_transformers)
 	free(prompt);
 }
 
-Test(cli, generate_sampling_is_seeded)
+Test(prefix_run, generate_sampling_is_seeded)
 {
 	struct cmd_result a = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
 			      "--temperature 1.5 --top-k 50 --top-p 0.95 --seed 4 2>/dev/null", fixtures_dir());
@@ -93,7 +93,7 @@ Test(cli, generate_sampling_is_seeded)
 	cr_expect_str_neq(a.out, c.out);
 }
 
-Test(cli, info_reports_shapes_fingerprint_and_kv)
+Test(prefix_run, info_reports_shapes_fingerprint_and_kv)
 {
 	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
@@ -107,7 +107,7 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 		  "info prices prompts past the model's context:\n%s", r.out);
 }
 
-Test(cli, info_says_when_the_own_kernels_are_turned_off)
+Test(prefix_run, info_says_when_the_own_kernels_are_turned_off)
 {
 	setenv("PFX_NO_AVX512", "1", 1);
 	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
@@ -118,7 +118,7 @@ Test(cli, info_says_when_the_own_kernels_are_turned_off)
 		  "%s", r.out);
 }
 
-Test(cli, errors_are_clear)
+Test(prefix_run, errors_are_clear)
 {
 	const struct {
 		const char *args;
@@ -172,7 +172,7 @@ Test(cli, errors_are_clear)
 /* neox-tiny has 512 positions: a prompt of 3 leaves room for 510 new
  * tokens (the last one is printed, never run). More is refused up front,
  * not after printing hundreds of ids. */
-Test(cli, generate_refuses_a_max_new_past_the_context_up_front)
+Test(prefix_run, generate_refuses_a_max_new_past_the_context_up_front)
 {
 	struct cmd_result r = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 600",
 				  fixtures_dir());
@@ -211,7 +211,7 @@ Test(cli, generate_refuses_a_max_new_past_the_context_up_front)
 
 /* The llama fixture ships eos_token_id 2, and its greedy reference (made
  * with EOS disabled) has 2 as its 4th token. */
-Test(cli, generate_stops_after_the_eos_token_of_generation_config)
+Test(prefix_run, generate_stops_after_the_eos_token_of_generation_config)
 {
 	const char *name = "llama-tiny-gqa";
 	size_t np, no;
@@ -295,7 +295,7 @@ static void remove_copy(const char *dir)
 	rmdir(dir);
 }
 
-Test(cli, generate_reads_eos_ids_from_generation_config_then_config)
+Test(prefix_run, generate_reads_eos_ids_from_generation_config_then_config)
 {
 	/* The first greedy token, to make it the EOS. */
 	struct cmd_result r = run("generate --model %s/neox-tiny --tokens 5,6,7 --max-new 3 --ignore-eos 2>/dev/null",
@@ -382,7 +382,7 @@ static int report_line(const char *out, const char *needle, char *line, size_t c
 /* 20 blocks of 4 tokens against a budget of 16: the report is one line
  * whose counts are the daemon's, in the run that fills the budget and in
  * the next, which attaches what the first stored. */
-Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
+Test(prefix_run, a_publish_cut_short_is_reported_on_one_truthful_line)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64K", NULL };
@@ -416,7 +416,7 @@ Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
 /* A prompt of exactly one block leaves that block to compute: its last
  * token's logits are the answer. The run says so rather than showing a
  * bare "0 attached, 1 already there". */
-Test(cli, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
+Test(prefix_run, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
@@ -465,7 +465,7 @@ static struct cmd_result run_as(unsigned uid, unsigned group, const char *args)
  * it, and without --shared does not; a member that is no publisher is
  * told that its publish was refused; a user outside the group is refused
  * the namespace and computes alone. */
-Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
+Test(prefix_run, shared_attaches_what_a_publisher_warmed_for_the_group)
 {
 	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root");
 	struct test_daemon d;
@@ -528,7 +528,7 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 
 /* --no-cache never uses the daemon, even one at the socket the
  * environment names (which the same run without it does use). */
-Test(cli, no_cache_never_uses_the_daemon)
+Test(prefix_run, no_cache_never_uses_the_daemon)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
@@ -553,7 +553,7 @@ Test(cli, no_cache_never_uses_the_daemon)
 
 /* ==== The command line ==== */
 
-Test(cli, tokens_from_standard_input)
+Test(prefix_run, tokens_from_standard_input)
 {
 	char path[] = "/tmp/pfx-cli-stdin-XXXXXX";
 	int fd = mkstemp(path);
@@ -581,7 +581,7 @@ Test(cli, tokens_from_standard_input)
 	cr_expect(strstr(a.out, "--tokens @-: no tokens given"), "%s", a.out);
 }
 
-Test(cli, a_command_with_help_prints_its_own_help)
+Test(prefix_run, a_command_with_help_prints_its_own_help)
 {
 	const char *cmds[] = { "info", "recache", "logits", "generate", "demo", "warm", "random-model" };
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -611,7 +611,7 @@ Test(cli, a_command_with_help_prints_its_own_help)
 		  "%s", r.out);
 }
 
-Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
+Test(prefix_run, recache_reads_the_checkpoint_in_again_and_says_how)
 {
 	struct cmd_result r = run("recache --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
@@ -620,7 +620,7 @@ Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
 
 /* Two demo models of different seeds are two models: other weights, so
  * another fingerprint; the same seed writes the same file. */
-Test(cli, random_model_seeds_give_other_weights)
+Test(prefix_run, random_model_seeds_give_other_weights)
 {
 	char dir[] = "/tmp/pfx-cli-seed-XXXXXX", out[512];
 	cr_assert(mkdtemp(dir));
@@ -644,7 +644,7 @@ Test(cli, random_model_seeds_give_other_weights)
 	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", dir), 0, "%s", out);
 }
 
-Test(cli, random_model_refuses_a_directory_that_is_not_empty)
+Test(prefix_run, random_model_refuses_a_directory_that_is_not_empty)
 {
 	char dir[] = "/tmp/pfx-cli-rm-XXXXXX", path[256];
 	cr_assert(mkdtemp(dir));
