@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 #include "helpers.h"
 
 Test(prefix_run, logits_uncached_and_split_match_transformers)
@@ -342,23 +342,6 @@ Test(prefix_run, generate_reads_eos_ids_from_generation_config_then_config)
 
 /* ==== The cache report ==== */
 
-/* One counter from prefixctl stats --json. */
-static unsigned long long counter(const struct test_daemon *d, const char *key)
-{
-	char cmd[2 * PATH_MAX + 64], want[64];
-	snprintf(cmd, sizeof(cmd), "%s --socket %s stats --json", PREFIXCTL, d->sock);
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	static char out[1 << 16];
-	size_t n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = 0;
-	cr_assert_eq(pclose(p), 0, "prefixctl failed: %s", out);
-	snprintf(want, sizeof(want), "\"%s\":", key);
-	const char *at = strstr(out, want);
-	cr_assert(at, "no %s in %s", key, out);
-	return strtoull(at + strlen(want), NULL, 10);
-}
-
 /* The stderr line that holds needle (copied to line), and how many lines
  * begin with "prefix-run: prompt of". */
 static int report_line(const char *out, const char *needle, char *line, size_t cap)
@@ -396,7 +379,7 @@ Test(prefix_run, a_publish_cut_short_is_reported_on_one_truthful_line)
 	cr_expect_str_eq(line, "prefix-run: prompt of 81 tokens: 0 attached from the cache, 81 computed; 16 new blocks published, 0 already there; then publishing stopped: 4 new blocks not published (prefixd's memory budget is full of leased or pinned blocks)",
 			 "%s", r.out);
 	cr_expect_not(strstr(r.out, "computed alone"), "the cache was used: %s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), 16, "the daemon stored what the line says");
+	cr_expect_eq(t_counter(&d, "blocks"), 16, "the daemon stored what the line says");
 	r = run("generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s --max-new 1",
 		fixtures_dir(), d.sock, csv);
 	cr_expect_eq(r.status, 0, "%s", r.out);
@@ -404,7 +387,7 @@ Test(prefix_run, a_publish_cut_short_is_reported_on_one_truthful_line)
 	cr_expect_str_eq(line, "prefix-run: prompt of 81 tokens: 64 attached from the cache, 17 computed; 0 new blocks published, 0 already there; then publishing stopped: 4 new blocks not published (prefixd's memory budget is full of leased or pinned blocks)",
 			 "%s", r.out);
 	cr_expect_not(strstr(r.out, "computed alone"), "%s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), 16);
+	cr_expect_eq(t_counter(&d, "blocks"), 16);
 	/* warm fails when the daemon did not take every block. */
 	r = run("warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s", fixtures_dir(),
 		d.sock, csv);
@@ -479,7 +462,7 @@ Test(prefix_run, shared_attaches_what_a_publisher_warmed_for_the_group)
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "2 new blocks published") && strstr(r.out, "pinned 8 tokens"), "%s",
 		  r.out);
-	cr_expect_eq(counter(&d, "pinned_bytes"), counter(&d, "bytes_used"),
+	cr_expect_eq(t_counter(&d, "pinned_bytes"), t_counter(&d, "bytes_used"),
 		     "the shared chain is the one pinned");
 	/* prefixctl ls names its namespace. */
 	char out[8192];
@@ -509,7 +492,7 @@ Test(prefix_run, shared_attaches_what_a_publisher_warmed_for_the_group)
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "not using prefixd") && strstr(r.out, "neither a member"),
 		  "an outsider: %s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), 2, "only the publisher's blocks are cached");
+	cr_expect_eq(t_counter(&d, "blocks"), 2, "only the publisher's blocks are cached");
 	/* Its own namespace does not have it (and now gets it). */
 	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens 1,2,3,4,5,6,7,8,9 --max-new 1",
 		 fixtures_dir(), d.sock);
@@ -522,7 +505,7 @@ Test(prefix_run, shared_attaches_what_a_publisher_warmed_for_the_group)
 	r = run_as(60002, 0, a);
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "pinned 4 tokens"), "%s", r.out);
-	cr_expect_eq(counter(&d, "pins"), 2, "the shared chain's and the user's");
+	cr_expect_eq(t_counter(&d, "pins"), 2, "the shared chain's and the user's");
 	cr_expect_eq(td_stop(&d), 0);
 }
 
@@ -539,13 +522,13 @@ Test(prefix_run, no_cache_never_uses_the_daemon)
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	cr_assert(strstr(r.out, "0 attached from the cache, 9 computed; 2 new blocks published"),
 		  "PREFIXD_SOCKET leads to the daemon: %s", r.out);
-	unsigned long long matches = counter(&d, "matches"), blocks = counter(&d, "blocks");
+	unsigned long long matches = t_counter(&d, "matches"), blocks = t_counter(&d, "blocks");
 	r = run(GEN " --no-cache", fixtures_dir());
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect_not(strstr(r.out, "attached"), "%s", r.out);
 	cr_expect_not(strstr(r.out, "prefixd"), "not even a word of prefixd: %s", r.out);
-	cr_expect_eq(counter(&d, "matches"), matches, "--no-cache asked the daemon: %s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), blocks);
+	cr_expect_eq(t_counter(&d, "matches"), matches, "--no-cache asked the daemon: %s", r.out);
+	cr_expect_eq(t_counter(&d, "blocks"), blocks);
 	unsetenv("PREFIXD_SOCKET");
 	cr_expect_eq(td_stop(&d), 0);
 #undef GEN

@@ -35,7 +35,7 @@ int td_start(struct test_daemon *d, const char *const *args)
 	return td_start_named(d, "sock", args);
 }
 
-static double now_s(void)
+double td_now_s(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
@@ -59,7 +59,7 @@ static int start(struct test_daemon *d, const char *name, const char *const *arg
 	int n = 5;
 	for (int i = 0; args && args[i] && n < 31; i++)
 		argv[n++] = args[i];
-	double t0 = now_s();
+	double t0 = td_now_s();
 	d->pid = fork();
 	if (d->pid < 0)
 		return -1;
@@ -79,7 +79,7 @@ static int start(struct test_daemon *d, const char *name, const char *const *arg
 	for (unsigned i = 0; i < 10000000 / poll_us; i++) {
 		if (can_connect(d->sock)) {
 			if (ms)
-				*ms = (now_s() - t0) * 1e3;
+				*ms = (td_now_s() - t0) * 1e3;
 			return 0;
 		}
 		int st;
@@ -296,4 +296,17 @@ int td_sh(char *out, size_t cap, const char *fmt, ...)
 	out[n] = 0;
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void td_prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
+{
+	for (uint32_t i = 0; i < nblocks * TD_BLOCK_TOKENS; i++)
+		t[i] = base + i;
+}
+
+int td_log_has(const struct test_daemon *d, const char *what)
+{
+	/* grep, not td_read_file: a log under load outgrows its 64 KiB. */
+	char out[256];
+	return td_sh(out, sizeof(out), "grep -qF '%s' '%s'", what, d->log) == 0;
 }
