@@ -58,13 +58,6 @@
 #define TARGET_LS_MS 50.0
 #define TARGET_LS_EXTRA_US 1000.0
 
-static struct prefixd_layout layout(void)
-{
-	struct prefixd_layout l = { .block_tokens = BLOCK_TOKENS, .block_bytes = BLOCK_BYTES };
-	memset(l.fingerprint, 0xad, sizeof(l.fingerprint));
-	return l;
-}
-
 /* splitmix64: reproducible token ids and lengths. */
 static uint64_t rnd(uint64_t *s)
 {
@@ -475,7 +468,7 @@ static int time_listings(struct prefixd *c, const struct opts *o, const struct p
 
 static int pin_hot(struct prefixd *c, const uint32_t *tokens, struct prefixd_id *id)
 {
-	struct prefixd_layout l = layout();
+	struct prefixd_layout l = bench_layout(BLOCK_TOKENS, BLOCK_BYTES, 0xad);
 	struct prefixd_prompt *p;
 	int rc = prefixd_prompt_new(&l, &p);
 	if (!rc)
@@ -535,7 +528,7 @@ static int run(const char *sock, const struct opts *o, struct result *r)
 	static uint32_t hot_tokens[HOT_BLOCKS * BLOCK_TOKENS];
 	uint64_t s = HOT_SEED;
 	rnd_tokens(&s, hot_tokens, HOT_BLOCKS);
-	struct prefixd_layout l = layout();
+	struct prefixd_layout l = bench_layout(BLOCK_TOKENS, BLOCK_BYTES, 0xad);
 	struct prefixd *admin = NULL, *lc = NULL;
 	static struct matcher m;
 	static struct lister ls;

@@ -380,13 +380,6 @@ static double cached_fraction(const char *dir, bool payload_only)
 
 /* ==== Restore throughput ==== */
 
-static struct prefixd_layout kv_layout(uint8_t model)
-{
-	struct prefixd_layout l = { .block_tokens = KV_TOKENS, .block_bytes = KV_BYTES };
-	memset(l.fingerprint, model, sizeof(l.fingerprint));
-	return l;
-}
-
 /* Prefix p: tokens no other prefix has; its block b starts with
  * (p + 1) << 20 | 64 b, which names its record. */
 static void prefix_tokens(uint32_t *t, int p)
@@ -435,9 +428,11 @@ static void prefix_kv(uint32_t *kv, const void *ptrs[PREFIX_BLOCKS], int p)
 	}
 }
 
-static int publish_prefixes(const char *sock, int n)
+/* Publishes prefixes 0..n-1 of the model whose fingerprint bytes are fp;
+ * with ms, the milliseconds each PUBLISH took into ms[p]. */
+static int publish_prefixes(const char *sock, uint8_t fp, int n, double *ms)
 {
-	struct prefixd_layout l = kv_layout(0x5a);
+	struct prefixd_layout l = bench_layout(KV_TOKENS, KV_BYTES, fp);
 	struct prefixd *c = NULL;
 	uint32_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
 	static uint32_t t[PREFIX_TOKENS];
@@ -447,7 +442,10 @@ static int publish_prefixes(const char *sock, int n)
 		prefix_kv(kv, ptrs, p);
 		prefix_tokens(t, p);
 		uint32_t stored, dedup;
+		double t1 = bench_now();
 		rc = prefixd_publish(c, 0, t, 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
+		if (ms)
+			ms[p] = (bench_now() - t1) * 1e3;
 		if (!rc && stored != PREFIX_BLOCKS)
 			rc = -EIO;
 	}
@@ -514,7 +512,7 @@ static int map_records(struct restore_run *r)
  * and ms. */
 static int restore_one(const char *sock, int p, double *mb_s, double *ms)
 {
-	struct prefixd_layout l = kv_layout(0x5a);
+	struct prefixd_layout l = bench_layout(KV_TOKENS, KV_BYTES, 0x5a);
 	struct prefixd *c = NULL;
 	static uint32_t t[PREFIX_TOKENS];
 	const void *kv[PREFIX_BLOCKS];
@@ -629,7 +627,7 @@ static int measure_restore(struct restore_run *r)
 	if (start_disk(&d, r->dir, "1G", 0))
 		return -1;
 	double t0 = bench_now();
-	int rc = publish_prefixes(d.sock, r->prefixes);
+	int rc = publish_prefixes(d.sock, 0x5a, r->prefixes, NULL);
 	if (!rc)
 		rc = wait_spilled(&d, blocks, 60, &s);
 	r->spill_s = bench_now() - t0;
@@ -690,27 +688,8 @@ static int sync_round(struct sync_run *r, int mode, int k)
 		fail("prefixd did not start on %s", dir);
 		return -1;
 	}
-	struct prefixd_layout l = kv_layout(0x5b);
-	struct prefixd *c = NULL;
-	uint32_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
-	static uint32_t t[PREFIX_TOKENS];
-	const void *ptrs[PREFIX_BLOCKS];
-	int rc = kv ? prefixd_connect(d.sock, &l, &c) : -ENOMEM;
 	double t0 = bench_now();
-	for (int p = 0; !rc && p < r->prefixes; p++) {
-		prefix_kv(kv, ptrs, p);
-		prefix_tokens(t, p);
-		uint32_t stored, dedup;
-		double t1 = bench_now();
-		rc = prefixd_publish(c, 0, t, 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
-		r->ms[mode][k * r->prefixes + p] = (bench_now() - t1) * 1e3;
-		if (!rc && stored != PREFIX_BLOCKS)
-			rc = -EIO;
-	}
-	if (rc)
-		fail("publish: %s", rc == -EIO ? "not every block stored" : prefixd_errmsg());
-	prefixd_close(c);
-	free(kv);
+	int rc = publish_prefixes(d.sock, 0x5b, r->prefixes, &r->ms[mode][k * r->prefixes]);
 	struct prefixd_stats s;
 	if (!rc)
 		rc = wait_spilled(&d, (uint64_t)r->prefixes * PREFIX_BLOCKS, 120, &s);
@@ -814,7 +793,7 @@ struct pub_shared {
 static void publisher_main(const char *sock, struct pub_shared *sh)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	struct prefixd_layout l = kv_layout(0x22);
+	struct prefixd_layout l = bench_layout(KV_TOKENS, KV_BYTES, 0x22);
 	struct prefixd *c = NULL;
 	struct prefixd_stats st;
 	uint8_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
@@ -989,8 +968,7 @@ static int lat_session(struct lat_run *r, bool disk)
 	const char *args[] = { "--memory", "1G", "--disk-dir", r->dir, "--disk-budget", "2G", NULL };
 	struct test_daemon d;
 	struct prefixd_stats s;
-	struct prefixd_layout l = { .block_tokens = KV_TOKENS, .block_bytes = LAT_BLOCK_BYTES };
-	memset(l.fingerprint, 0x31, sizeof(l.fingerprint));
+	struct prefixd_layout l = bench_layout(KV_TOKENS, LAT_BLOCK_BYTES, 0x31);
 	static uint32_t t[LAT_BLOCKS * KV_TOKENS];
 	static uint8_t kv[LAT_BLOCKS][LAT_BLOCK_BYTES];
 	const void *ptrs[LAT_BLOCKS];

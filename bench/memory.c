@@ -73,13 +73,6 @@
 
 /* ==== The prefix ==== */
 
-static struct prefixd_layout layout(void)
-{
-	struct prefixd_layout l = { .block_tokens = BLOCK_TOKENS, .block_bytes = BLOCK_BYTES };
-	memset(l.fingerprint, 0x4d, sizeof(l.fingerprint));
-	return l;
-}
-
 static void prefix_tokens(uint32_t *t)
 {
 	uint64_t s = 42;
@@ -94,7 +87,7 @@ static uint32_t kv_word(int b, size_t i) { return (uint32_t)b * 2654435761u + (u
 
 static int publish(const char *sock, const uint32_t *tokens)
 {
-	struct prefixd_layout l = layout();
+	struct prefixd_layout l = bench_layout(BLOCK_TOKENS, BLOCK_BYTES, 0x4d);
 	struct prefixd *c;
 	if (prefixd_connect(sock, &l, &c)) {
 		fprintf(stderr, "bench/memory: connect: %s\n", prefixd_errmsg());
@@ -166,7 +159,7 @@ static int touch(const void *const *kv)
 
 static void client_main(const char *sock, const uint32_t *tokens, int cmd, int st)
 {
-	struct prefixd_layout l = layout();
+	struct prefixd_layout l = bench_layout(BLOCK_TOKENS, BLOCK_BYTES, 0x4d);
 	struct prefixd *c;
 	char msg[300];
 	if (prefixd_connect(sock, &l, &c)) {
