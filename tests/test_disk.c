@@ -33,25 +33,9 @@
 static struct test_daemon td;
 static char disk[PATH_MAX];
 
-static void setup(void)
-{
-	t_disk_dir(disk, sizeof(disk), "disk");
-}
-
-static void teardown(void)
-{
-	t_disk_cleanup(&td, disk);
-}
-
-TestSuite(disk, .init = setup, .fini = teardown, .timeout = 120);
+T_DISK_SUITE(disk, "disk", 120);
 
 /* ==== The daemon ==== */
-
-static void start(const char *const *extra)
-{
-	const char *base[] = { "--block-tokens", "4", "--disk-dir", disk, NULL };
-	t_start(&td, base, extra);
-}
 
 /* Publishes prompt k: every block stored or there already. */
 static void publish(struct prefixd *c, uint32_t k, uint32_t n)
@@ -142,7 +126,7 @@ Test(disk, blocks_evicted_from_memory_come_back_from_disk_whole)
 {
 	/* 16 slots of 8 KiB. */
 	const char *args[] = { "--memory", "128K", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 8);
 	struct prefixd_stats s = t_wait_written(&td, 8, 10);
@@ -174,7 +158,7 @@ Test(disk, blocks_evicted_from_memory_come_back_from_disk_whole)
 
 Test(disk, a_graceful_restart_keeps_every_block)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 4; k++)
 		publish(c, k, 8);
@@ -183,7 +167,7 @@ Test(disk, a_graceful_restart_keeps_every_block)
 	t_stop(&td);
 	cr_expect_eq(count_files(".rec"), 32);
 	cr_expect_eq(count_files(".tmp"), 0);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, 32, "the index is rebuilt from the directory");
 	cr_expect_eq(s.disk_bytes, 32 * REC_BYTES);
@@ -201,13 +185,13 @@ Test(disk, a_graceful_restart_keeps_every_block)
 
 Test(disk, after_kill_9_everything_written_is_served_again)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 6);
 	t_wait_written(&td, 6, 10);
 	prefixd_close(c);
 	td_kill(&td);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	c = t_client(&td, 1);
 	struct t_got g = t_match_k(c, 0, 6);
 	cr_expect_eq(g.hit, 6);
@@ -222,7 +206,7 @@ Test(disk, after_kill_9_everything_written_is_served_again)
 Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 {
 	const char *args[] = { "--memory", "1M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	int ready[2];
 	cr_assert_eq(pipe(ready), 0);
 	pid_t kid = fork();
@@ -253,7 +237,7 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 	td_kill(&td);
 	kill(kid, SIGKILL);
 	waitpid(kid, NULL, 0);
-	start(args);
+	t_start_disk(&td, disk, args);
 	uint64_t on_disk = t_stats(&td).disk_blocks;
 	struct prefixd *c = t_client(&td, 1);
 	uint32_t served = 0, bad = 0;
@@ -275,7 +259,7 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
  * after a kill -9. */
 static void damaged_records(bool scan)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 5; k++)
 		publish(c, k, 4);
@@ -327,7 +311,7 @@ static void damaged_records(bool scan)
 	cr_assert_eq(access(manifest, F_OK), 0, "a graceful stop writes a manifest");
 	if (scan)
 		cr_assert_eq(unlink(manifest), 0);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	cr_expect_eq(access(manifest, F_OK), -1, "a start deletes the manifest it read");
 	cr_expect(td_log_has(&td, scan ? "from a scan" : "from the manifest"), "the log says how");
 	struct prefixd_stats s = t_stats(&td);
@@ -381,7 +365,7 @@ Test(disk, the_disk_budget_lets_the_least_recently_used_go_and_respects_pins)
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(40 * REC_BYTES));
 	const char *args[] = { "--memory", "64K", "--pin-max", "32K", "--disk-budget", budget, NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 4);
 	t_wait_written(&td, 4, 10);
@@ -438,7 +422,7 @@ Test(disk, a_full_disk_budget_keeps_blocks_in_memory_and_says_so)
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(20 * REC_BYTES));
 	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 10; k++)
 		publish(c, k, 8);
@@ -466,7 +450,7 @@ Test(disk, a_full_disk_budget_keeps_blocks_in_memory_and_says_so)
 
 Test(disk, a_second_daemon_on_one_directory_is_refused)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	char out[4096], sock[PATH_MAX + 32];
 	snprintf(sock, sizeof(sock), "%s/second.sock", disk);
 	int st = td_sh(out, sizeof(out), "timeout 10 %s --block-tokens 4 --socket %s --disk-dir %s", PREFIXD_EXE,
@@ -478,9 +462,9 @@ Test(disk, a_second_daemon_on_one_directory_is_refused)
 	cr_expect_eq(access(sock, F_OK), -1, "it never listened");
 	t_stop(&td);
 	/* Once the first is gone, the directory is free again (also after a kill -9). */
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	td_kill(&td);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	t_stop(&td);
 }
 
@@ -501,7 +485,7 @@ Test(disk, an_export_imported_into_a_fresh_daemon_gives_hits)
 {
 	/* 8 slots: of two 6-block prompts, part is on disk only. */
 	const char *args[] = { "--memory", "64K", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 6);
 	t_wait_written(&td, 6, 10);
@@ -540,7 +524,7 @@ Test(disk, an_export_imported_into_a_fresh_daemon_gives_hits)
 
 Test(disk, an_export_by_id_or_user_takes_what_they_select_and_import_user_moves_it)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 3);
 	publish(c, 1, 5);
@@ -589,7 +573,7 @@ Test(disk, a_damaged_foreign_or_strange_file_is_refused_and_nothing_is_imported)
 	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export", foreign), 0, "%s", out);
 	t_stop(&td);
 
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	c = t_client(&td, 1);
 	publish(c, 0, 4);
 	prefixd_close(c);
@@ -627,7 +611,7 @@ Test(disk, a_damaged_foreign_or_strange_file_is_refused_and_nothing_is_imported)
 
 Test(disk, export_and_import_take_only_a_regular_file_open_the_right_way)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 2);
 	prefixd_close(c);
@@ -672,14 +656,14 @@ Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
 	int32_t *tok = expected_i32(MODEL, "tokens", &ntok);
 	char *head = tokens_csv(tok, HEAD), *all = tokens_csv(tok, ntok);
 	char out[PATH_MAX + 32];
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	snprintf(out, sizeof(out), "%s/a.npy", disk);
 	struct cmd_result a = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
 				  fixtures_dir(), td.sock, head, out);
 	cr_assert_eq(a.status, 0, "%s", a.out);
 	cr_expect(strstr(a.out, "6 new blocks published"), "%s", a.out);
 	t_stop(&td); /* the prefix is written out; after the restart it is on disk only */
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	snprintf(out, sizeof(out), "%s/b.npy", disk);
 	struct cmd_result b = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
 				  fixtures_dir(), td.sock, all, out);
@@ -709,7 +693,7 @@ Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
 
 Test(disk, a_damaged_manifest_falls_back_to_a_scan)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 5);
 	prefixd_close(c);
@@ -717,7 +701,7 @@ Test(disk, a_damaged_manifest_falls_back_to_a_scan)
 	char manifest[PATH_MAX + 32];
 	snprintf(manifest, sizeof(manifest), "%s/manifest", disk);
 	flip_byte(manifest, 32 + 200);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	cr_expect(td_log_has(&td, "the manifest: it is damaged: scanning the directory instead"));
 	cr_expect(td_log_has(&td, "from a scan"));
 	cr_expect_eq(t_stats(&td).disk_blocks, 5);
@@ -740,10 +724,9 @@ Test(disk, a_full_file_system_keeps_blocks_in_memory_and_says_so)
 {
 	/* A file system of 160 KiB (13 records), under a budget of 10 MiB. */
 	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=160k prefixd-test '%s'", disk), 0,
-		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	t_mount_tmpfs(disk, "160k");
 	const char *args[] = { "--memory", "1M", "--disk-budget", "10M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 5; k++)
 		publish(c, k, 8);
@@ -770,7 +753,7 @@ Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
 {
 	/* 8 slots: prompt 0 leaves memory for prompt 1. */
 	const char *args[] = { "--memory", "64K", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 6);
 	t_wait_written(&td, 6, 10);
@@ -807,7 +790,7 @@ Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
 
 Test(disk, an_import_that_files_blocks_of_another_size_under_a_root_is_not_stored)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 2);
 	char file[PATH_MAX + 32], out[4096];
@@ -870,7 +853,7 @@ Test(disk, new_records_take_over_the_files_of_records_that_left)
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(40 * REC_BYTES));
 	const char *args[] = { "--memory", "64K", "--disk-budget", budget, NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 10; k++) {
 		publish(c, k, 4);
@@ -897,7 +880,7 @@ Test(disk, new_records_take_over_the_files_of_records_that_left)
 	prefixd_close(c);
 	t_stop(&td);
 	/* Every record written over is whole: all of them read back. */
-	start(args);
+	t_start_disk(&td, disk, args);
 	c = t_client(&td, 1);
 	uint32_t hits = 0, bad = 0;
 	for (uint32_t k = 10; k < 20; k++) {
@@ -949,13 +932,6 @@ static uint64_t expected_budget(uint64_t memory)
 	return want > records ? want : records;
 }
 
-static void mount_small(const char *size)
-{
-	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=%s prefixd-test '%s'", size, disk),
-		     0, "these tests run as root, who may mount a small tmpfs: %s", out);
-}
-
 /* Fills what the file system has left with one file. */
 static void fill_disk(void)
 {
@@ -986,12 +962,12 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 	 * the budget. 512 records of 12 KiB (6 MiB): more than 90% of what
 	 * is left free once they are written, so a budget of the free space
 	 * alone would delete most of them at a restart. */
-	mount_small("8m");
+	t_mount_tmpfs(disk, "8m");
 	const uint64_t mem = 8u << 20;
 	const char *args[] = { "--memory", "8M", NULL };
 	uint64_t want = expected_budget(mem);
 	cr_assert_lt(want, 4 * mem, "the disk, not the memory, bounds this budget");
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.disk_budget, want, "the default budget is 90%% of the free space: %llu, not %llu",
 		     (unsigned long long)s.disk_budget, (unsigned long long)want);
@@ -1006,7 +982,7 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 
 	/* A restart: the records count as usable space. */
 	want = expected_budget(mem);
-	start(args);
+	t_start_disk(&td, disk, args);
 	s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, (uint64_t)n, "every record is loaded again");
 	cr_expect_eq(s.disk_budget, want, "90%% of the free space and the records: %llu, not %llu",
@@ -1018,7 +994,7 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 	/* Another file takes the rest of the disk: the budget is then the
 	 * records themselves, and a restart still keeps them all. */
 	fill_disk();
-	start(args);
+	t_start_disk(&td, disk, args);
 	s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, (uint64_t)n, "every record is loaded again on a full disk");
 	cr_expect_eq(s.disk_budget, (uint64_t)n * REC_BYTES, "the budget holds what is there");
@@ -1031,7 +1007,7 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(100 * REC_BYTES));
 	const char *lower[] = { "--memory", "8M", "--disk-budget", budget, NULL };
-	start(lower);
+	t_start_disk(&td, disk, lower);
 	s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, 100);
 	char line[128];
@@ -1048,9 +1024,9 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 
 Test(disk, a_disk_full_at_stop_says_so)
 {
-	mount_small("1m");
+	t_mount_tmpfs(disk, "1m");
 	const char *args[] = { "--memory", "1M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 8);
 	prefixd_close(c);
@@ -1072,7 +1048,7 @@ Test(disk, a_disk_full_at_stop_says_so)
 	rmdir(td.dir);
 	cr_log_info("%s", out);
 	/* Nothing is lost: the next start scans the directory. */
-	start(args);
+	t_start_disk(&td, disk, args);
 	c = t_client(&td, 1);
 	struct t_got g = t_match_k(c, 0, 8);
 	cr_expect_eq(g.hit, 8);
@@ -1120,7 +1096,7 @@ static struct prefixd_chain chain_of(uint32_t k, uint32_t n)
 
 Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 4; k++)
 		publish(c, k, 4);
@@ -1141,7 +1117,7 @@ Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
 	cr_assert_eq(before.hits, 3);
 	cr_assert_geq(before.idle_s, 3);
 	t_stop(&td);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd_chain c0 = chain_of(0, 4), c1 = chain_of(1, 4), c2 = chain_of(2, 4),
 			     c3 = chain_of(3, 4);
 	cr_expect_eq(c0.where, PREFIXD_ON_DISK, "read back from disk, not used again");
@@ -1174,7 +1150,7 @@ Test(disk, the_least_recently_used_before_a_graceful_restart_goes_first_after_it
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(32 * REC_BYTES));
 	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 8; k++)
 		publish(c, k, 4);
@@ -1185,7 +1161,7 @@ Test(disk, the_least_recently_used_before_a_graceful_restart_goes_first_after_it
 		cr_assert_eq(t_match_k(c, order[i], 4).hit, 4);
 	prefixd_close(c);
 	t_stop(&td);
-	start(args);
+	t_start_disk(&td, disk, args);
 	c = t_client(&td, 1);
 	/* Room for a new prompt: the disk budget lets the oldest go. */
 	publish(c, 8, 4);

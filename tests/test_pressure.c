@@ -27,28 +27,7 @@
 static struct test_daemon td;
 static char disk[PATH_MAX];
 
-static void setup(void)
-{
-	t_disk_dir(disk, sizeof(disk), "pressure");
-}
-
-static void teardown(void)
-{
-	t_disk_cleanup(&td, disk);
-}
-
-TestSuite(pressure, .init = setup, .fini = teardown, .timeout = 240);
-
-static void start_in(const char *dir, const char *const *extra)
-{
-	const char *base[] = { "--block-tokens", "4", "--disk-dir", dir, NULL };
-	t_start(&td, base, extra);
-}
-
-static void start(const char *const *extra)
-{
-	start_in(disk, extra);
-}
+T_DISK_SUITE(pressure, "pressure", 240);
 
 /* MATCHes prompt k (with restores): the run attached, every byte checked. */
 static uint32_t match(struct prefixd *c, uint32_t k, uint32_t n)
@@ -74,12 +53,9 @@ struct publisher {
 static void *publisher(void *arg)
 {
 	struct publisher *p = arg;
-	struct prefixd_layout l = td_layout(1);
-	struct prefixd *c;
-	if (prefixd_connect(p->sock, &l, &c)) {
-		snprintf(p->why, sizeof(p->why), "connect: %s", prefixd_errmsg());
+	struct prefixd *c = td_connect(p->sock, 1, p->why, sizeof(p->why));
+	if (!c)
 		return NULL;
-	}
 	for (uint32_t k = 0; k < PROMPTS; k++) {
 		uint32_t t[BLOCKS * BT], stored = 0, dedup = 0;
 		td_prompt(t, BLOCKS, TD_PROMPT_K(p->first + k));
@@ -98,7 +74,7 @@ Test(pressure, concurrent_publishes_past_memory_lose_no_confirmed_block)
 {
 	/* 64 slots of 8 KiB; three publishers of 8 x 16 blocks: 6 x memory. */
 	const char *args[] = { "--memory", "512K", "--disk-budget", "64M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct publisher p[PUBLISHERS];
 	pthread_t t[PUBLISHERS];
 	for (int i = 0; i < PUBLISHERS; i++) {
@@ -119,7 +95,7 @@ Test(pressure, concurrent_publishes_past_memory_lose_no_confirmed_block)
 		     (unsigned long long)s.spills, (unsigned long long)s.published);
 	cr_assert_eq(td_stop(&td), 0);
 	/* Everything confirmed is served again after a restart. */
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	for (int i = 0; i < PUBLISHERS; i++)
 		for (uint32_t k = 0; k < PROMPTS; k++)
@@ -134,10 +110,9 @@ Test(pressure, a_full_disk_drops_unwritten_blocks_only_when_memory_needs_them_an
 {
 	/* 160 KiB of file system (13 records) and 16 slots of memory. */
 	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=160k prefixd-test '%s'", disk), 0,
-		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	t_mount_tmpfs(disk, "160k");
 	const char *args[] = { "--memory", "128K", "--disk-budget", "10M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct prefixd *c = t_client(&td, 1);
 	uint32_t confirmed = 0;
 	for (uint32_t k = 0; k < 6; k++)
@@ -201,10 +176,9 @@ static uint32_t records_of(uint32_t k, bool have[MAXB])
 Test(pressure, after_a_full_disk_records_are_written_parents_first)
 {
 	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=1m prefixd-test '%s'", disk), 0,
-		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	t_mount_tmpfs(disk, "1m");
 	const char *args[] = { "--memory", "1M", "--disk-budget", "10M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	/* Nothing left of the file system. */
 	td_sh(out, sizeof(out), "dd if=/dev/zero of='%s/filler' bs=4k 2>&1", disk);
 	struct prefixd *c = t_client(&td, 1);
@@ -233,7 +207,7 @@ Test(pressure, after_a_full_disk_records_are_written_parents_first)
 		cr_expect(!have[b] || have[b - 1], "block %u's record is there, its parent's is not", b);
 	/* Room again, and a restart: every record is served. */
 	unlink(filler);
-	start(args);
+	t_start_disk(&td, disk, args);
 	cr_expect_eq(t_stats(&td).disk_blocks, n, "no record dropped for want of its parent");
 	c = t_client(&td, 1);
 	cr_expect_eq(match(c, 0, 30), n, "the records written are the chain's first");
@@ -248,13 +222,13 @@ Test(pressure, disk_sync_answers_a_publish_once_its_records_are_on_disk)
 {
 	const char *args[] = { "--memory", "1M", "--disk-sync", NULL };
 	for (uint32_t round = 0; round < 4; round++) {
-		start(args);
+		t_start_disk(&td, disk, args);
 		struct prefixd *c = t_client(&td, 1);
 		cr_assert_eq(t_publish_k(c, round, 32), 32);
 		/* Killed the moment the answer came: nothing may be lost. */
 		td_kill(&td);
 		prefixd_close(c);
-		start(args);
+		t_start_disk(&td, disk, args);
 		c = t_client(&td, 1);
 		for (uint32_t k = 0; k <= round; k++)
 			cr_expect_eq(match(c, k, 32), 32, "round %u: prompt %u", round, k);
@@ -285,7 +259,7 @@ Test(pressure, an_import_larger_than_memory_lands_every_block)
 	snprintf(b, sizeof(b), "%s/b", disk);
 	snprintf(file, sizeof(file), "%s/all.pfx", disk);
 	const char *args[] = { "--memory", "1M", NULL };
-	start_in(a, args);
+	t_start_disk(&td, a, args);
 	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < CHAINS; k++)
 		cr_assert_eq(t_publish_k(c, k, CHAIN), CHAIN);
@@ -296,7 +270,7 @@ Test(pressure, an_import_larger_than_memory_lands_every_block)
 	cr_assert_eq(td_stop(&td), 0);
 
 	/* A fresh daemon of the same size. */
-	start_in(b, args);
+	t_start_disk(&td, b, args);
 	cr_assert_eq(t_ctl(&td, out, sizeof(out), "import", file), 0, "%s", out);
 	cr_expect(strstr(out, "imported 248 blocks"), "%s", out);
 	cr_expect(strstr(out, "0 without a parent, 0 refused"), "%s", out);

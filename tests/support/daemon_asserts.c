@@ -22,6 +22,12 @@ void t_start_shared(struct test_daemon *d, const char *const *extra)
 	cr_assert_eq(td_share_dir(d), 0, "let other users reach the socket");
 }
 
+void t_start_disk(struct test_daemon *d, const char *dir, const char *const *extra)
+{
+	const char *base[] = { "--block-tokens", "4", "--disk-dir", dir, NULL };
+	t_start(d, base, extra);
+}
+
 void t_stop(struct test_daemon *d)
 {
 	cr_expect_eq(td_stop(d), 0, "prefixd stops cleanly on SIGTERM, leak-free under LSan");
@@ -73,6 +79,13 @@ void t_disk_dir(char *dir, size_t cap, const char *tag)
 {
 	snprintf(dir, cap, "/tmp/pfx-%s-XXXXXX", tag);
 	cr_assert(mkdtemp(dir), "mkdtemp %s: %s", dir, strerror(errno));
+}
+
+void t_mount_tmpfs(const char *dir, const char *size)
+{
+	char out[4096];
+	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=%s prefixd-test '%s'", size, dir),
+		     0, "these tests run as root, who may mount a small tmpfs: %s", out);
 }
 
 void t_disk_cleanup(struct test_daemon *d, const char *dir)

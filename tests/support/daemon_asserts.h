@@ -19,6 +19,8 @@ void t_start(struct test_daemon *d, const char *const *base, const char *const *
  * nogroup, its directory 0711), plus extra (NULL-terminated); these
  * tests change uid, so they must run as root. */
 void t_start_shared(struct test_daemon *d, const char *const *extra);
+/* A daemon with 4-token blocks and its disk tier in dir, plus extra. */
+void t_start_disk(struct test_daemon *d, const char *dir, const char *const *extra);
 /* SIGTERM: the test fails, and goes on, unless the daemon stops cleanly
  * (leak-free, under LSan). */
 void t_stop(struct test_daemon *d);
@@ -34,9 +36,28 @@ struct prefixd_stats t_wait_written(const struct test_daemon *d, uint64_t spills
 
 /* A fresh directory /tmp/pfx-<tag>-XXXXXX for a disk tier. */
 void t_disk_dir(char *dir, size_t cap, const char *tag);
+/* Mounts a tmpfs of size ("160k") on dir: a small file system to fill
+ * (the tests run as root). */
+void t_mount_tmpfs(const char *dir, const char *size);
 /* Kills d if it runs and removes dir, unmounting the tmpfs a test that
  * stopped half-way may have left on it. */
 void t_disk_cleanup(struct test_daemon *d, const char *dir);
+
+/* The suite of a file whose tests run its daemon `td` with a disk tier in
+ * its directory `disk` (static struct test_daemon td; static char
+ * disk[PATH_MAX]): a fresh directory before each test (t_disk_dir), and
+ * after it the daemon killed if it still runs and the directory removed
+ * (t_disk_cleanup). */
+#define T_DISK_SUITE(suite, tag, seconds)                                      \
+	static void suite##_init(void)                                         \
+	{                                                                      \
+		t_disk_dir(disk, sizeof(disk), tag);                           \
+	}                                                                      \
+	static void suite##_fini(void)                                         \
+	{                                                                      \
+		t_disk_cleanup(&td, disk);                                     \
+	}                                                                      \
+	TestSuite(suite, .init = suite##_init, .fini = suite##_fini, .timeout = seconds)
 
 /* The most blocks t_publish_k and t_match_k take. */
 #define T_MAX_BLOCKS 64

@@ -206,6 +206,17 @@ int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32
 	return rc;
 }
 
+struct prefixd *td_connect(const char *sock, uint8_t model, char *why, size_t cap)
+{
+	struct prefixd_layout l = td_layout(model);
+	struct prefixd *c;
+	if (prefixd_connect(sock, &l, &c)) {
+		snprintf(why, cap, "connect: %s", prefixd_errmsg());
+		return NULL;
+	}
+	return c;
+}
+
 int td_stats(const struct test_daemon *d, struct prefixd_stats *out)
 {
 	struct prefixd *c;

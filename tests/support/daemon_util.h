@@ -61,6 +61,10 @@ struct prefixd_layout td_layout(uint8_t model);
 void td_fill_block(const uint32_t *tokens, uint32_t b, void *kv);
 /* Whether kv is exactly what td_fill_block makes. */
 int td_block_ok(const uint32_t *tokens, uint32_t b, const void *kv);
+/* A connection to sock with td_layout(model), or NULL with "connect: "
+ * and libprefixd's reason in why (for threads, which cannot fail a
+ * Criterion test). */
+struct prefixd *td_connect(const char *sock, uint8_t model, char *why, size_t cap);
 /* The daemon's counters over a connection of its own: 0, or the error of
  * libprefixd (prefixd_errmsg() says why). */
 int td_stats(const struct test_daemon *d, struct prefixd_stats *out);
