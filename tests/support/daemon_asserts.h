@@ -7,6 +7,7 @@
 #ifndef PFX_DAEMON_ASSERTS_H
 #define PFX_DAEMON_ASSERTS_H
 
+#include <criterion/criterion.h>
 #include <stddef.h>
 #include <stdint.h>
 
