@@ -216,3 +216,14 @@ void bench_cpu_model(char *out, size_t len)
 	if (f)
 		fclose(f);
 }
+
+double bench_loadavg(void)
+{
+	double load = 0;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f && fscanf(f, "%lf", &load) != 1)
+		load = 0;
+	if (f)
+		fclose(f);
+	return load;
+}

@@ -44,6 +44,9 @@ void bench_cpu_now(struct bench_cpu *c);
 void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal);
 /* utime + stime of a process, in seconds (0 when it cannot be read). */
 double bench_proc_cpu_s(int pid);
+/* The 1-minute load average (/proc/loadavg), 0 when unknown: read before
+ * a benchmark starts, what else the machine was doing. */
+double bench_loadavg(void);
 /* The CPU's model name from /proc/cpuinfo ("unknown"), without the
  * characters a JSON string would have to escape. */
 void bench_cpu_model(char *out, size_t len);

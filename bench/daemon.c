@@ -48,14 +48,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
 #include "bench_util.h"
+#include "daemon_util.h"
+#include "opts.h"
 #include "prefixd.h"
+#include "report.h"
+#include "shapes.h"
 
-/* SmolLM-135M: 30 layers, 3 KV heads of 64 dims, f32, K and V. */
-#define BLOCK_TOKENS 64
-#define BLOCK_BYTES ((uint64_t)2 * 30 * 3 * BLOCK_TOKENS * 64 * 4)
-#define PREFIX_BLOCKS 32 /* 2048 tokens */
+#define NAME "daemon"
+#define BLOCK_TOKENS SMOLLM_BLOCK_TOKENS
+#define BLOCK_BYTES SMOLLM_BLOCK_BYTES
+#define PREFIX_BLOCKS SMOLLM_PREFIX_BLOCKS
 #define MAX_CLIENTS 64
 #define MAX_ROUNDS 15
 #define TARGET_OPS_PER_S 50000.0
@@ -83,9 +86,7 @@ static double self_cpu_s(void)
 /* Model 0 is the clients'. */
 static struct prefixd_layout model_layout(int model)
 {
-	struct prefixd_layout l = { .block_tokens = BLOCK_TOKENS, .block_bytes = BLOCK_BYTES };
-	memset(l.fingerprint, (0x5a + model) & 0xff, sizeof(l.fingerprint));
-	return l;
+	return bench_layout(BLOCK_TOKENS, BLOCK_BYTES, (uint8_t)(0x5a + model));
 }
 
 static struct prefixd_layout layout(void) { return model_layout(0); }
@@ -95,7 +96,7 @@ static void prefix_tokens(uint32_t *t, int p)
 	uint64_t s = 0x9e3779b97f4a7c15ull * (unsigned)(p + 1);
 	for (int i = 0; i < PREFIX_BLOCKS * BLOCK_TOKENS; i++) {
 		s = s * 6364136223846793005ull + 1442695040888963407ull;
-		t[i] = (uint32_t)(s >> 33) % 49152u; /* SmolLM's vocabulary */
+		t[i] = (uint32_t)(s >> 33) % SMOLLM_VOCAB;
 	}
 }
 
@@ -148,7 +149,7 @@ static void fill_tokens(uint32_t *t, int user, int model)
 	uint64_t s = 0xf111ull << 32 | (uint64_t)user << 16 | (uint64_t)model;
 	for (int i = 0; i < FILL_BLOCKS * BLOCK_TOKENS; i++) {
 		s = s * 6364136223846793005ull + 1442695040888963407ull;
-		t[i] = (uint32_t)(s >> 33) % 49152u;
+		t[i] = (uint32_t)(s >> 33) % SMOLLM_VOCAB;
 	}
 }
 
@@ -666,14 +667,6 @@ static int run_rounds(struct bench *b, pid_t daemon, pid_t echo, double seconds,
 	return rc;
 }
 
-static void print_array(const char *name, const double *v, int n, int decimals)
-{
-	printf("  \"%s\": [", name);
-	for (int i = 0; i < n; i++)
-		printf("%s%.*f", i ? ", " : "", decimals, v[i]);
-	printf("],\n");
-}
-
 /* What was put in the index besides the clients' prefixes. */
 struct fill {
 	int models, users;      /* asked for */
@@ -683,17 +676,19 @@ struct fill {
 
 static void print_fill(const struct fill *fl)
 {
-	printf("  \"models\": %d,\n  \"users\": %d,\n", fl->cen.models, fl->cen.users);
+	report_fmt("models", "%d", fl->cen.models);
+	report_fmt("users", "%d", fl->cen.users);
 	if (fl->note[0] || fl->cen.users != fl->users)
-		printf("  \"users_note\": \"%s\",\n", fl->note[0] ? fl->note : "fewer users than asked");
-	printf("  \"index_blocks\": %llu,\n  \"index_bytes\": %llu,\n  \"memory_budget\": %llu,\n",
-	       (unsigned long long)fl->cen.blocks, (unsigned long long)fl->cen.bytes,
-	       (unsigned long long)fl->cen.budget);
-	printf("  \"index_fill\": \"besides the clients' prefixes (this uid, model 0): a %d-token prefix of every other (uid, model) pair: models fingerprints (this process and each other user), users other uids (%d..)\",\n",
-	       FILL_BLOCKS * BLOCK_TOKENS, FIRST_UID);
+		report_str("users_note", "%s", fl->note[0] ? fl->note : "fewer users than asked");
+	report_fmt("index_blocks", "%llu", (unsigned long long)fl->cen.blocks);
+	report_fmt("index_bytes", "%llu", (unsigned long long)fl->cen.bytes);
+	report_fmt("memory_budget", "%llu", (unsigned long long)fl->cen.budget);
+	report_str("index_fill", "besides the clients' prefixes (this uid, model 0): a %d-token prefix of every other (uid, model) pair: models fingerprints (this process and each other user), users other uids (%d..)",
+		   FILL_BLOCKS * BLOCK_TOKENS, FIRST_UID);
 }
 
-static void print_json(const struct bench *b, double seconds, const char *threads, figures pd,
+/* Prints every figure; whether the targets were met. */
+static bool print_json(const struct bench *b, double seconds, const char *threads, figures pd,
 		       figures ref, double load, const struct fill *fl)
 {
 	int n = b->rounds;
@@ -706,35 +701,35 @@ static void print_json(const struct bench *b, double seconds, const char *thread
 		total += pd[F_OPS][r];
 		ratio[r] = pd[F_OPS_S][r] / ref[F_OPS_S][r];
 	}
-	printf("{\n");
-	printf("  \"clients\": %d,\n  \"client_kind\": \"threads of one process, one connection each\",\n",
-	       b->nclients);
-	printf("  \"daemon_threads\": %s,\n", threads);
-	printf("  \"op\": \"prefixd_match of a cached 2048-token prefix (32 hit blocks) + prefixd_release, as the client sees it\",\n");
-	printf("  \"prefixes\": %d,\n  \"prefix_tokens\": %d,\n  \"block_tokens\": %d,\n", b->nprefixes,
-	       PREFIX_BLOCKS * BLOCK_TOKENS, BLOCK_TOKENS);
-	printf("  \"block_bytes\": %llu,\n", (unsigned long long)BLOCK_BYTES);
+	report_begin(NAME);
+	report_fmt("clients", "%d", b->nclients);
+	report_str("client_kind", "threads of one process, one connection each");
+	report_fmt("daemon_threads", "%s", threads);
+	report_str("op", "prefixd_match of a cached 2048-token prefix (32 hit blocks) + prefixd_release, as the client sees it");
+	report_fmt("prefixes", "%d", b->nprefixes);
+	report_fmt("prefix_tokens", "%d", PREFIX_BLOCKS * BLOCK_TOKENS);
+	report_fmt("block_tokens", "%d", BLOCK_TOKENS);
+	report_fmt("block_bytes", "%llu", (unsigned long long)BLOCK_BYTES);
 	print_fill(fl);
-	printf("  \"rounds\": %d,\n  \"round_s\": %.1f,\n", n, seconds);
-	printf("  \"duration_s\": %.1f,\n  \"ops\": %.0f,\n", n * seconds, total);
+	report_fmt("rounds", "%d", n);
+	report_fmt("round_s", "%.1f", seconds);
+	report_fmt("duration_s", "%.1f", n * seconds);
+	report_fmt("ops", "%.0f", total);
 	for (int f = 0; f < F_OPS; f++)
-		printf("  \"%s\": %.*f,\n", fig_names[f], f == F_OPS_S ? 0 : 1, med[f]);
-	printf("  \"ops_per_s_spread\": %.3f,\n", spread(pd[F_OPS_S], n, med[F_OPS_S]));
-	printf("  \"p99_us_spread\": %.3f,\n", spread(pd[F_P99], n, med[F_P99]));
-	print_array("rounds_ops_per_s", pd[F_OPS_S], n, 0);
-	print_array("rounds_p50_us", pd[F_P50], n, 1);
-	print_array("rounds_p99_us", pd[F_P99], n, 1);
-	printf("  \"transport_reference\": {\"ops_per_s\": %.0f, \"ops_per_s_spread\": %.3f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.1f, \"client_cpu_us_per_op\": %.1f},\n",
-	       rmed[F_OPS_S], spread(ref[F_OPS_S], n, rmed[F_OPS_S]), rmed[F_P50], rmed[F_P99],
-	       rmed[F_SCPU], rmed[F_CCPU]);
-	printf("  \"ops_per_s_vs_reference\": %.3f,\n", bench_median_of(ratio, n));
-	printf("  \"loadavg_1m_at_start\": %.2f,\n", load);
-	printf("  \"target\": {\"ops_per_s\": %.0f, \"p99_us\": %.0f},\n", TARGET_OPS_PER_S,
-	       TARGET_P99_US);
-	printf("  \"target_met\": %s,\n",
-	       med[F_OPS_S] >= TARGET_OPS_PER_S && med[F_P99] <= TARGET_P99_US ? "true" : "false");
-	printf("  \"note\": \"medians over rounds of per-round figures; spread = (max - min) / median; percentiles over every op of every client in a round. transport_reference: the same clients and exchanges (frame sizes, reads and writes) against an echo process with as many epoll threads, measured right after prefixd in each round; ops_per_s_vs_reference is the median of the per-round ratios\"\n");
-	printf("}\n");
+		report_fmt(fig_names[f], "%.*f", f == F_OPS_S ? 0 : 1, med[f]);
+	report_fmt("ops_per_s_spread", "%.3f", spread(pd[F_OPS_S], n, med[F_OPS_S]));
+	report_fmt("p99_us_spread", "%.3f", spread(pd[F_P99], n, med[F_P99]));
+	report_array("rounds_ops_per_s", pd[F_OPS_S], n, 0);
+	report_array("rounds_p50_us", pd[F_P50], n, 1);
+	report_array("rounds_p99_us", pd[F_P99], n, 1);
+	report_fmt("transport_reference", "{\"ops_per_s\": %.0f, \"ops_per_s_spread\": %.3f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.1f, \"client_cpu_us_per_op\": %.1f}",
+		   rmed[F_OPS_S], spread(ref[F_OPS_S], n, rmed[F_OPS_S]), rmed[F_P50], rmed[F_P99], rmed[F_SCPU], rmed[F_CCPU]);
+	report_fmt("ops_per_s_vs_reference", "%.3f", bench_median_of(ratio, n));
+	report_fmt("loadavg_1m_at_start", "%.2f", load);
+	report_machine();
+	report_target("ops_per_s", med[F_OPS_S], REPORT_AT_LEAST, TARGET_OPS_PER_S);
+	report_target("p99_us", med[F_P99], REPORT_AT_MOST, TARGET_P99_US);
+	return report_end("medians over rounds of per-round figures; spread = (max - min) / median; percentiles over every op of every client in a round. transport_reference: the same clients and exchanges (frame sizes, reads and writes) against an echo process with as many epoll threads, measured right after prefixd in each round; ops_per_s_vs_reference is the median of the per-round ratios");
 }
 
 /* Connects the clients and the echo process, runs the rounds, disconnects.
@@ -853,29 +848,27 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	int o;
+	int o, nthreads = 2;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (o == 'c')
-			b.nclients = atoi(optarg);
+			b.nclients = opt_int(NAME, "clients", optarg, 1, MAX_CLIENTS);
 		else if (o == 's')
-			seconds = atof(optarg);
+			seconds = opt_double(NAME, "seconds", optarg, 0.1, 60);
 		else if (o == 'r')
-			b.rounds = atoi(optarg);
+			b.rounds = opt_int(NAME, "rounds", optarg, 1, MAX_ROUNDS);
 		else if (o == 'p')
-			b.nprefixes = atoi(optarg);
-		else if (o == 't')
+			b.nprefixes = opt_int(NAME, "prefixes", optarg, 1, 8);
+		else if (o == 't') {
+			nthreads = opt_int(NAME, "threads", optarg, 1, 1024);
 			threads = optarg;
-		else if (o == 'm')
-			fl.models = atoi(optarg);
+		} else if (o == 'm')
+			fl.models = opt_int(NAME, "models", optarg, 1, MAX_MODELS);
 		else if (o == 'u')
-			fl.users = atoi(optarg);
+			fl.users = opt_int(NAME, "users", optarg, 0, MAX_USERS);
 		else
 			return usage(o == 'h' ? 0 : 2);
 	}
-	if (b.nclients < 1 || b.nclients > MAX_CLIENTS || b.rounds < 1 || b.rounds > MAX_ROUNDS ||
-	    b.nprefixes < 1 || b.nprefixes > 8 || !(seconds >= 0.1 && seconds <= 60) ||
-	    atoi(threads) < 1 || fl.models < 1 || fl.models > MAX_MODELS || fl.users < 0 ||
-	    fl.users > MAX_USERS)
+	if (optind < argc)
 		return usage(2);
 	/* Half of the machine at most: the daemon's memory is real memory. */
 	if (index_bytes(&b, &fl) > (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 2) {
@@ -884,12 +877,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	double load = 0;
-	FILE *f = fopen("/proc/loadavg", "r");
-	if (f && fscanf(f, "%lf", &load) != 1)
-		load = 0;
-	if (f)
-		fclose(f);
+	double load = bench_loadavg();
 
 	struct test_daemon d;
 	static uint32_t tokens[8][PREFIX_BLOCKS * BLOCK_TOKENS];
@@ -903,7 +891,7 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = populate(d.sock, fl.models, fl.users, &fl.cen, fl.note, sizeof(fl.note));
 	if (!rc)
-		rc = measure(&b, &d, atoi(threads), seconds, pd, ref);
+		rc = measure(&b, &d, nthreads, seconds, pd, ref);
 	if (td_stop(&d) && !rc) {
 		fprintf(stderr, "bench/daemon: prefixd did not stop cleanly\n");
 		rc = -1;
@@ -912,13 +900,5 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench/daemon: failed\n");
 		return 1;
 	}
-	print_json(&b, seconds, threads, pd, ref, load, &fl);
-	double ops_s = bench_median_of(pd[F_OPS_S], b.rounds);
-	double p99 = bench_median_of(pd[F_P99], b.rounds);
-	if (ops_s < TARGET_OPS_PER_S || p99 > TARGET_P99_US) {
-		fprintf(stderr, "bench/daemon: target missed: %.0f ops/s (target >= %.0f), p99 %.1f us (target <= %.0f)\n",
-			ops_s, TARGET_OPS_PER_S, p99, TARGET_P99_US);
-		return 1;
-	}
-	return 0;
+	return print_json(&b, seconds, threads, pd, ref, load, &fl) ? 0 : 1;
 }

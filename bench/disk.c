@@ -98,21 +98,23 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
 #include "daemon_util.h"
+#include "opts.h"
 #include "prefixd.h"
 #include "random_model.h"
+#include "report.h"
+#include "shapes.h"
 #include "ttft.h"
 
-/* SmolLM-135M: 30 layers, 3 KV heads of 64 dims, f32, K and V. */
-#define KV_TOKENS 64
-#define KV_BYTES ((uint64_t)2 * 30 * 3 * KV_TOKENS * 64 * 4)
-#define PREFIX_BLOCKS 32 /* 2048 tokens */
+#define NAME "disk"
+#define KV_TOKENS SMOLLM_BLOCK_TOKENS
+#define KV_BYTES SMOLLM_BLOCK_BYTES
+#define PREFIX_BLOCKS SMOLLM_PREFIX_BLOCKS
 #define PREFIX_TOKENS (PREFIX_BLOCKS * KV_TOKENS)
 #define PREFIX_BYTES ((double)PREFIX_BLOCKS * (double)KV_BYTES)
 #define HEAD_BYTES 4096 /* a record's head, for up to 976 tokens */
@@ -378,13 +380,6 @@ static double cached_fraction(const char *dir, bool payload_only)
 
 /* ==== Restore throughput ==== */
 
-static struct prefixd_layout kv_layout(uint8_t model)
-{
-	struct prefixd_layout l = { .block_tokens = KV_TOKENS, .block_bytes = KV_BYTES };
-	memset(l.fingerprint, model, sizeof(l.fingerprint));
-	return l;
-}
-
 /* Prefix p: tokens no other prefix has; its block b starts with
  * (p + 1) << 20 | 64 b, which names its record. */
 static void prefix_tokens(uint32_t *t, int p)
@@ -433,9 +428,11 @@ static void prefix_kv(uint32_t *kv, const void *ptrs[PREFIX_BLOCKS], int p)
 	}
 }
 
-static int publish_prefixes(const char *sock, int n)
+/* Publishes prefixes 0..n-1 of the model whose fingerprint bytes are fp;
+ * with ms, the milliseconds each PUBLISH took into ms[p]. */
+static int publish_prefixes(const char *sock, uint8_t fp, int n, double *ms)
 {
-	struct prefixd_layout l = kv_layout(0x5a);
+	struct prefixd_layout l = bench_layout(KV_TOKENS, KV_BYTES, fp);
 	struct prefixd *c = NULL;
 	uint32_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
 	static uint32_t t[PREFIX_TOKENS];
@@ -445,7 +442,10 @@ static int publish_prefixes(const char *sock, int n)
 		prefix_kv(kv, ptrs, p);
 		prefix_tokens(t, p);
 		uint32_t stored, dedup;
+		double t1 = bench_now();
 		rc = prefixd_publish(c, 0, t, 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
+		if (ms)
+			ms[p] = (bench_now() - t1) * 1e3;
 		if (!rc && stored != PREFIX_BLOCKS)
 			rc = -EIO;
 	}
@@ -512,7 +512,7 @@ static int map_records(struct restore_run *r)
  * and ms. */
 static int restore_one(const char *sock, int p, double *mb_s, double *ms)
 {
-	struct prefixd_layout l = kv_layout(0x5a);
+	struct prefixd_layout l = bench_layout(KV_TOKENS, KV_BYTES, 0x5a);
 	struct prefixd *c = NULL;
 	static uint32_t t[PREFIX_TOKENS];
 	const void *kv[PREFIX_BLOCKS];
@@ -627,7 +627,7 @@ static int measure_restore(struct restore_run *r)
 	if (start_disk(&d, r->dir, "1G", 0))
 		return -1;
 	double t0 = bench_now();
-	int rc = publish_prefixes(d.sock, r->prefixes);
+	int rc = publish_prefixes(d.sock, 0x5a, r->prefixes, NULL);
 	if (!rc)
 		rc = wait_spilled(&d, blocks, 60, &s);
 	r->spill_s = bench_now() - t0;
@@ -688,27 +688,8 @@ static int sync_round(struct sync_run *r, int mode, int k)
 		fail("prefixd did not start on %s", dir);
 		return -1;
 	}
-	struct prefixd_layout l = kv_layout(0x5b);
-	struct prefixd *c = NULL;
-	uint32_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
-	static uint32_t t[PREFIX_TOKENS];
-	const void *ptrs[PREFIX_BLOCKS];
-	int rc = kv ? prefixd_connect(d.sock, &l, &c) : -ENOMEM;
 	double t0 = bench_now();
-	for (int p = 0; !rc && p < r->prefixes; p++) {
-		prefix_kv(kv, ptrs, p);
-		prefix_tokens(t, p);
-		uint32_t stored, dedup;
-		double t1 = bench_now();
-		rc = prefixd_publish(c, 0, t, 0, PREFIX_BLOCKS, ptrs, &stored, &dedup);
-		r->ms[mode][k * r->prefixes + p] = (bench_now() - t1) * 1e3;
-		if (!rc && stored != PREFIX_BLOCKS)
-			rc = -EIO;
-	}
-	if (rc)
-		fail("publish: %s", rc == -EIO ? "not every block stored" : prefixd_errmsg());
-	prefixd_close(c);
-	free(kv);
+	int rc = publish_prefixes(d.sock, 0x5b, r->prefixes, &r->ms[mode][k * r->prefixes]);
 	struct prefixd_stats s;
 	if (!rc)
 		rc = wait_spilled(&d, (uint64_t)r->prefixes * PREFIX_BLOCKS, 120, &s);
@@ -812,7 +793,7 @@ struct pub_shared {
 static void publisher_main(const char *sock, struct pub_shared *sh)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	struct prefixd_layout l = kv_layout(0x22);
+	struct prefixd_layout l = bench_layout(KV_TOKENS, KV_BYTES, 0x22);
 	struct prefixd *c = NULL;
 	struct prefixd_stats st;
 	uint8_t *kv = malloc(PREFIX_BLOCKS * KV_BYTES);
@@ -987,8 +968,7 @@ static int lat_session(struct lat_run *r, bool disk)
 	const char *args[] = { "--memory", "1G", "--disk-dir", r->dir, "--disk-budget", "2G", NULL };
 	struct test_daemon d;
 	struct prefixd_stats s;
-	struct prefixd_layout l = { .block_tokens = KV_TOKENS, .block_bytes = LAT_BLOCK_BYTES };
-	memset(l.fingerprint, 0x31, sizeof(l.fingerprint));
+	struct prefixd_layout l = bench_layout(KV_TOKENS, LAT_BLOCK_BYTES, 0x31);
 	static uint32_t t[LAT_BLOCKS * KV_TOKENS];
 	static uint8_t kv[LAT_BLOCKS][LAT_BLOCK_BYTES];
 	const void *ptrs[LAT_BLOCKS];
@@ -1177,12 +1157,12 @@ static int measure_restart(struct restart_run *r)
 static void num(int prec, double v, const char *key, ...) __attribute__((format(printf, 3, 4)));
 static void num(int prec, double v, const char *key, ...)
 {
+	char k[128];
 	va_list ap;
 	va_start(ap, key);
-	printf("  \"");
-	vprintf(key, ap);
-	printf("\": %.*f,\n", prec, v);
+	vsnprintf(k, sizeof(k), key, ap);
 	va_end(ap);
+	report_fmt(k, "%.*f", prec, v);
 }
 
 /* The smallest and largest of n samples, as "key": [lo, hi]. */
@@ -1193,7 +1173,7 @@ static void range(int prec, const double *v, int n, const char *key)
 		lo = v[i] < lo ? v[i] : lo;
 		hi = most(hi, v[i]);
 	}
-	printf("  \"%s\": [%.*f, %.*f],\n", key, prec, lo, prec, hi);
+	report_fmt(key, "[%.*f, %.*f]", prec, lo, prec, hi);
 }
 
 /* The median of n samples as "key", their range as "key_range". */
@@ -1210,10 +1190,10 @@ static double fig(int prec, const double *v, int n, const char *key)
 /* The median of each round's `each` samples, as "key": [...]. */
 static void per_round(int prec, const double *v, int rounds, int each, const char *key)
 {
-	printf("  \"%s\": [", key);
+	double med[MAX_ROUNDS];
 	for (int k = 0; k < rounds; k++)
-		printf("%s%.*f", k ? ", " : "", prec, bench_median_of(v + k * each, each));
-	printf("],\n");
+		med[k] = bench_median_of(v + k * each, each);
+	report_array(key, med, rounds, prec);
 }
 
 static double ratio(double a, double b)
@@ -1244,8 +1224,8 @@ static void print_restore(const struct restore_run *rr, struct verdict *v)
 	double steady = fig(0, rr->steady, n, "restore_mb_s_steady");
 	num(1, bench_median_of(rr->steady_ms, n), "restore_ms_steady");
 	num(2, v->restore_ratio_steady = ratio(steady, raw), "restore_ratio_steady");
-	printf("  \"restore_steady\": \"--memory %s, %d timed passes over the %d prefixes after one to fill it; %llu blocks evicted in them\",\n",
-	       STEADY_MEMORY, rr->rounds, rr->prefixes, (unsigned long long)rr->evictions);
+	report_str("restore_steady", "--memory %s, %d timed passes over the %d prefixes after one to fill it; %llu blocks evicted in them",
+		   STEADY_MEMORY, rr->rounds, rr->prefixes, (unsigned long long)rr->evictions);
 	num(1, rr->rss_cold, "daemon_rss_mb_per_restore");
 	num(1, rr->rss_steady, "daemon_rss_mb_per_restore_steady");
 	/* Round by round: a virtual disk's reads move with its host. */
@@ -1253,19 +1233,19 @@ static void print_restore(const struct restore_run *rr, struct verdict *v)
 	per_round(0, rr->steady, rr->rounds, rr->prefixes, "rounds_restore_mb_s_steady");
 	per_round(0, rr->raw, rr->rounds, rr->prefixes, "rounds_raw_read_mb_s");
 	per_round(0, rr->fresh, rr->rounds, rr->prefixes, "rounds_raw_read_fresh_mb_s");
-	printf("  \"page_cache_note\": \"%s; a cold restore left %.4f of the payload pages in the page cache (mincore). Two regimes: cold (restore_mb_s), right after a restart: the daemon has no slot yet, a restore's slots are new shared memory whose pages the kernel allocates and zeroes as the reads land (daemon_rss_mb_per_restore), as raw_read_fresh's are; steady (restore_mb_s_steady), the memory full: each restore evicts a prefix already on disk and reads into its slots, resident (daemon_rss_mb_per_restore_steady), as raw_read's reused buffer is. raw_read: O_DIRECT preads, past the page cache, one record at a time, each prefix's right before or after its cold restore (in turn); the daemon reads a MATCH's 32 records with io_uring, all at once. A virtual disk's host may cache what was read (see the ranges)\",\n",
-	       rr->direct ? "the file system takes O_DIRECT: the daemon reads payloads with O_DIRECT straight into the slot, past the page cache (the 4 KiB heads too; a start from the manifest reads none)"
-			  : "the file system refuses O_DIRECT: the daemon reads through the page cache",
-	       rr->resid_after_restore);
+	report_str("page_cache_note", "%s; a cold restore left %.4f of the payload pages in the page cache (mincore). Two regimes: cold (restore_mb_s), right after a restart: the daemon has no slot yet, a restore's slots are new shared memory whose pages the kernel allocates and zeroes as the reads land (daemon_rss_mb_per_restore), as raw_read_fresh's are; steady (restore_mb_s_steady), the memory full: each restore evicts a prefix already on disk and reads into its slots, resident (daemon_rss_mb_per_restore_steady), as raw_read's reused buffer is. raw_read: O_DIRECT preads, past the page cache, one record at a time, each prefix's right before or after its cold restore (in turn); the daemon reads a MATCH's 32 records with io_uring, all at once. A virtual disk's host may cache what was read (see the ranges)",
+		   rr->direct ? "the file system takes O_DIRECT: the daemon reads payloads with O_DIRECT straight into the slot, past the page cache (the 4 KiB heads too; a start from the manifest reads none)"
+			  : "the file system refuses O_DIRECT: the daemon reads through the page cache", rr->resid_after_restore);
 }
 
 static void print_ttft(const struct ttft_run *tr, struct verdict *v)
 {
 	int k = tr->runs;
 	double cold = bench_median_of(tr->cold, k), disk = bench_median_of(tr->disk, k);
-	printf("  \"model\": \"random SmolLM-135M shape (f32), 2 threads, 64-token blocks\",\n");
-	printf("  \"prefix_tokens\": %d, \"suffix_tokens\": %d, \"ttft_runs\": %d,\n", PREFIX_TOKENS,
-	       SUFFIX, k);
+	report_str("model", "random SmolLM-135M shape (f32), 2 threads, %d-token blocks", KV_TOKENS);
+	report_fmt("prefix_tokens", "%d", PREFIX_TOKENS);
+	report_fmt("suffix_tokens", "%d", SUFFIX);
+	report_fmt("ttft_runs", "%d", k);
 	num(1, cold, "ttft_cold_ms");
 	num(1, disk, "ttft_disk_ms");
 	num(1, bench_median_of(tr->warm, k), "ttft_warm_ms");
@@ -1274,8 +1254,7 @@ static void print_ttft(const struct ttft_run *tr, struct verdict *v)
 	range(1, tr->cold, k, "ttft_cold_range_ms");
 	range(1, tr->disk, k, "ttft_disk_range_ms");
 	range(1, tr->warm, k, "ttft_warm_range_ms");
-	printf("  \"ttft_first_token_same\": \"%d of %d runs (cold, disk, warm)\",\n", tr->first_same,
-	       k);
+	report_str("ttft_first_token_same", "%d of %d runs (cold, disk, warm)", tr->first_same, k);
 }
 
 static void print_latency(const struct lat_run *lr, struct verdict *v)
@@ -1295,16 +1274,13 @@ static void print_latency(const struct lat_run *lr, struct verdict *v)
 		num(1, bench_median_of(f[L_P50], n), "match_p50_us_%s", nm);
 		num(1, bench_median_of(f[L_P999], n), "match_p999_us_%s", nm);
 		num(1, hi, "match_max_us_%s", nm);
-		printf("  \"rounds_match_p99_us_%s\": [", nm);
-		for (int k = 0; k < n; k++)
-			printf("%s%.1f", k ? ", " : "", f[L_P99][k]);
-		printf("],\n");
-		printf("  \"match_from_due_us_%s\": {\"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f},\n", nm,
-		       bench_median_of(f[L_SP50], n), bench_median_of(f[L_SP99], n), shi);
+		report_array(report_key("rounds_match_p99_us_%s", nm), f[L_P99], n, 1);
+		report_fmt(report_key("match_from_due_us_%s", nm), "{\"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f}",
+			   bench_median_of(f[L_SP50], n), bench_median_of(f[L_SP99], n), shi);
 		if (ph == PH_IDLE)
 			continue;
-		printf("  \"publish_ms_%s\": {\"mean\": %.1f, \"max\": %.1f},\n", nm,
-		       bench_median_of(f[L_PUB_MS], n), phi);
+		report_fmt(report_key("publish_ms_%s", nm), "{\"mean\": %.1f, \"max\": %.1f}",
+			   bench_median_of(f[L_PUB_MS], n), phi);
 		num(0, (double)lr->publishes[ph], "publishes_%s", nm);
 		if (ph == PH_CONTROL)
 			continue;
@@ -1333,14 +1309,14 @@ static void print_sync(const struct sync_run *yr)
 		for (int i = 0; i < n; i++)
 			most_ms = most(most_ms, v[i]);
 		p50[m] = bench_median(v, n);
-		printf("  \"publish_ms_%s\": {\"p50\": %.1f, \"max\": %.1f},\n", sync_names[m], p50[m],
-		       most_ms);
+		report_fmt(report_key("publish_ms_%s", sync_names[m]), "{\"p50\": %.1f, \"max\": %.1f}",
+			   p50[m], most_ms);
 		num(0, PREFIX_BYTES / MB / (p50[m] / 1e3), "publish_mb_s_%s", sync_names[m]);
 		range(2, yr->written_s[m], yr->rounds, m ? "written_s_disk_sync" : "written_s_write_behind");
 	}
 	num(2, ratio(p50[1], p50[0]), "disk_sync_cost");
-	printf("  \"disk_sync_note\": \"each PUBLISH of a 32-block 94 MB prefix, %d one after the other a round, %d rounds, the modes in turn: write-behind answers once the blocks are in memory, its records written after (written_s: the first publish until every record is written, not synced); --disk-sync once every record is written and synced (fdatasync of each record, then of the directory), so that a kill -9 or a power cut loses no confirmed block\",\n",
-	       yr->prefixes, yr->rounds);
+	report_str("disk_sync_note", "each PUBLISH of a 32-block 94 MB prefix, %d one after the other a round, %d rounds, the modes in turn: write-behind answers once the blocks are in memory, its records written after (written_s: the first publish until every record is written, not synced); --disk-sync once every record is written and synced (fdatasync of each record, then of the directory), so that a kill -9 or a power cut loses no confirmed block",
+		   yr->prefixes, yr->rounds);
 }
 
 static void print_restart(const struct restart_run *sr)
@@ -1352,7 +1328,7 @@ static void print_restart(const struct restart_run *sr)
 			continue;
 		num(1, bench_median_of(sr->ms[m], sr->runs[m]), "restart_ms%s", rs_names[m]);
 		num(1, bench_median_of(sr->load[m], sr->runs[m]), "restart_load_ms%s", rs_names[m]);
-		printf("  \"restart_load_from%s\": \"%s\",\n", rs_names[m], sr->from[m]);
+		report_str(report_key("restart_load_from%s", rs_names[m]), "%s", sr->from[m]);
 	}
 	num(2, sr->spill_s, "restart_spill_s");
 }
@@ -1363,21 +1339,17 @@ static bool print_json(const char *parent, const char *fs, const struct restore_
 		       const struct restart_run *sr, const struct sync_run *yr, double wall,
 		       double others, double steal)
 {
-	char cpu[128];
-	struct utsname u;
 	struct verdict v = { 0 };
-	bench_cpu_model(cpu, sizeof(cpu));
-	uname(&u);
-	printf("{\n");
-	printf("  \"cpu\": \"%s\",\n  \"cores\": %ld,\n  \"kernel\": \"%s\",\n", cpu,
-	       sysconf(_SC_NPROCESSORS_ONLN), u.release);
-	printf("  \"disk_dir_fs\": \"%s (%s)\",\n", fs, parent);
-	printf("  \"cache_drop\": \"syncfs, then posix_fadvise(POSIX_FADV_DONTNEED) on each file of the directory (records, manifest; most of the records' pages left cached after a drop: %.4f, by mincore); _dropcaches: echo 3 > /proc/sys/vm/drop_caches (root)\",\n",
-	       most(rr->resid_dropped, sr->resid_dropped));
-	printf("  \"block_bytes\": %llu,\n  \"record_bytes\": %llu,\n  \"prefix_blocks\": %d,\n",
-	       (unsigned long long)KV_BYTES, (unsigned long long)(HEAD_BYTES + KV_BYTES),
-	       PREFIX_BLOCKS);
-	printf("  \"prefixes\": %d,\n  \"restore_rounds\": %d,\n", rr->prefixes, rr->rounds);
+	report_begin(NAME);
+	report_machine();
+	report_str("disk_dir_fs", "%s (%s)", fs, parent);
+	report_str("cache_drop", "syncfs, then posix_fadvise(POSIX_FADV_DONTNEED) on each file of the directory (records, manifest; most of the records' pages left cached after a drop: %.4f, by mincore); _dropcaches: echo 3 > /proc/sys/vm/drop_caches (root)",
+		   most(rr->resid_dropped, sr->resid_dropped));
+	report_fmt("block_bytes", "%llu", (unsigned long long)KV_BYTES);
+	report_fmt("record_bytes", "%llu", (unsigned long long)(HEAD_BYTES + KV_BYTES));
+	report_fmt("prefix_blocks", "%d", PREFIX_BLOCKS);
+	report_fmt("prefixes", "%d", rr->prefixes);
+	report_fmt("restore_rounds", "%d", rr->rounds);
 	print_restore(rr, &v);
 	if (tr)
 		print_ttft(tr, &v);
@@ -1385,21 +1357,13 @@ static bool print_json(const char *parent, const char *fs, const struct restore_
 	print_restart(sr);
 	print_sync(yr);
 	num(1, wall, "duration_s");
-	num(2, others, "cpu_used_by_others");
-	num(3, steal, "steal");
-	bool met = v.restore_ratio >= TARGET_RESTORE_RATIO && v.spill_vs_idle <= TARGET_SPILL_P99 &&
-		   (!tr || v.ttft_ratio >= TARGET_TTFT_RATIO);
-	printf("  \"target\": {\"restore_ratio\": %.1f, \"ttft_ratio\": %.0f, \"match_p99_spilling_vs_idle\": %.1f},\n",
-	       TARGET_RESTORE_RATIO, TARGET_TTFT_RATIO, TARGET_SPILL_P99);
-	printf("  \"target_met\": %s,\n", met ? "true" : "false");
-	printf("  \"note\": \"MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting (the daemon paces it by its writer once memory is full of unwritten blocks); spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's\"\n",
-	       PROBE_US, PACED_PENDING, RESTART_RECORDS);
-	printf("}\n");
-	if (!met)
-		fail("target missed: restore_ratio %.2f (steady %.2f; >= %.1f), match p99 spilling vs idle %.2f (<= %.0f), ttft_ratio %.1f (>= %.0f)",
-		     v.restore_ratio, v.restore_ratio_steady, TARGET_RESTORE_RATIO, v.spill_vs_idle,
-		     TARGET_SPILL_P99, v.ttft_ratio, TARGET_TTFT_RATIO);
-	return met;
+	report_noise(others, steal);
+	report_target("restore_ratio", v.restore_ratio, REPORT_AT_LEAST, TARGET_RESTORE_RATIO);
+	if (tr)
+		report_target("ttft_ratio", v.ttft_ratio, REPORT_AT_LEAST, TARGET_TTFT_RATIO);
+	report_target("match_p99_spilling_vs_idle", v.spill_vs_idle, REPORT_AT_MOST, TARGET_SPILL_P99);
+	return report_end("MB = 10^6 bytes of KV payload. restore: one MATCH of a 32-block prefix from a fresh connection, every block on disk only, median over prefixes and rounds; restore_mb_s cold (after a restart: new slots, pages allocated by the reads), restore_mb_s_steady steady (the memory full: a restore evicts and reuses resident slots); the target is on the cold restore_ratio. raw_read: the same payloads read with O_DIRECT preads. ttft: medians of runs, each a fresh process (model loaded before the clock starts); disk runs follow a restart with the records out of the page cache. match_*: the MATCH of a resident 4-block prompt of 8 KiB blocks every %d us, timed by the client (match_from_due_us: from when it was due); medians over rounds of each phase's percentiles, max the largest of any round; spilling: another process publishes 2048-token SmolLM-sized prefixes (32 blocks a PUBLISH) whenever fewer than %d blocks wait to be written; flat_out: without waiting (the daemon paces it by its writer once memory is full of unwritten blocks); spilling_1gbs: one such publish every 94 ms (1 GB/s); publishing_no_disk: a daemon without a disk tier, as many publishes a second as while spilling. restart_ms: fork+exec to the first accepted connection, %d records of 4-token 8 KiB blocks, after a graceful stop; restart_load_ms: the daemon's log line; _scan: the manifest deleted first. cpu_used_by_others: CPUs that processes other than this benchmark and its daemons used on average, steal the hypervisor's",
+		   PROBE_US, PACED_PENDING, RESTART_RECORDS);
 }
 
 static int usage(int rc)
@@ -1439,20 +1403,20 @@ int main(int argc, char **argv)
 		if (c == 'd')
 			parent = optarg;
 		else if (c == 'r')
-			rounds = atoi(optarg);
+			rounds = opt_int(NAME, "rounds", optarg, 1, MAX_ROUNDS);
 		else if (c == 'p')
-			prefixes = atoi(optarg);
+			/* Steady: a prefix comes back after at least 3 others,
+			 * by when the budget (2 prefixes and a bit) has evicted
+			 * all of it. */
+			prefixes = opt_int(NAME, "prefixes", optarg, 4, MAX_PREFIXES);
 		else if (c == 't')
-			ttft_runs = atoi(optarg);
+			ttft_runs = opt_int(NAME, "ttft-runs", optarg, 1, MAX_ROUNDS);
 		else if (c == 'n')
 			no_ttft = true;
 		else
 			return usage(c == 'h' ? 0 : 2);
 	}
-	/* Steady: a prefix comes back after at least 3 others, by when the
-	 * budget (2 prefixes and a bit) has evicted all of it. */
-	if (optind < argc || rounds < 1 || rounds > MAX_ROUNDS || prefixes < 4 ||
-	    prefixes > MAX_PREFIXES || ttft_runs < 1 || ttft_runs > MAX_ROUNDS)
+	if (optind < argc)
 		return usage(2);
 
 	struct bench_cpu cpu0;

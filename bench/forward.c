@@ -26,9 +26,12 @@
 
 #include "bench_util.h"
 #include "kernels.h"
+#include "opts.h"
 #include "random_model.h"
+#include "report.h"
 #include "session.h"
 
+#define NAME "forward"
 static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed)
 {
 	for (int i = 0; i < n; i++) {
@@ -258,9 +261,9 @@ int main(int argc, char **argv)
 		else if (c == 'd')
 			dtype_opt = optarg;
 		else if (c == 't')
-			threads = atoi(optarg);
+			threads = opt_int(NAME, "threads", optarg, 1, 64);
 		else if (c == 'b')
-			block = atoi(optarg);
+			block = opt_int(NAME, "block-tokens", optarg, 1, 65536);
 		else if (c == 'w')
 			as_written = true;
 		else {
@@ -268,8 +271,8 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	if (threads < 1 || threads > 64) {
-		fprintf(stderr, "forward: --threads must be 1..64\n");
+	if (optind < argc) {
+		fputs(usage, stderr);
 		return 2;
 	}
 	if (dtype_opt && !(dtype = checkpoint_dtype(dtype_opt))) {
@@ -414,58 +417,53 @@ int main(int argc, char **argv)
 	double dec_med = bench_median(dec[NATIVE], ROUNDS), dec_sp = spread(dec[NATIVE], ROUNDS, dec_med);
 	double pre_gf = flops512 / (512 / pre_med[NATIVE][1]) / 1e9;
 
-	printf("{\n");
+	report_begin(NAME);
 	if (model == tmp)
-		printf("  \"model\": \"random SmolLM-135M shape (%s)\",\n", dtype_opt ? dtype_opt : "f32");
+		report_str("model", "random SmolLM-135M shape (%s)", dtype_opt ? dtype_opt : "f32");
 	else
-		printf("  \"model\": \"%s\",\n", model);
-	printf("  \"dtype\": \"%s\",\n", pfx_model_weight_dtype(m[NATIVE]));
-	printf("  \"weights_held\": \"%s\",\n", held);
-	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m[NATIVE]));
-	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m[NATIVE]));
-	printf("  \"blas_core\": \"%s\",\n  \"blas_core_expected\": \"%s\",\n", pfx_blas_corename(),
-	       want ? want : "");
-	printf("  \"page_cache\": \"%s\",\n", model != tmp ? "as found" : as_written ? "as written" : "recached");
-	printf("  \"weights_huge_bytes\": %zu,\n  \"f32_weights_huge_bytes\": %zu,\n",
-	       pfx_model_weight_huge_bytes(m[NATIVE]), pfx_model_weight_huge_bytes(m[UPCAST]));
-	printf("  \"prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n", pre_med[NATIVE][0],
-	       pre_med[NATIVE][1], pre_med[NATIVE][2]);
-	printf("  \"prefill_spread\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", sp[0], sp[1],
-	       sp[2]);
-	printf("  \"f32_prefill_tok_s\": {\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f},\n",
-	       pre_med[UPCAST][0], pre_med[UPCAST][1], pre_med[UPCAST][2]);
-	printf("  \"prefill_speedup\": {\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f},\n", pre_sp_med[0],
-	       pre_sp_med[1], pre_sp_med[2]);
-	printf("  \"decode_tok_s\": %.2f,\n  \"decode_spread\": %.3f,\n", dec_med, dec_sp);
-	printf("  \"f32_decode_tok_s\": %.2f,\n", bench_median(dec[UPCAST], ROUNDS));
-	printf("  \"decode_speedup\": %.3f,\n", bench_median(dec_speedup, ROUNDS));
-	printf("  \"prefill_gflops\": %.1f,\n", pre_gf);
-	printf("  \"sgemm_gflops\": %.1f,\n  \"sgemm_spread\": %.3f,\n", sg_med, spread(sg, ROUNDS, sg_med));
-	printf("  \"membw_gbs\": %.2f,\n  \"membw_spread\": %.3f,\n", bw_med, spread(bw, ROUNDS, bw_med));
-	printf("  \"decode_rounds\": %s,\n", rounds);
-	printf("  \"weight_bytes_per_token\": %.0f,\n", wbytes);
-	printf("  \"kv_bytes_per_token\": %.0f,\n", kvbytes);
-	printf("  \"decode_bound_tok_s\": %.2f,\n", bw_med * 1e9 / bytes);
-	printf("  \"prefill_sgemm_ratio\": %.3f,\n", bench_median(pre_ratio, ROUNDS));
-	printf("  \"decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio, ROUNDS));
-	printf("  \"f32_decode_bound_ratio\": %.3f,\n", bench_median(dec_ratio32, ROUNDS));
-	printf("  \"prefill_other_cpus\": %.2f,\n  \"prefill_steal_cpus\": %.2f,\n", pre_others, pre_steal);
-	printf("  \"decode_other_cpus\": %.2f,\n  \"decode_steal_cpus\": %.2f,\n", others, steal);
-	printf("  \"ratios_note\": \"medians of per-round ratios; each round measures the reference next to the runtime, "
-	       "decode rounds alternate probe passes and decode steps; weight_bytes_per_token counts the matrices at "
-	       "weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; kv_bytes_per_token the KV "
-	       "a decode step reads (its keys at 512 context); decode_bound_tok_s: membw over both; decode_rounds: each round's probe and decode figures, in order; f32_decode_bound_ratio: "
-	       "the upcast load's decode against its own bytes; "
-	       "page_cache: recached (the random model's files dropped from the page cache after writing and read in again "
-	       "by the load, as prefix-run recache does), as written (--as-written) or as found (--model); "
-	       "*weights_huge_bytes: the weights' bytes in 2 MiB pages; "
-	       "other_cpus/steal_cpus: CPUs taken by other processes "
-	       "or the hypervisor during the prefill or decode rounds (figures are unreliable when they are not ~0)\",\n");
-	printf("  \"speedup_note\": \"f32_*: the same checkpoint loaded with its weights upcast to f32, run back to back "
-	       "with the native load in every round (which goes first alternates); *_speedup: medians of per-run "
-	       "ratios native/f32 tok/s, not ratios of the medians; with dtype F32 both loads are f32, so the "
-	       "speedups show the noise around 1\"\n");
-	printf("}\n");
+		report_str("model", "%s", model);
+	report_str("dtype", "%s", pfx_model_weight_dtype(m[NATIVE]));
+	report_str("weights_held", "%s", held);
+	report_fmt("params", "%lld", (long long)pfx_model_params(m[NATIVE]));
+	report_fmt("threads", "%d", threads);
+	report_fmt("block_tokens", "%d", pfx_model_block_tokens(m[NATIVE]));
+	report_str("blas_core_expected", "%s", want ? want : "");
+	report_str("page_cache", "%s",
+		   model != tmp ? "as found" : as_written ? "as written" : "recached");
+	report_fmt("weights_huge_bytes", "%zu", pfx_model_weight_huge_bytes(m[NATIVE]));
+	report_fmt("f32_weights_huge_bytes", "%zu", pfx_model_weight_huge_bytes(m[UPCAST]));
+	report_fmt("prefill_tok_s", "{\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f}",
+		   pre_med[NATIVE][0], pre_med[NATIVE][1], pre_med[NATIVE][2]);
+	report_fmt("prefill_spread", "{\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f}",
+		   sp[0], sp[1], sp[2]);
+	report_fmt("f32_prefill_tok_s", "{\"128\": %.1f, \"512\": %.1f, \"2048\": %.1f}",
+		   pre_med[UPCAST][0], pre_med[UPCAST][1], pre_med[UPCAST][2]);
+	report_fmt("prefill_speedup", "{\"128\": %.3f, \"512\": %.3f, \"2048\": %.3f}",
+		   pre_sp_med[0], pre_sp_med[1], pre_sp_med[2]);
+	report_fmt("decode_tok_s", "%.2f", dec_med);
+	report_fmt("decode_spread", "%.3f", dec_sp);
+	report_fmt("f32_decode_tok_s", "%.2f", bench_median(dec[UPCAST], ROUNDS));
+	report_fmt("decode_speedup", "%.3f", bench_median(dec_speedup, ROUNDS));
+	report_fmt("prefill_gflops", "%.1f", pre_gf);
+	report_fmt("sgemm_gflops", "%.1f", sg_med);
+	report_fmt("sgemm_spread", "%.3f", spread(sg, ROUNDS, sg_med));
+	report_fmt("membw_gbs", "%.2f", bw_med);
+	report_fmt("membw_spread", "%.3f", spread(bw, ROUNDS, bw_med));
+	report_fmt("decode_rounds", "%s", rounds);
+	report_fmt("weight_bytes_per_token", "%.0f", wbytes);
+	report_fmt("kv_bytes_per_token", "%.0f", kvbytes);
+	report_fmt("decode_bound_tok_s", "%.2f", bw_med * 1e9 / bytes);
+	report_fmt("prefill_sgemm_ratio", "%.3f", bench_median(pre_ratio, ROUNDS));
+	report_fmt("decode_bound_ratio", "%.3f", bench_median(dec_ratio, ROUNDS));
+	report_fmt("f32_decode_bound_ratio", "%.3f", bench_median(dec_ratio32, ROUNDS));
+	report_fmt("prefill_other_cpus", "%.2f", pre_others);
+	report_fmt("prefill_steal_cpus", "%.2f", pre_steal);
+	report_fmt("decode_other_cpus", "%.2f", others);
+	report_fmt("decode_steal_cpus", "%.2f", steal);
+	report_str("ratios_note", "medians of per-round ratios; each round measures the reference next to the runtime, decode rounds alternate probe passes and decode steps; weight_bytes_per_token counts the matrices at weights_held (2 bytes an element for f16/bf16, 4 if any is f32) and the norms as f32; kv_bytes_per_token the KV a decode step reads (its keys at 512 context); decode_bound_tok_s: membw over both; decode_rounds: each round's probe and decode figures, in order; f32_decode_bound_ratio: the upcast load's decode against its own bytes; page_cache: recached (the random model's files dropped from the page cache after writing and read in again by the load, as prefix-run recache does), as written (--as-written) or as found (--model); *weights_huge_bytes: the weights' bytes in 2 MiB pages; other_cpus/steal_cpus: CPUs taken by other processes or the hypervisor during the prefill or decode rounds (figures are unreliable when they are not ~0)");
+	report_str("speedup_note", "f32_*: the same checkpoint loaded with its weights upcast to f32, run back to back with the native load in every round (which goes first alternates); *_speedup: medians of per-run ratios native/f32 tok/s, not ratios of the medians; with dtype F32 both loads are f32, so the speedups show the noise around 1");
+	report_machine();
+	report_end(NULL);
 	bw_probe_free(probe);
 	sgemm_ref_release(&ref);
 	free(l);

@@ -35,6 +35,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,14 +47,17 @@
 
 #include "daemon_util.h"
 #include "model.h"
+#include "opts.h"
 #include "prefixd.h"
 #include "random_model.h"
+#include "report.h"
 #include "session.h"
+#include "shapes.h"
 
-/* SmolLM-135M: 30 layers, 3 KV heads of 64 dims, f32, K and V. */
-#define BLOCK_TOKENS 64
-#define BLOCK_BYTES ((uint64_t)2 * 30 * 3 * BLOCK_TOKENS * 64 * 4)
-#define PREFIX_BLOCKS 32 /* 2048 tokens */
+#define NAME "memory"
+#define BLOCK_TOKENS SMOLLM_BLOCK_TOKENS
+#define BLOCK_BYTES SMOLLM_BLOCK_BYTES
+#define PREFIX_BLOCKS SMOLLM_PREFIX_BLOCKS
 #define PREFIX_BYTES (PREFIX_BLOCKS * BLOCK_BYTES)
 #define MAX_CLIENTS 16
 #define TARGET_PSS_RATIO 1.2
@@ -69,13 +73,6 @@
 
 /* ==== The prefix ==== */
 
-static struct prefixd_layout layout(void)
-{
-	struct prefixd_layout l = { .block_tokens = BLOCK_TOKENS, .block_bytes = BLOCK_BYTES };
-	memset(l.fingerprint, 0x4d, sizeof(l.fingerprint));
-	return l;
-}
-
 static void prefix_tokens(uint32_t *t)
 {
 	uint64_t s = 42;
@@ -90,7 +87,7 @@ static uint32_t kv_word(int b, size_t i) { return (uint32_t)b * 2654435761u + (u
 
 static int publish(const char *sock, const uint32_t *tokens)
 {
-	struct prefixd_layout l = layout();
+	struct prefixd_layout l = bench_layout(BLOCK_TOKENS, BLOCK_BYTES, 0x4d);
 	struct prefixd *c;
 	if (prefixd_connect(sock, &l, &c)) {
 		fprintf(stderr, "bench/memory: connect: %s\n", prefixd_errmsg());
@@ -162,7 +159,7 @@ static int touch(const void *const *kv)
 
 static void client_main(const char *sock, const uint32_t *tokens, int cmd, int st)
 {
-	struct prefixd_layout l = layout();
+	struct prefixd_layout l = bench_layout(BLOCK_TOKENS, BLOCK_BYTES, 0x4d);
 	struct prefixd *c;
 	char msg[300];
 	if (prefixd_connect(sock, &l, &c)) {
@@ -439,14 +436,14 @@ static int measure(struct client *ks, int n, pid_t daemon, struct sample *s,
 
 static void print_list(const char *name, const struct sample *s, int n, size_t field)
 {
-	printf("  \"%s\": [", name);
+	long long v[MAX_CLIENTS];
 	for (int i = 0; i < n; i++)
-		printf("%s%lld", i ? ", " : "", *(const long long *)((const char *)&s[i] + field));
-	printf("],\n");
+		v[i] = *(const long long *)((const char *)&s[i] + field);
+	report_array_ll(name, v, n);
 }
 
 /* Opens the JSON and prints the prefix's keys; the pss ratio. */
-static double report(const struct sample *s, int n, const struct arena_mem *dm)
+static double print_kv(const struct sample *s, int n, const struct arena_mem *dm)
 {
 	long long pss = 0, rss = 0, grew = 0, copies = 0, mapped = 0;
 	for (int i = 0; i < n; i++) {
@@ -457,25 +454,24 @@ static double report(const struct sample *s, int n, const struct arena_mem *dm)
 		copies += s[i].private_copy - s[i].attached;
 	}
 	double one = (double)PREFIX_BYTES, ratio = (double)pss / one;
-	printf("{\n");
-	printf("  \"clients\": %d,\n  \"client_kind\": \"processes, one connection each\",\n", n);
-	printf("  \"prefix_tokens\": %d,\n  \"prefix_blocks\": %d,\n", PREFIX_BLOCKS * BLOCK_TOKENS,
-	       PREFIX_BLOCKS);
-	printf("  \"block_bytes\": %llu,\n  \"prefix_bytes\": %llu,\n",
-	       (unsigned long long)BLOCK_BYTES, (unsigned long long)PREFIX_BYTES);
-	printf("  \"pss_ratio\": %.3f,\n", ratio);
-	printf("  \"pss_ratio_with_daemon\": %.3f,\n", (double)(pss + dm->pss) / one);
-	printf("  \"rollup_pss_growth_ratio\": %.3f,\n", (double)grew / one);
-	printf("  \"rss_ratio\": %.3f,\n", (double)rss / one);
-	printf("  \"private_copy_ratio\": %.3f,\n", (double)copies / one);
-	printf("  \"arena_pss_bytes\": %lld,\n  \"arena_rss_bytes\": %lld,\n", pss, rss);
-	printf("  \"arena_mapped_bytes\": %lld,\n", mapped);
-	printf("  \"daemon_arena_pss_bytes\": %lld,\n  \"daemon_arena_rss_bytes\": %lld,\n", dm->pss,
-	       dm->rss);
-	printf("  \"clients_arena_pss_bytes\": [");
-	for (int i = 0; i < n; i++)
-		printf("%s%lld", i ? ", " : "", s[i].arena.pss);
-	printf("],\n");
+	report_begin(NAME);
+	report_fmt("clients", "%d", n);
+	report_str("client_kind", "processes, one connection each");
+	report_fmt("prefix_tokens", "%d", PREFIX_BLOCKS * BLOCK_TOKENS);
+	report_fmt("prefix_blocks", "%d", PREFIX_BLOCKS);
+	report_fmt("block_bytes", "%llu", (unsigned long long)BLOCK_BYTES);
+	report_fmt("prefix_bytes", "%llu", (unsigned long long)PREFIX_BYTES);
+	report_fmt("pss_ratio", "%.3f", ratio);
+	report_fmt("pss_ratio_with_daemon", "%.3f", (double)(pss + dm->pss) / one);
+	report_fmt("rollup_pss_growth_ratio", "%.3f", (double)grew / one);
+	report_fmt("rss_ratio", "%.3f", (double)rss / one);
+	report_fmt("private_copy_ratio", "%.3f", (double)copies / one);
+	report_fmt("arena_pss_bytes", "%lld", pss);
+	report_fmt("arena_rss_bytes", "%lld", rss);
+	report_fmt("arena_mapped_bytes", "%lld", mapped);
+	report_fmt("daemon_arena_pss_bytes", "%lld", dm->pss);
+	report_fmt("daemon_arena_rss_bytes", "%lld", dm->rss);
+	print_list("clients_arena_pss_bytes", s, n, offsetof(struct sample, arena.pss));
 	print_list("clients_rollup_pss_before", s, n, offsetof(struct sample, before));
 	print_list("clients_rollup_pss_attached", s, n, offsetof(struct sample, attached));
 	print_list("clients_rollup_pss_private_copy", s, n, offsetof(struct sample, private_copy));
@@ -700,18 +696,18 @@ static int weights(long long *file_bytes, struct wsample *nat, struct wsample *f
 
 static void print_wlist(const char *name, const struct wsample *w, size_t field)
 {
-	printf("  \"%s\": [", name);
+	long long v[WEIGHT_PROCS];
 	for (int i = 0; i < WEIGHT_PROCS; i++)
-		printf("%s%lld", i ? ", " : "", *(const long long *)((const char *)&w[i] + field));
-	printf("],\n");
+		v[i] = *(const long long *)((const char *)&w[i] + field);
+	report_array_ll(name, v, WEIGHT_PROCS);
 }
 
 static void print_private(const char *name, const struct wsample *w)
 {
-	printf("  \"%s\": [", name);
+	long long v[WEIGHT_PROCS];
 	for (int i = 0; i < WEIGHT_PROCS; i++)
-		printf("%s%lld", i ? ", " : "", private_growth(&w[i]));
-	printf("],\n");
+		v[i] = private_growth(&w[i]);
+	report_array_ll(name, v, WEIGHT_PROCS);
 }
 
 /* smaps_rollup after the tokens, and its Pss growth summed. */
@@ -734,12 +730,12 @@ static void print_rollups(const char *mode, const struct wsample *w)
 	}
 	for (int i = 0; i < WEIGHT_PROCS; i++)
 		grew += w[i].after.pss - w[i].before.pss;
-	printf("  \"weights_%s_rollup_pss_growth_total_bytes\": %lld,\n", mode, grew);
+	report_fmt(report_key("weights_%s_rollup_pss_growth_total_bytes", mode), "%lld", grew);
 }
 
 /* Prints the weights' keys; native total Pss of the mapping over the file. */
-static double report_weights(long long file_bytes, const struct wsample *nat,
-			     const struct wsample *f32)
+static double print_weights(long long file_bytes, const struct wsample *nat,
+			    const struct wsample *f32)
 {
 	long long npss = 0, fpss = 0, ngrew = 0, fgrew = 0;
 	for (int i = 0; i < WEIGHT_PROCS; i++) {
@@ -749,42 +745,29 @@ static double report_weights(long long file_bytes, const struct wsample *nat,
 		fgrew += f32[i].after.pss - f32[i].before.pss;
 	}
 	double ratio = (double)npss / (double)file_bytes;
-	printf("  \"weights_processes\": %d,\n", WEIGHT_PROCS);
-	printf("  \"weights_checkpoint\": \"random SmolLM-135M shape, BF16 model.safetensors\",\n");
-	printf("  \"weights_tokens_run\": %d,\n", WEIGHT_TOKENS);
-	printf("  \"weights_file_bytes\": %lld,\n", file_bytes);
-	printf("  \"weights_native_held\": \"%s\",\n  \"weights_native_held_bytes\": %lld,\n",
-	       nat[0].held, nat[0].held_bytes);
+	report_fmt("weights_processes", "%d", WEIGHT_PROCS);
+	report_str("weights_checkpoint", "random SmolLM-135M shape, BF16 model.safetensors");
+	report_fmt("weights_tokens_run", "%d", WEIGHT_TOKENS);
+	report_fmt("weights_file_bytes", "%lld", file_bytes);
+	report_str("weights_native_held", "%s", nat[0].held);
+	report_fmt("weights_native_held_bytes", "%lld", nat[0].held_bytes);
 	print_wlist("weights_native_pss_bytes_per_process", nat, offsetof(struct wsample, file.pss));
 	print_wlist("weights_native_rss_bytes_per_process", nat, offsetof(struct wsample, file.rss));
-	printf("  \"weights_native_pss_total_bytes\": %lld,\n", npss);
-	printf("  \"weights_native_pss_total_vs_file\": %.3f,\n", ratio);
+	report_fmt("weights_native_pss_total_bytes", "%lld", npss);
+	report_fmt("weights_native_pss_total_vs_file", "%.3f", ratio);
 	print_private("weights_native_private_bytes_per_process", nat);
 	print_rollups("native", nat);
-	printf("  \"weights_f32_held\": \"%s\",\n  \"weights_f32_held_bytes\": %lld,\n", f32[0].held,
-	       f32[0].held_bytes);
+	report_str("weights_f32_held", "%s", f32[0].held);
+	report_fmt("weights_f32_held_bytes", "%lld", f32[0].held_bytes);
 	print_private("weights_f32_private_bytes_per_process", f32);
 	print_wlist("weights_f32_file_pss_bytes_per_process", f32, offsetof(struct wsample, file.pss));
 	print_wlist("weights_f32_file_rss_bytes_per_process", f32, offsetof(struct wsample, file.rss));
-	printf("  \"weights_f32_pss_total_bytes\": %lld,\n", fpss);
+	report_fmt("weights_f32_pss_total_bytes", "%lld", fpss);
 	print_rollups("f32", f32);
-	printf("  \"weights_pss_total_native_vs_f32\": %.3f,\n", (double)npss / (double)fpss);
-	printf("  \"weights_rollup_pss_growth_native_vs_f32\": %.3f,\n", (double)ngrew / (double)fgrew);
+	report_fmt("weights_pss_total_native_vs_f32", "%.3f", (double)npss / (double)fpss);
+	report_fmt("weights_rollup_pss_growth_native_vs_f32", "%.3f",
+		   (double)ngrew / (double)fgrew);
 	return ratio;
-}
-
-/* The targets and notes; closes the JSON. */
-static void report_end(double kv_ratio, double w_ratio)
-{
-	printf("  \"target\": {\"pss_ratio\": %.1f, \"weights_native_pss_total_vs_file\": %.1f},\n",
-	       TARGET_PSS_RATIO, TARGET_WEIGHTS_RATIO);
-	printf("  \"target_met\": %s,\n",
-	       kv_ratio <= TARGET_PSS_RATIO && w_ratio <= TARGET_WEIGHTS_RATIO ? "true" : "false");
-	printf("  \"note\": \"pss_ratio: Pss of the arena mappings (%s) summed over the clients, over the prefix's bytes; the daemon's own mapping holds the remaining share (pss_ratio_with_daemon). rollup_pss_growth_ratio: growth of smaps_rollup Pss on attaching. rss_ratio and private_copy_ratio: what Rss would claim, and what private copies cost, measured the same way\",\n",
-	       ARENA_NAME);
-	printf("  \"weights_note\": \"%d processes each load the bf16 checkpoint (threads 1) and run %d tokens, so every weight page is resident; figures read while all hold it. native: the weight matrices stay in the read-only mapping of model.safetensors, page-cache pages the processes share: Rss shows the whole file in each, Pss a 1/%d share, so the Pss summed (weights_native_pss_total_bytes) is one copy of the file. f32: the weights upcast at load into private anonymous memory, twice the file's size in each process (Pss_Anon growth, weights_f32_private_bytes_per_process), %d copies; the checkpoint stays mapped besides (weights_f32_file_*), and weights_f32_pss_total_bytes counts both. *_private_bytes_per_process: smaps_rollup Pss_Anon growth from before the load (native: norms, session, scratch, BLAS buffers). *_rollup_pss_growth_total_bytes: all the Pss the load and the tokens added, summed over the processes\"\n",
-	       WEIGHT_PROCS, WEIGHT_TOKENS, WEIGHT_PROCS, WEIGHT_PROCS);
-	printf("}\n");
 }
 
 int main(int argc, char **argv)
@@ -796,11 +779,17 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (o == 'c' && (n = atoi(optarg)) >= 1 && n <= MAX_CLIENTS)
+		if (o == 'c') {
+			n = opt_int(NAME, "clients", optarg, 1, MAX_CLIENTS);
 			continue;
+		}
 		fprintf(o == 'h' ? stdout : stderr, "usage: memory [--clients N (1..%d, default 4)]\n",
 			MAX_CLIENTS);
 		return o == 'h' ? 0 : 2;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "usage: memory [--clients N (1..%d, default 4)]\n", MAX_CLIENTS);
+		return 2;
 	}
 	static uint32_t tokens[PREFIX_BLOCKS * BLOCK_TOKENS];
 	prefix_tokens(tokens);
@@ -834,18 +823,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench/memory: failed\n");
 		return 1;
 	}
-	double ratio = report(s, n, &dm);
-	double w_ratio = report_weights(file_bytes, nat, f32);
-	report_end(ratio, w_ratio);
-	if (ratio > TARGET_PSS_RATIO) {
-		fprintf(stderr, "bench/memory: target missed: pss_ratio %.3f (target <= %.1f)\n", ratio,
-			TARGET_PSS_RATIO);
-		return 1;
-	}
-	if (w_ratio > TARGET_WEIGHTS_RATIO) {
-		fprintf(stderr, "bench/memory: target missed: weights_native_pss_total_vs_file %.3f (target <= %.1f)\n",
-			w_ratio, TARGET_WEIGHTS_RATIO);
-		return 1;
-	}
-	return 0;
+	double ratio = print_kv(s, n, &dm);
+	double w_ratio = print_weights(file_bytes, nat, f32);
+	report_str("weights_note", "%d processes each load the bf16 checkpoint (threads 1) and run %d tokens, so every weight page is resident; figures read while all hold it. native: the weight matrices stay in the read-only mapping of model.safetensors, page-cache pages the processes share: Rss shows the whole file in each, Pss a 1/%d share, so the Pss summed (weights_native_pss_total_bytes) is one copy of the file. f32: the weights upcast at load into private anonymous memory, twice the file's size in each process (Pss_Anon growth, weights_f32_private_bytes_per_process), %d copies; the checkpoint stays mapped besides (weights_f32_file_*), and weights_f32_pss_total_bytes counts both. *_private_bytes_per_process: smaps_rollup Pss_Anon growth from before the load (native: norms, session, scratch, BLAS buffers). *_rollup_pss_growth_total_bytes: all the Pss the load and the tokens added, summed over the processes",
+		   WEIGHT_PROCS, WEIGHT_TOKENS, WEIGHT_PROCS, WEIGHT_PROCS);
+	report_machine();
+	report_target("pss_ratio", ratio, REPORT_AT_MOST, TARGET_PSS_RATIO);
+	report_target("weights_native_pss_total_vs_file", w_ratio, REPORT_AT_MOST,
+		      TARGET_WEIGHTS_RATIO);
+	bool met = report_end("pss_ratio: Pss of the arena mappings (%s) summed over the clients, over the prefix's bytes; the daemon's own mapping holds the remaining share (pss_ratio_with_daemon). rollup_pss_growth_ratio: growth of smaps_rollup Pss on attaching. rss_ratio and private_copy_ratio: what Rss would claim, and what private copies cost, measured the same way",
+			      ARENA_NAME);
+	return met ? 0 : 1;
 }

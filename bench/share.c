@@ -30,8 +30,11 @@
 #include "daemon_util.h"
 #include "prefixd.h"
 #include "random_model.h"
+#include "report.h"
+#include "shapes.h"
 #include "ttft.h"
 
+#define NAME "share"
 #define PREFIX 2048
 #define SUFFIX 32
 #define RUNS 7
@@ -169,23 +172,26 @@ static void print_run(struct dtype_run *d, bool attach_only, const char *sfx)
 		double cold_ms = bench_median(d->cold, RUNS), warm_ms = bench_median(d->warm + 1, RUNS - 1);
 		qsort(d->cold, RUNS, sizeof(double), cmp_double);
 		qsort(d->warm + 1, RUNS - 1, sizeof(double), cmp_double);
-		printf("  \"ttft_cold_ms%s\": %.1f,\n", sfx, cold_ms);
-		printf("  \"ttft_warm_ms%s\": %.1f,\n", sfx, warm_ms);
-		printf("  \"warm_speedup%s\": %.1f,\n", sfx, cold_ms / warm_ms);
-		printf("  \"ttft_cold_range_ms%s\": [%.1f, %.1f],\n", sfx, d->cold[0], d->cold[RUNS - 1]);
-		printf("  \"ttft_warm_range_ms%s\": [%.1f, %.1f],\n", sfx, d->warm[1], d->warm[RUNS - 1]);
+		report_fmt(report_key("ttft_cold_ms%s", sfx), "%.1f", cold_ms);
+		report_fmt(report_key("ttft_warm_ms%s", sfx), "%.1f", warm_ms);
+		report_fmt(report_key("warm_speedup%s", sfx), "%.1f", cold_ms / warm_ms);
+		report_fmt(report_key("ttft_cold_range_ms%s", sfx), "[%.1f, %.1f]",
+			   d->cold[0], d->cold[RUNS - 1]);
+		report_fmt(report_key("ttft_warm_range_ms%s", sfx), "[%.1f, %.1f]",
+			   d->warm[1], d->warm[RUNS - 1]);
 	}
-	printf("  \"attach_bytes%s\": { \"256\": %llu, \"2048\": %llu, \"8192\": %llu },\n", sfx,
-	       (unsigned long long)(d->layout.block_bytes * (256 / 64)),
-	       (unsigned long long)(d->layout.block_bytes * (2048 / 64)),
-	       (unsigned long long)(d->layout.block_bytes * (8192 / 64)));
-	printf("  \"attach_us%s\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", sfx,
-	       d->att[0].fresh_us, d->att[1].fresh_us, d->att[2].fresh_us);
-	printf("  \"attach_growth_256_to_8192%s\": %.2f,\n", sfx, d->att[2].fresh_us / d->att[0].fresh_us);
-	printf("  \"attach_mapped_us%s\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", sfx,
-	       d->att[0].mapped_us, d->att[1].mapped_us, d->att[2].mapped_us);
-	printf("  \"chain_hash_us%s\": { \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f },\n", sfx,
-	       d->att[0].chain_us, d->att[1].chain_us, d->att[2].chain_us);
+	unsigned long long bb = d->layout.block_bytes;
+	report_fmt(report_key("attach_bytes%s", sfx), "{ \"256\": %llu, \"2048\": %llu, \"8192\": %llu }",
+		   bb * (256 / SMOLLM_BLOCK_TOKENS), bb * (2048 / SMOLLM_BLOCK_TOKENS),
+		   bb * (8192 / SMOLLM_BLOCK_TOKENS));
+	report_fmt(report_key("attach_us%s", sfx), "{ \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f }",
+		   d->att[0].fresh_us, d->att[1].fresh_us, d->att[2].fresh_us);
+	report_fmt(report_key("attach_growth_256_to_8192%s", sfx), "%.2f",
+		   d->att[2].fresh_us / d->att[0].fresh_us);
+	report_fmt(report_key("attach_mapped_us%s", sfx), "{ \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f }",
+		   d->att[0].mapped_us, d->att[1].mapped_us, d->att[2].mapped_us);
+	report_fmt(report_key("chain_hash_us%s", sfx), "{ \"256\": %.1f, \"2048\": %.1f, \"8192\": %.1f }",
+		   d->att[0].chain_us, d->att[1].chain_us, d->att[2].chain_us);
 }
 
 int main(int argc, char **argv)
@@ -239,31 +245,34 @@ int main(int argc, char **argv)
 			goto stop;
 		}
 		x->layout = (struct prefixd_layout){
-			.block_tokens = 64,
-			.block_bytes = pfx_kv_bytes_per_token(&sc, x->kv) * 64,
+			.block_tokens = SMOLLM_BLOCK_TOKENS,
+			.block_bytes = pfx_kv_bytes_per_token(&sc, x->kv) * SMOLLM_BLOCK_TOKENS,
 			.layout = PREFIXD_LAYOUT_F32 + (uint32_t)x->kv,
 		};
 		memset(x->layout.fingerprint, 0xbe, sizeof(x->layout.fingerprint));
 		if (attach_cost(d.sock, &x->layout, x->att))
 			goto stop;
 	}
-	printf("{\n");
-	printf("  \"model\": \"random SmolLM-135M shape (f32 weights), 2 threads, 64-token blocks\",\n");
-	printf("  \"prefix_tokens\": %d, \"suffix_tokens\": %d, \"runs\": %d,\n", PREFIX, SUFFIX, RUNS);
+	report_begin(NAME);
+	report_str("model", "random SmolLM-135M shape (f32 weights), 2 threads, %d-token blocks",
+		   SMOLLM_BLOCK_TOKENS);
+	report_fmt("prefix_tokens", "%d", PREFIX);
+	report_fmt("suffix_tokens", "%d", SUFFIX);
+	report_fmt("runs", "%d", RUNS);
 	print_run(&runs[0], attach_only, "");
 	if (ndt == 2) {
 		char sfx[8];
 		snprintf(sfx, sizeof(sfx), "_%s", pfx_kv_dtype_name(runs[1].kv));
 		print_run(&runs[1], attach_only, sfx);
 		if (!attach_only) {
-			printf("  \"warm_ttft%s_vs_f32\": %.3f,\n", sfx,
-			       bench_median(runs[1].warm + 1, RUNS - 1) / bench_median(runs[0].warm + 1, RUNS - 1));
+			report_fmt(report_key("warm_ttft%s_vs_f32", sfx), "%.3f",
+				   bench_median(runs[1].warm + 1, RUNS - 1) / bench_median(runs[0].warm + 1, RUNS - 1));
 		}
-		printf("  \"attach_bytes%s_vs_f32\": %.3f,\n", sfx,
-		       (double)runs[1].layout.block_bytes / (double)runs[0].layout.block_bytes);
+		report_fmt(report_key("attach_bytes%s_vs_f32", sfx), "%.3f",
+			   (double)runs[1].layout.block_bytes / (double)runs[0].layout.block_bytes);
 	}
-	printf("  \"note\": \"attach_us: MATCH + mapping on a fresh connection, the prompt hashed as it arrived (prefixd_prompt); attach_mapped_us: again on that connection; chain_hash_us: hashing the prompt; attach_bytes: the KV an attach maps; _f16/_bf16: that KV dtype, measured in the same rounds as f32 (runs alternating)\"\n");
-	printf("}\n");
+	report_machine();
+	report_end("attach_us: MATCH + mapping on a fresh connection, the prompt hashed as it arrived (prefixd_prompt); attach_mapped_us: again on that connection; chain_hash_us: hashing the prompt; attach_bytes: the KV an attach maps; _f16/_bf16: that KV dtype, measured in the same rounds as f32 (runs alternating)");
 	rc = 0;
 stop:
 	if (td_stop(&d))

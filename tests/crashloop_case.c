@@ -74,12 +74,6 @@ static void fail(struct loop *L, const char *fmt, ...)
 	pthread_mutex_unlock(&L->mu);
 }
 
-static void prompt(uint32_t k, uint32_t *t)
-{
-	for (uint32_t i = 0; i < BLOCKS * BT; i++)
-		t[i] = 1000000 * (k + 1) + i;
-}
-
 static struct prefixd *connect_td(struct loop *L)
 {
 	struct prefixd_layout l = td_layout(1);
@@ -96,7 +90,7 @@ static void *publisher(void *arg)
 		uint32_t k = atomic_fetch_add(&L->next, 1), t[BLOCKS * BT], stored = 0, dedup = 0;
 		if (k >= MAX_PROMPTS)
 			break;
-		prompt(k, t);
+		td_prompt(t, BLOCKS, TD_PROMPT_K(k));
 		int rc = td_publish(c, 0, t, 0, BLOCKS, &stored, &dedup);
 		if (rc && rc != -ENOSPC)
 			break; /* killed */
@@ -113,7 +107,7 @@ static int attach(struct loop *L, struct prefixd *c, uint32_t k)
 	uint32_t t[BLOCKS * BT], hit;
 	const void *kv[BLOCKS];
 	uint64_t lease;
-	prompt(k, t);
+	td_prompt(t, BLOCKS, TD_PROMPT_K(k));
 	if (prefixd_match(c, t, BLOCKS, &lease, &hit, kv))
 		return -1;
 	for (uint32_t b = 0; b < hit; b++)
@@ -289,13 +283,6 @@ static int make_model(struct loop *L, char *dir)
 
 /* ==== The loop ==== */
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* After a restart: every record loaded, the prompts of the last round
  * and some older ones served as far as their records; after a SIGTERM,
  * or any kill with --disk-sync (kept_all), the last round's records hold
@@ -362,7 +349,7 @@ static void full_disk_round(struct loop *L, const char *base, int round, unsigne
 	struct prefixd *c = connect_td(L);
 	for (uint32_t k = first; c && k < first + FULL_PROMPTS; k++) {
 		uint32_t t[BLOCKS * BT], stored, dedup;
-		prompt(k, t);
+		td_prompt(t, BLOCKS, TD_PROMPT_K(k));
 		if (td_publish(c, 0, t, 0, BLOCKS, &stored, &dedup) || stored != BLOCKS)
 			fail(L, "a full disk: a publish: %s", prefixd_errmsg());
 	}
@@ -428,7 +415,7 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 	const char *args[] = { "--block-tokens", "4", "--memory", "384K", "--disk-dir", disk,
 			       "--disk-budget", "1G", "--threads", "2", NULL, NULL };
 	unsigned seed = (unsigned)time(NULL);
-	double end = now_s() + seconds_to_run();
+	double end = td_now_s() + seconds_to_run();
 	bool graceful = false, synced = false;
 	const char *how = "";
 	uint32_t last_from = 0;
@@ -451,7 +438,7 @@ int case_crash_loop(char *why, size_t len, int *rounds)
 			upto = MAX_PROMPTS;
 		if (round)
 			verify(&L, &td, &sc, last_from, upto, how, graceful || synced, &seed);
-		if (L.why[0] || (round >= 3 && now_s() >= end)) {
+		if (L.why[0] || (round >= 3 && td_now_s() >= end)) {
 			if (td_stop(&td))
 				fail(&L, "prefixd did not stop cleanly (its log is above)");
 			break;

@@ -52,12 +52,9 @@ struct worker {
 static void *client_loop(void *arg)
 {
 	struct worker *w = arg;
-	struct prefixd_layout l = td_layout(1);
-	struct prefixd *c;
-	if (prefixd_connect(w->sock, &l, &c)) {
-		snprintf(w->why, sizeof(w->why), "connect: %s", prefixd_errmsg());
+	struct prefixd *c = td_connect(w->sock, 1, w->why, sizeof(w->why));
+	if (!c)
 		return NULL;
-	}
 	uint32_t t[(SHARED + OWN) * TD_BLOCK_TOKENS];
 	for (int r = 0; r < ROUNDS && !w->why[0]; r++) {
 		/* Own blocks vary by thread and round: publishes and evictions race. */
@@ -168,12 +165,9 @@ int case_daemon_many_clients(char *why, size_t len)
  * restore some, whatever the speed of the writer. */
 static int publish_written(const struct test_daemon *td, char *why, size_t len)
 {
-	struct prefixd_layout l = td_layout(1);
-	struct prefixd *c;
-	if (prefixd_connect(td->sock, &l, &c)) {
-		snprintf(why, len, "connect: %s", prefixd_errmsg());
+	struct prefixd *c = td_connect(td->sock, 1, why, len);
+	if (!c)
 		return -1;
-	}
 	int rc = 0;
 	uint32_t t[(SHARED + OWN) * TD_BLOCK_TOKENS], stored, dedup;
 	for (int id = 0; id < THREADS && !rc; id++)

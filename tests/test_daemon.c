@@ -16,57 +16,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon_asserts.h"
 #include "daemon_cases.h"
-#include "daemon_util.h"
 
 static struct test_daemon td;
 
+/* A daemon with 4-token blocks and 64M, or with args. */
 static void start(const char *const *args)
 {
-	const char *def[] = { "--block-tokens", "4", "--memory", "64M", NULL };
-	cr_assert_eq(td_start(&td, args ? args : def), 0);
-}
-
-static void stop(void)
-{
-	cr_expect_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM, leak-free under LSan");
-}
-
-static struct prefixd *client(uint8_t model)
-{
-	struct prefixd_layout l = td_layout(model);
-	struct prefixd *c;
-	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
-	return c;
-}
-
-static struct prefixd_stats stats(void)
-{
-	struct prefixd_stats s;
-	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
-	return s;
-}
-
-static void wait_leases(uint64_t n)
-{
-	uint64_t now = td_wait_leases(&td, n);
-	cr_assert_eq(now, n, "%llu leases held, not %llu", (unsigned long long)now,
-		     (unsigned long long)n);
-}
-
-/* A prompt of n blocks: ids base, base + 1, ... */
-static void prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
-{
-	for (uint32_t i = 0; i < nblocks * TD_BLOCK_TOKENS; i++)
-		t[i] = base + i;
+	static const char *const def[] = { "--block-tokens", "4", "--memory", "64M", NULL };
+	t_start(&td, args ? args : def, NULL);
 }
 
 Test(daemon, a_published_prefix_is_attached_by_another_client)
 {
 	start(NULL);
 	uint32_t t[6 * TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(t, 6, 100);
-	struct prefixd *a = client(1), *b = client(1);
+	td_prompt(t, 6, 100);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 1);
 	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(stored, 4);
 	uint64_t lease;
@@ -84,7 +51,7 @@ Test(daemon, a_published_prefix_is_attached_by_another_client)
 	cr_assert_eq(prefixd_match(a, t, 6, &lease_a, &hit, kv_a), 0);
 	cr_expect_eq(hit, 6);
 	cr_expect(td_block_ok(t, 5, kv_a[5]));
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.hits, 2);
 	cr_expect_eq(s.hit_tokens, 10 * TD_BLOCK_TOKENS);
 	cr_expect_eq(s.blocks, 6);
@@ -94,20 +61,20 @@ Test(daemon, a_published_prefix_is_attached_by_another_client)
 	cr_expect_eq(prefixd_release(b, lease), 0);
 	cr_expect_eq(prefixd_release(b, lease), -ENOENT, "a lease ends once");
 	cr_expect_eq(prefixd_release(b, lease_a), -ENOENT, "A's lease is not B's to end");
-	wait_leases(1);
+	t_wait_leases(&td, 1);
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, a_prompt_that_diverges_hits_only_its_common_blocks)
 {
 	start(NULL);
 	uint32_t t[4 * TD_BLOCK_TOKENS], u[4 * TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(t, 4, 7);
+	td_prompt(t, 4, 7);
 	memcpy(u, t, sizeof(u));
 	u[2 * TD_BLOCK_TOKENS + 3] = 99999; /* the last token of block 2 differs */
-	struct prefixd *a = client(1);
+	struct prefixd *a = t_client(&td, 1);
 	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0);
 	uint64_t lease;
 	const void *kv[4];
@@ -117,18 +84,18 @@ Test(daemon, a_prompt_that_diverges_hits_only_its_common_blocks)
 	cr_expect_eq(stored, 2, "u's own blocks 2 and 3 join the tree");
 	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0);
 	cr_expect_eq(dedup, 4, "publishing what is there stores nothing");
-	cr_expect_eq(stats().dedup, 4);
+	cr_expect_eq(t_stats(&td).dedup, 4);
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, a_prompt_hashed_as_it_arrives_matches_like_its_tokens)
 {
 	start(NULL);
 	uint32_t t[6 * TD_BLOCK_TOKENS + 2], stored, dedup, hit;
-	prompt(t, 6, 300);
+	td_prompt(t, 6, 300);
 	t[6 * TD_BLOCK_TOKENS] = t[6 * TD_BLOCK_TOKENS + 1] = 5; /* half a block more */
-	struct prefixd *a = client(1), *b = client(1);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 1);
 	cr_assert_eq(td_publish(a, 0, t, 0, 6, &stored, &dedup), 0, "%s", prefixd_errmsg());
 	struct prefixd_layout l = td_layout(1);
 	struct prefixd_prompt *p;
@@ -168,7 +135,7 @@ Test(daemon, a_prompt_hashed_as_it_arrives_matches_like_its_tokens)
 	prefixd_prompt_free(p);
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, a_partition_keeps_its_blocks_in_one_arena)
@@ -179,27 +146,27 @@ Test(daemon, a_partition_keeps_its_blocks_in_one_arena)
 	enum { N = 3000, PER = 60 }; /* td_publish takes up to 64 */
 	uint32_t *t = malloc(PER * TD_BLOCK_TOKENS * sizeof(*t)), stored, dedup;
 	cr_assert_not_null(t);
-	struct prefixd *a = client(1);
+	struct prefixd *a = t_client(&td, 1);
 	for (uint32_t i = 0; i < N; i += PER) {
-		prompt(t, PER, 1 + i * TD_BLOCK_TOKENS);
+		td_prompt(t, PER, 1 + i * TD_BLOCK_TOKENS);
 		cr_assert_eq(td_publish(a, 0, t, 0, PER, &stored, &dedup), 0, "%s",
 			     prefixd_errmsg());
 		cr_expect_eq(stored, PER);
 	}
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.arenas, 1);
 	cr_expect_eq(s.bytes_used, (uint64_t)N * TD_BLOCK_BYTES);
 	prefixd_close(a);
 	free(t);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, other_models_and_salts_never_hit)
 {
 	start(NULL);
 	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(t, 2, 1);
-	struct prefixd *a = client(1), *other = client(2), *salted;
+	td_prompt(t, 2, 1);
+	struct prefixd *a = t_client(&td, 1), *other = t_client(&td, 2), *salted;
 	struct prefixd_layout l = td_layout(1);
 	l.salt = "tenant-b";
 	l.salt_len = 8;
@@ -216,7 +183,7 @@ Test(daemon, other_models_and_salts_never_hit)
 	prefixd_close(a);
 	prefixd_close(other);
 	prefixd_close(salted);
-	stop();
+	t_stop(&td);
 }
 
 /* Runs in a child as user and group 65534 (nobody): connects, matches and
@@ -251,8 +218,8 @@ Test(daemon, another_user_never_sees_or_replaces_your_prefixes)
 	start(args);
 	td_share_dir(&td); /* let the other user reach the socket */
 	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(t, 2, 500);
-	struct prefixd *a = client(1);
+	td_prompt(t, 2, 500);
+	struct prefixd *a = t_client(&td, 1);
 	cr_assert_eq(td_publish(a, 0, t, 0, 2, &stored, &dedup), 0);
 	pid_t pid = fork();
 	if (pid == 0)
@@ -269,19 +236,19 @@ Test(daemon, another_user_never_sees_or_replaces_your_prefixes)
 	cr_assert_eq(prefixd_match(a, t, 2, &lease, &hit, kv), 0);
 	cr_expect_eq(hit, 2);
 	cr_expect(td_block_ok(t, 0, kv[0]) && td_block_ok(t, 1, kv[1]));
-	cr_expect_eq(stats().blocks, 4, "two namespaces, two copies");
+	cr_expect_eq(t_stats(&td).blocks, 4, "two namespaces, two copies");
 	/* A client maps whole arenas: no arena holds two users' blocks. */
-	cr_expect_eq(stats().arenas, 2, "each user's blocks in arenas of their own");
+	cr_expect_eq(t_stats(&td).arenas, 2, "each user's blocks in arenas of their own");
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, a_killed_client_releases_its_leases)
 {
 	start(NULL);
 	uint32_t t[2 * TD_BLOCK_TOKENS], stored, dedup;
-	prompt(t, 2, 3);
-	struct prefixd *a = client(1);
+	td_prompt(t, 2, 3);
+	struct prefixd *a = t_client(&td, 1);
 	cr_assert_eq(td_publish(a, 0, t, 0, 2, &stored, &dedup), 0);
 	int ready[2];
 	cr_assert_eq(pipe(ready), 0);
@@ -301,17 +268,17 @@ Test(daemon, a_killed_client_releases_its_leases)
 	}
 	char ok = 0;
 	cr_assert_eq(read(ready[0], &ok, 1), 1);
-	cr_expect_eq(stats().leases, 1, "the child holds a lease");
+	cr_expect_eq(t_stats(&td).leases, 1, "the child holds a lease");
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	uint64_t leases = 1;
-	for (int i = 0; i < 200 && (leases = stats().leases); i++)
+	for (int i = 0; i < 200 && (leases = t_stats(&td).leases); i++)
 		usleep(10000);
 	cr_expect_eq(leases, 0, "the daemon released the dead client's lease");
 	close(ready[0]);
 	close(ready[1]);
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
@@ -319,12 +286,12 @@ Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
 	/* 1 MiB: 128 blocks of 8 KiB. */
 	const char *args[] = { "--block-tokens", "4", "--memory", "1M", NULL };
 	start(args);
-	struct prefixd *a = client(1), *b = client(1);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 1);
 	uint32_t big[64 * TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(big, 64, 1);
+	td_prompt(big, 64, 1);
 	cr_assert_eq(td_publish(a, 0, big, 0, 64, &stored, &dedup), 0);
 	uint32_t big2[64 * TD_BLOCK_TOKENS];
-	prompt(big2, 64, 100000);
+	td_prompt(big2, 64, 100000);
 	cr_assert_eq(td_publish(a, 0, big2, 0, 64, &stored, &dedup), 0);
 	uint64_t lease, lease2;
 	const void *kv[64];
@@ -334,7 +301,7 @@ Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
 	cr_assert_eq(hit, 64);
 	/* Everything is leased: a new block has nowhere to go. */
 	uint32_t t[TD_BLOCK_TOKENS * 8];
-	prompt(t, 8, 900000);
+	td_prompt(t, 8, 900000);
 	int prc = td_publish(a, 0, t, 0, 1, &stored, &dedup);
 	cr_expect_eq(prc, -ENOSPC, "rc %d: %s", prc, prefixd_errmsg());
 	cr_expect(strstr(prefixd_errmsg(), "budget"), "a clear message: %s", prefixd_errmsg());
@@ -343,10 +310,10 @@ Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
 		cr_expect(td_block_ok(big, i, kv[i]), "leased block %u untouched", i);
 	/* Once big2 is released its leaves go, newest prompt in. */
 	cr_assert_eq(prefixd_release(b, lease2), 0);
-	wait_leases(2); /* b still holds big twice */
+	t_wait_leases(&td, 2); /* b still holds big twice */
 	cr_assert_eq(td_publish(a, 0, t, 0, 8, &stored, &dedup), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(stored, 8);
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.evictions, 8);
 	cr_expect_leq(s.bytes_used, s.budget);
 	cr_expect_eq(s.blocks, 128);
@@ -355,34 +322,34 @@ Test(daemon, the_budget_holds_and_leased_blocks_are_never_evicted)
 	cr_expect_eq(hit, 56);
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, filling_past_the_budget_evicts_least_recently_used)
 {
 	const char *args[] = { "--block-tokens", "4", "--memory", "1M", NULL };
 	start(args);
-	struct prefixd *a = client(1);
+	struct prefixd *a = t_client(&td, 1);
 	uint32_t t[4 * TD_BLOCK_TOKENS], stored, dedup, hit;
 	for (uint32_t p = 0; p < 100; p++) {
-		prompt(t, 4, p * 1000);
+		td_prompt(t, 4, p * 1000);
 		cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0, "prompt %u: %s", p,
 			     prefixd_errmsg());
-		struct prefixd_stats s = stats();
+		struct prefixd_stats s = t_stats(&td);
 		cr_assert_leq(s.bytes_used, s.budget, "after prompt %u", p);
 	}
-	cr_expect_eq(stats().blocks, 128);
-	cr_expect_eq(stats().evictions, 400 - 128);
+	cr_expect_eq(t_stats(&td).blocks, 128);
+	cr_expect_eq(t_stats(&td).evictions, 400 - 128);
 	uint64_t lease;
 	const void *kv[4];
-	prompt(t, 4, 99 * 1000);
+	td_prompt(t, 4, 99 * 1000);
 	cr_assert_eq(prefixd_match(a, t, 4, &lease, &hit, kv), 0);
 	cr_expect_eq(hit, 4, "the newest prompt is whole");
-	prompt(t, 4, 0);
+	td_prompt(t, 4, 0);
 	cr_assert_eq(prefixd_match(a, t, 4, &lease, &hit, kv), 0);
 	cr_expect_eq(hit, 0, "the oldest is gone");
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, hash_collisions_are_detected_and_never_served)
@@ -390,12 +357,12 @@ Test(daemon, hash_collisions_are_detected_and_never_served)
 	/* 1-byte keys: 256 of them for 600 one-block prompts. */
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--test-key-bytes", "1", NULL };
 	start(args);
-	struct prefixd *a = client(1);
+	struct prefixd *a = t_client(&td, 1);
 	enum { N = 600 };
 	static int stored_ok[N];
 	uint32_t t[TD_BLOCK_TOKENS], stored, dedup, hit, kept = 0, refused = 0;
 	for (uint32_t p = 0; p < N; p++) {
-		prompt(t, 1, p * 10);
+		td_prompt(t, 1, p * 10);
 		cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0);
 		stored_ok[p] = stored == 1;
 		kept += stored;
@@ -403,11 +370,11 @@ Test(daemon, hash_collisions_are_detected_and_never_served)
 	}
 	cr_expect_leq(kept, 256, "a key holds one block");
 	cr_expect_gt(refused, N - 256 - 1, "600 prompts cannot fit 256 keys");
-	cr_expect_eq(stats().collisions, refused, "each refusal was a detected collision");
+	cr_expect_eq(t_stats(&td).collisions, refused, "each refusal was a detected collision");
 	for (uint32_t p = 0; p < N; p++) {
 		uint64_t lease;
 		const void *kv[1];
-		prompt(t, 1, p * 10);
+		td_prompt(t, 1, p * 10);
 		cr_assert_eq(prefixd_match(a, t, 1, &lease, &hit, kv), 0);
 		cr_expect_eq(hit, (uint32_t)stored_ok[p], "prompt %u", p);
 		if (hit) {
@@ -416,7 +383,7 @@ Test(daemon, hash_collisions_are_detected_and_never_served)
 		}
 	}
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, the_daemon_rejects_layouts_it_cannot_store)
@@ -433,7 +400,7 @@ Test(daemon, the_daemon_rejects_layouts_it_cannot_store)
 	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -ENOSPC, "a block larger than the budget");
 	l.block_bytes = 8190;
 	cr_expect_eq(prefixd_connect(td.sock, &l, &c), -EINVAL, "not whole f32 per token");
-	stop();
+	t_stop(&td);
 }
 
 /* Waits until only the admin connection is open. */
@@ -449,15 +416,15 @@ Test(daemon, no_descriptor_or_lease_outlives_its_client)
 {
 	start(NULL);
 	uint32_t t[4 * TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(t, 4, 42);
-	struct prefixd *adm, *a = client(1);
+	td_prompt(t, 4, 42);
+	struct prefixd *adm, *a = t_client(&td, 1);
 	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
 	cr_assert_eq(td_publish(a, 0, t, 0, 4, &stored, &dedup), 0);
 	prefixd_close(a);
 	settle(adm);
 	int base = td_open_fds(&td);
 	for (int i = 0; i < 20; i++) {
-		struct prefixd *c = client(1);
+		struct prefixd *c = t_client(&td, 1);
 		uint64_t lease;
 		const void *kv[4];
 		cr_assert_eq(prefixd_match(c, t, 4, &lease, &hit, kv), 0);
@@ -472,7 +439,7 @@ Test(daemon, no_descriptor_or_lease_outlives_its_client)
 	cr_expect_eq(s.leases, 0);
 	cr_expect_eq(s.hits, 20);
 	prefixd_close(adm);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, many_clients_at_once_keep_every_invariant)
@@ -532,13 +499,13 @@ Test(daemon, sizes_may_have_decimals)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *args[] = { "--block-tokens", "4", "--memory", cases[i].memory, NULL };
 		start(args);
-		struct prefixd *c = client(1);
+		struct prefixd *c = t_client(&td, 1);
 		struct prefixd_limits l;
 		cr_expect_eq(prefixd_limits(c, &l), 0, "%s", prefixd_errmsg());
 		cr_expect_eq(l.budget, cases[i].bytes, "--memory %s: %llu bytes", cases[i].memory,
 			     (unsigned long long)l.budget);
 		prefixd_close(c);
-		stop();
+		t_stop(&td);
 	}
 }
 
@@ -567,15 +534,15 @@ Test(daemon, a_live_socket_or_a_file_is_never_taken_over)
 		     prefixd_errmsg());
 	settle(adm);
 	prefixd_close(adm);
-	stop();
+	t_stop(&td);
 }
 
 Test(daemon, a_connection_holds_a_bounded_number_of_leases)
 {
 	start(NULL);
 	uint32_t t[TD_BLOCK_TOKENS], stored, dedup, hit;
-	prompt(t, 1, 77);
-	struct prefixd *a = client(1);
+	td_prompt(t, 1, 77);
+	struct prefixd *a = t_client(&td, 1);
 	cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0);
 	uint64_t lease, last = 0;
 	const void *kv[1];
@@ -589,5 +556,5 @@ Test(daemon, a_connection_holds_a_bounded_number_of_leases)
 	cr_expect_eq(prefixd_release(a, last), 0);
 	cr_expect_eq(prefixd_match(a, t, 1, &lease, &hit, kv), 0, "room again after a release");
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }

@@ -22,7 +22,7 @@
 
 #include "chain.h"
 #include "daemon_cases.h"
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 #include "helpers.h"
 #include "record.h"
 
@@ -33,109 +33,15 @@
 static struct test_daemon td;
 static char disk[PATH_MAX];
 
-static void setup(void)
-{
-	snprintf(disk, sizeof(disk), "/tmp/pfx-disk-XXXXXX");
-	cr_assert(mkdtemp(disk));
-}
-
-static void teardown(void)
-{
-	char out[4096];
-	if (td.pid)
-		td_kill(&td);
-	/* A test that stopped half-way may leave its tmpfs mounted. */
-	td_sh(out, sizeof(out), "mountpoint -q '%s' && umount '%s'; rm -rf '%s'", disk, disk, disk);
-}
-
-TestSuite(disk, .init = setup, .fini = teardown, .timeout = 120);
+T_DISK_SUITE(disk, "disk", 120);
 
 /* ==== The daemon ==== */
 
-static void start(const char *const *extra)
-{
-	const char *base[] = { "--block-tokens", "4", "--disk-dir", disk, NULL };
-	cr_assert_eq(td_start_args(&td, base, extra), 0);
-}
-
-static void stop(void)
-{
-	cr_assert_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM");
-}
-
-static struct prefixd_stats stats(void)
-{
-	struct prefixd_stats s;
-	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
-	return s;
-}
-
-/* Waits (up to 10 s) until nothing waits to be written and `spills`
- * records were written in all. */
-static struct prefixd_stats wait_spilled(uint64_t spills)
-{
-	struct prefixd_stats s;
-	for (int i = 0; i < 1000; i++) {
-		s = stats();
-		if (!s.disk_pending && s.spills >= spills)
-			return s;
-		usleep(10000);
-	}
-	cr_assert_fail("%llu blocks still wait to be written, %llu of %llu written",
-		       (unsigned long long)s.disk_pending, (unsigned long long)s.spills,
-		       (unsigned long long)spills);
-	return s;
-}
-
-static struct prefixd *client(void)
-{
-	struct prefixd_layout l = td_layout(1);
-	struct prefixd *c;
-	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
-	return c;
-}
-
-/* Prompt k: n blocks of tokens no other prompt has. */
-static void prompt(uint32_t k, uint32_t n, uint32_t *t)
-{
-	for (uint32_t i = 0; i < n * BT; i++)
-		t[i] = 1000000 * (k + 1) + i;
-}
-
+/* Publishes prompt k: every block stored or there already. */
 static void publish(struct prefixd *c, uint32_t k, uint32_t n)
 {
-	uint32_t t[64 * BT], stored, dedup;
-	prompt(k, n, t);
-	cr_assert_eq(td_publish(c, 0, t, 0, n, &stored, &dedup), 0, "%s", prefixd_errmsg());
-	cr_assert_eq(stored + dedup, n, "prompt %u: %u stored, %u there already", k, stored, dedup);
-}
-
-struct got {
-	uint32_t hit, from_disk, bad;
-};
-
-/* MATCHes prompt k, checks every byte of what it attached, releases it. */
-static struct got match(struct prefixd *c, uint32_t k, uint32_t n)
-{
-	uint32_t t[64 * BT];
-	const void *kv[64];
-	uint64_t lease;
-	struct got g = { 0 };
-	prompt(k, n, t);
-	/* Odd prompts through the call of earlier releases, which says how
-	 * many came from disk through a thread-local: both stay right. */
-	if (k % 2) {
-		cr_assert_eq(prefixd_match(c, t, n, &lease, &g.hit, kv), 0, "%s", prefixd_errmsg());
-		g.from_disk = prefixd_match_from_disk();
-	} else {
-		cr_assert_eq(prefixd_match2(c, t, n, &lease, &g.hit, &g.from_disk, kv), 0, "%s",
-			     prefixd_errmsg());
-	}
-	for (uint32_t i = 0; i < g.hit; i++)
-		g.bad += !td_block_ok(t, i, kv[i]);
-	if (lease)
-		cr_assert_eq(prefixd_release(c, lease), 0);
-	return g;
+	uint32_t done = t_publish_k(c, k, n);
+	cr_assert_eq(done, n, "prompt %u: %u of %u blocks stored or there already", k, done, n);
 }
 
 /* ==== Records on disk ==== */
@@ -144,7 +50,7 @@ static struct got match(struct prefixd *c, uint32_t k, uint32_t n)
  * token), or "" when there is none. */
 static void record_of(uint32_t k, uint32_t b, char *path, size_t cap)
 {
-	uint32_t first = 1000000 * (k + 1) + b * BT;
+	uint32_t first = TD_PROMPT_K(k) + b * BT;
 	DIR *d = opendir(disk);
 	cr_assert(d);
 	path[0] = 0;
@@ -214,91 +120,85 @@ static void write_all(const char *path, const uint8_t *b, size_t len)
 	close(fd);
 }
 
-static int log_has(const char *what)
-{
-	char out[256];
-	return td_sh(out, sizeof(out), "grep -qF '%s' '%s'", what, td.log) == 0;
-}
-
 /* ==== Tests ==== */
 
 Test(disk, blocks_evicted_from_memory_come_back_from_disk_whole)
 {
 	/* 16 slots of 8 KiB. */
 	const char *args[] = { "--memory", "128K", NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 8);
-	struct prefixd_stats s = wait_spilled(8);
+	struct prefixd_stats s = t_wait_written(&td, 8, 10);
 	cr_expect_eq(s.disk_blocks, 8);
 	cr_expect_eq(s.disk_bytes, 8 * REC_BYTES);
 	cr_expect_eq(count_files(".rec"), 8);
 	publish(c, 1, 16); /* memory holds only these now */
-	s = wait_spilled(24);
+	s = t_wait_written(&td, 24, 10);
 	cr_expect_eq(s.blocks, 16);
 	cr_expect_eq(s.evictions, 8);
 	cr_expect_eq(s.disk_blocks, 24, "eviction from memory keeps the records");
-	struct got g = match(c, 0, 8);
+	struct t_got g = t_match_k(c, 0, 8);
 	cr_expect_eq(g.hit, 8, "the evicted prompt is served again");
 	cr_expect_eq(g.from_disk, 8, "and the reply says it came from disk");
 	cr_expect_eq(g.bad, 0, "every byte as published");
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_eq(s.restores, 8);
 	cr_expect_eq(s.restore_bytes, 8 * BB);
 	cr_expect_eq(s.disk_corrupt, 0);
-	g = match(c, 0, 8);
+	g = t_match_k(c, 0, 8);
 	cr_expect_eq(g.hit, 8);
 	cr_expect_eq(g.from_disk, 0, "now in memory again");
-	g = match(c, 1, 16);
+	g = t_match_k(c, 1, 16);
 	cr_expect_eq(g.hit, 16, "the other prompt, partly read back");
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, a_graceful_restart_keeps_every_block)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 4; k++)
 		publish(c, k, 8);
 	prefixd_close(c);
 	/* No wait: SIGTERM writes what is held only in memory. */
-	stop();
+	t_stop(&td);
 	cr_expect_eq(count_files(".rec"), 32);
 	cr_expect_eq(count_files(".tmp"), 0);
-	start(NULL);
-	struct prefixd_stats s = stats();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, 32, "the index is rebuilt from the directory");
 	cr_expect_eq(s.disk_bytes, 32 * REC_BYTES);
 	cr_expect_eq(s.blocks, 0, "nothing in memory yet");
-	c = client();
+	c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 4; k++) {
-		struct got g = match(c, k, 8);
+		struct t_got g = t_match_k(c, k, 8);
 		cr_expect_eq(g.hit, 8, "prompt %u", k);
 		cr_expect_eq(g.from_disk, 8, "prompt %u", k);
 		cr_expect_eq(g.bad, 0, "prompt %u", k);
 	}
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, after_kill_9_everything_written_is_served_again)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 6);
-	wait_spilled(6);
+	t_wait_written(&td, 6, 10);
 	prefixd_close(c);
 	td_kill(&td);
-	start(NULL);
-	c = client();
-	struct got g = match(c, 0, 6);
+	t_start_disk(&td, disk, NULL);
+	c = t_client(&td, 1);
+	struct t_got g = t_match_k(c, 0, 6);
 	cr_expect_eq(g.hit, 6);
 	cr_expect_eq(g.from_disk, 6);
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 #define NPROMPTS 300
@@ -306,7 +206,7 @@ Test(disk, after_kill_9_everything_written_is_served_again)
 Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 {
 	const char *args[] = { "--memory", "1M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	int ready[2];
 	cr_assert_eq(pipe(ready), 0);
 	pid_t kid = fork();
@@ -319,7 +219,7 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 			_exit(1);
 		uint32_t t[32 * BT], stored, dedup;
 		for (uint32_t k = 0; k < NPROMPTS; k++) {
-			prompt(k, 32, t);
+			td_prompt(t, 32, TD_PROMPT_K(k));
 			if (td_publish(cc, 0, t, 0, 32, &stored, &dedup))
 				_exit(0);
 			if (k == 20 && write(ready[1], "x", 1) != 1)
@@ -332,17 +232,17 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 	cr_assert_eq(read(ready[0], &x, 1), 1, "the publisher got going");
 	close(ready[0]);
 	usleep(200000); /* publishing and spilling flat out meanwhile */
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_gt(s.disk_pending + s.spills, 0);
 	td_kill(&td);
 	kill(kid, SIGKILL);
 	waitpid(kid, NULL, 0);
-	start(args);
-	uint64_t on_disk = stats().disk_blocks;
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	uint64_t on_disk = t_stats(&td).disk_blocks;
+	struct prefixd *c = t_client(&td, 1);
 	uint32_t served = 0, bad = 0;
 	for (uint32_t k = 0; k < NPROMPTS; k++) {
-		struct got g = match(c, k, 32);
+		struct t_got g = t_match_k(c, k, 32);
 		served += g.hit;
 		bad += g.bad;
 	}
@@ -351,7 +251,7 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
 	cr_expect_eq(bad, 0, "and every byte of it is as published");
 	cr_expect_eq(count_files(".tmp"), 0, "records cut short were deleted at start");
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 /* Damages records of five prompts after a graceful stop; the next start
@@ -359,12 +259,12 @@ Test(disk, kill_9_during_heavy_spilling_serves_only_whole_blocks)
  * after a kill -9. */
 static void damaged_records(bool scan)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 5; k++)
 		publish(c, k, 4);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 	char p[PATH_MAX + 256];
 	/* 0: a payload byte of block 2 (found only when it is read back). */
 	record_of(0, 2, p, sizeof(p));
@@ -411,10 +311,10 @@ static void damaged_records(bool scan)
 	cr_assert_eq(access(manifest, F_OK), 0, "a graceful stop writes a manifest");
 	if (scan)
 		cr_assert_eq(unlink(manifest), 0);
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	cr_expect_eq(access(manifest, F_OK), -1, "a start deletes the manifest it read");
-	cr_expect(log_has(scan ? "from a scan" : "from the manifest"), "the log says how");
-	struct prefixd_stats s = stats();
+	cr_expect(td_log_has(&td, scan ? "from a scan" : "from the manifest"), "the log says how");
+	struct prefixd_stats s = t_stats(&td);
 	if (scan) {
 		cr_expect_eq(s.disk_corrupt, 4, "the head, the cut and the two planted ones, at start");
 		cr_expect_eq(s.disk_blocks, 4 + 1 + 0 + 0 + 0,
@@ -423,30 +323,30 @@ static void damaged_records(bool scan)
 		cr_expect_eq(s.disk_corrupt, 0, "the manifest's heads are intact");
 		cr_expect_eq(s.disk_blocks, 20);
 	}
-	c = client();
-	struct got g = match(c, 0, 4);
+	c = t_client(&td, 1);
+	struct t_got g = t_match_k(c, 0, 4);
 	cr_expect_eq(g.hit, 2, "prompt 0 is served up to its damaged payload");
 	cr_expect_eq(g.bad, 0);
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_eq(s.disk_corrupt, scan ? 5 : 1, "the payload, when read back");
 	uint32_t want_hit[5] = { 2, 1, 0, 0, 0 };
 	for (uint32_t k = 1; k < 5; k++) {
-		g = match(c, k, 4);
+		g = t_match_k(c, k, 4);
 		cr_expect_eq(g.hit, want_hit[k], "prompt %u: %u hit", k, g.hit);
 		cr_expect_eq(g.bad, 0, "prompt %u", k);
 	}
-	cr_expect_eq(stats().disk_corrupt, 5, "each bad record is counted once, however found");
+	cr_expect_eq(t_stats(&td).disk_corrupt, 5, "each bad record is counted once, however found");
 	if (scan) {
-		cr_expect(log_has("its hash does not follow its chain"), "the planted model's record is named in the log");
-		cr_expect(log_has("filed under another block"), "the planted user's record is named in the log");
+		cr_expect(td_log_has(&td, "its hash does not follow its chain"), "the planted model's record is named in the log");
+		cr_expect(td_log_has(&td, "filed under another block"), "the planted user's record is named in the log");
 	}
 	/* The client computes them again and publishes them: whole again. */
 	publish(c, 0, 4);
-	g = match(c, 0, 4);
+	g = t_match_k(c, 0, 4);
 	cr_expect_eq(g.hit, 4);
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, damaged_cut_short_and_planted_records_found_by_a_scan_are_dropped_and_never_served)
@@ -465,14 +365,14 @@ Test(disk, the_disk_budget_lets_the_least_recently_used_go_and_respects_pins)
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(40 * REC_BYTES));
 	const char *args[] = { "--memory", "64K", "--pin-max", "32K", "--disk-budget", budget, NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 4);
-	wait_spilled(4);
+	t_wait_written(&td, 4, 10);
 	struct prefixd *adm;
 	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
 	uint32_t t[4 * BT];
-	prompt(0, 4, t);
+	td_prompt(t, 4, TD_PROMPT_K(0));
 	struct prefixd_id id;
 	struct prefixd_prompt *pp;
 	struct prefixd_layout l = td_layout(1);
@@ -484,20 +384,20 @@ Test(disk, the_disk_budget_lets_the_least_recently_used_go_and_respects_pins)
 	cr_assert_eq(prefixd_pin(adm, &id, 0, &pinned), 0, "%s", prefixd_errmsg());
 	for (uint32_t k = 1; k < 20; k++) {
 		publish(c, k, 4);
-		struct prefixd_stats s = wait_spilled(4 + 4 * k);
+		struct prefixd_stats s = t_wait_written(&td, 4 + 4 * k, 10);
 		cr_expect_leq(s.disk_bytes, 40 * REC_BYTES, "after prompt %u", k);
 	}
-	struct prefixd_stats s = wait_spilled(0);
+	struct prefixd_stats s = t_wait_written(&td, 0, 10);
 	cr_expect_gt(s.disk_evictions, 0);
 	cr_expect_eq(s.disk_bytes, s.disk_blocks * REC_BYTES);
-	struct got g = match(c, 0, 4);
+	struct t_got g = t_match_k(c, 0, 4);
 	cr_expect_eq(g.hit, 4, "the pinned prompt stayed");
 	cr_expect_eq(g.from_disk, 0, "in memory");
-	g = match(c, 1, 4);
+	g = t_match_k(c, 1, 4);
 	cr_expect_eq(g.hit, 0, "the oldest unpinned prompt went from disk too");
-	g = match(c, 19, 4);
+	g = t_match_k(c, 19, 4);
 	cr_expect_eq(g.hit, 4, "the newest is there");
-	g = match(c, 12, 4);
+	g = t_match_k(c, 12, 4);
 	cr_expect_eq(g.hit, 4, "recent ones too, from disk");
 	cr_expect_eq(g.from_disk, 4);
 	cr_expect_eq(g.bad, 0);
@@ -507,13 +407,13 @@ Test(disk, the_disk_budget_lets_the_least_recently_used_go_and_respects_pins)
 	for (int i = 0; i < 500 && files != blocks; i++) {
 		if (i)
 			usleep(10000);
-		blocks = (int)stats().disk_blocks;
+		blocks = (int)t_stats(&td).disk_blocks;
 		files = count_files(".rec");
 	}
 	cr_expect_eq(files, blocks, "deleted records are gone from the directory");
 	prefixd_close(adm);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, a_full_disk_budget_keeps_blocks_in_memory_and_says_so)
@@ -522,13 +422,13 @@ Test(disk, a_full_disk_budget_keeps_blocks_in_memory_and_says_so)
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(20 * REC_BYTES));
 	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 10; k++)
 		publish(c, k, 8);
 	struct prefixd_stats s;
 	for (int i = 0; i < 500; i++) {
-		s = stats();
+		s = t_stats(&td);
 		if (s.spills == 20)
 			break;
 		usleep(10000);
@@ -537,20 +437,20 @@ Test(disk, a_full_disk_budget_keeps_blocks_in_memory_and_says_so)
 	cr_expect_eq(s.disk_pending, 60, "the rest waits, in memory");
 	cr_expect_eq(s.blocks, 80, "nothing lost from memory");
 	for (uint32_t k = 0; k < 10; k++) {
-		struct got g = match(c, k, 8);
+		struct t_got g = t_match_k(c, k, 8);
 		cr_expect_eq(g.hit, 8, "prompt %u", k);
 		cr_expect_eq(g.bad, 0);
 	}
-	for (int i = 0; i < 100 && !log_has("the disk budget is full"); i++)
+	for (int i = 0; i < 100 && !td_log_has(&td, "the disk budget is full"); i++)
 		usleep(10000);
-	cr_expect(log_has("the disk budget is full"), "a line in the log");
+	cr_expect(td_log_has(&td, "the disk budget is full"), "a line in the log");
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, a_second_daemon_on_one_directory_is_refused)
 {
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	char out[4096], sock[PATH_MAX + 32];
 	snprintf(sock, sizeof(sock), "%s/second.sock", disk);
 	int st = td_sh(out, sizeof(out), "timeout 10 %s --block-tokens 4 --socket %s --disk-dir %s", PREFIXD_EXE,
@@ -560,12 +460,12 @@ Test(disk, a_second_daemon_on_one_directory_is_refused)
 	snprintf(want, sizeof(want), "in use by another prefixd (pid %d)", (int)td.pid);
 	cr_expect(strstr(out, want), "%s", out);
 	cr_expect_eq(access(sock, F_OK), -1, "it never listened");
-	stop();
+	t_stop(&td);
 	/* Once the first is gone, the directory is free again (also after a kill -9). */
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	td_kill(&td);
-	start(NULL);
-	stop();
+	t_start_disk(&td, disk, NULL);
+	t_stop(&td);
 }
 
 Test(disk, bad_flags_are_refused)
@@ -581,56 +481,51 @@ Test(disk, bad_flags_are_refused)
 
 /* ==== Export and import ==== */
 
-static int ctl(char *out, size_t cap, const char *fmt_args, const char *file)
-{
-	return td_sh(out, cap, "%s --socket %s %s %s", PREFIXCTL, td.sock, fmt_args, file);
-}
-
 Test(disk, an_export_imported_into_a_fresh_daemon_gives_hits)
 {
 	/* 8 slots: of two 6-block prompts, part is on disk only. */
 	const char *args[] = { "--memory", "64K", NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 6);
-	wait_spilled(6);
+	t_wait_written(&td, 6, 10);
 	publish(c, 1, 6);
-	struct prefixd_stats s = wait_spilled(12);
+	struct prefixd_stats s = t_wait_written(&td, 12, 10);
 	cr_assert_lt(s.blocks, 12, "some blocks are on disk only");
 	prefixd_close(c);
 	char file[PATH_MAX + 32], out[4096];
 	snprintf(file, sizeof(file), "%s/all.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "export", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export", file), 0, "%s", out);
 	cr_expect(strstr(out, "exported 12 blocks"), "%s", out);
 	struct stat st;
 	cr_assert_eq(stat(file, &st), 0);
 	cr_expect_eq(st.st_size, 12 * REC_BYTES, "records in the disk format");
 	cr_expect_eq(st.st_mode & 0777, 0600);
-	stop();
+	t_stop(&td);
 	/* Another daemon, without a disk. */
 	const char *plain[] = { "--block-tokens", "4", NULL };
 	cr_assert_eq(td_start(&td, plain), 0);
-	cr_assert_eq(ctl(out, sizeof(out), "import", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "import", file), 0, "%s", out);
 	cr_expect(strstr(out, "imported 12 blocks"), "%s", out);
-	c = client();
+	c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 2; k++) {
-		struct got g = match(c, k, 6);
+		struct t_got g = t_match_k(c, k, 6);
 		cr_expect_eq(g.hit, 6, "prompt %u", k);
 		cr_expect_eq(g.bad, 0, "prompt %u", k);
 		cr_expect_eq(g.from_disk, 0);
 	}
 	/* Again: everything is there already. */
-	cr_assert_eq(ctl(out, sizeof(out), "import", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "import", file), 0, "%s", out);
 	cr_expect(strstr(out, "imported 0 blocks (0 B) from"), "%s", out);
 	cr_expect(strstr(out, "12 already cached"), "%s", out);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, an_export_by_id_or_user_takes_what_they_select_and_import_user_moves_it)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 3);
 	publish(c, 1, 5);
 	prefixd_close(c);
@@ -641,20 +536,20 @@ Test(disk, an_export_by_id_or_user_takes_what_they_select_and_import_user_moves_
 	snprintf(file, sizeof(file), "%s/one.pfx", disk);
 	char sel[256];
 	snprintf(sel, sizeof(sel), "export --id %s", id);
-	cr_assert_eq(ctl(out, sizeof(out), sel, file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), sel, file), 0, "%s", out);
 	cr_expect(strstr(out, "exported 3 blocks"), "%s", out);
 	snprintf(file, sizeof(file), "%s/nobody.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "export --user 4242", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export --user 4242", file), 0, "%s", out);
 	cr_expect(strstr(out, "exported 0 blocks"), "%s", out);
 	snprintf(file, sizeof(file), "%s/none.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "export --id 0123456789ab", file), 1, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export --id 0123456789ab", file), 1, "%s", out);
 	cr_expect(access(file, F_OK), "a failed export leaves no file");
 	snprintf(file, sizeof(file), "%s/one.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "import --user 4242", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "import --user 4242", file), 0, "%s", out);
 	cr_expect(strstr(out, "imported 3 blocks"), "%s", out);
 	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s ls --user 4242", PREFIXCTL, td.sock), 0, "%s", out);
 	cr_expect(strstr(out, "1 chain"), "the chain, in user 4242's namespace: %s", out);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, a_damaged_foreign_or_strange_file_is_refused_and_nothing_is_imported)
@@ -675,49 +570,49 @@ Test(disk, a_damaged_foreign_or_strange_file_is_refused_and_nothing_is_imported)
 	prefixd_close(c);
 	char foreign[PATH_MAX + 32], out[4096];
 	snprintf(foreign, sizeof(foreign), "%s/eight.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "export", foreign), 0, "%s", out);
-	stop();
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export", foreign), 0, "%s", out);
+	t_stop(&td);
 
-	start(NULL);
-	c = client();
+	t_start_disk(&td, disk, NULL);
+	c = t_client(&td, 1);
 	publish(c, 0, 4);
 	prefixd_close(c);
 	char good[PATH_MAX + 32], bad[PATH_MAX + 32], junk[PATH_MAX + 32];
 	snprintf(good, sizeof(good), "%s/good.pfx", disk);
 	snprintf(bad, sizeof(bad), "%s/bad.pfx", disk);
 	snprintf(junk, sizeof(junk), "%s/junk.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "export", good), 0, "%s", out);
-	cr_assert_eq(ctl(out, sizeof(out), "evict --all", ""), 0, "%s", out);
-	uint64_t published = stats().published;
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export", good), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "evict --all", ""), 0, "%s", out);
+	uint64_t published = t_stats(&td).published;
 	size_t len;
 	uint8_t *b = read_all(good, &len);
 	b[3 * REC_BYTES + 4096 + 10] ^= 1; /* the last record's payload */
 	write_all(bad, b, len);
 	write_all(junk, b + 1, len - 1);
 	free(b);
-	cr_expect_eq(ctl(out, sizeof(out), "import", bad), 1, "%s", out);
+	cr_expect_eq(t_ctl(&td, out, sizeof(out), "import", bad), 1, "%s", out);
 	cr_expect(strstr(out, "record 3") && strstr(out, "nothing was imported"), "%s", out);
-	cr_expect_eq(ctl(out, sizeof(out), "import", junk), 1, "%s", out);
+	cr_expect_eq(t_ctl(&td, out, sizeof(out), "import", junk), 1, "%s", out);
 	cr_expect(strstr(out, "record 0"), "%s", out);
-	cr_expect_eq(ctl(out, sizeof(out), "import", foreign), 1, "%s", out);
+	cr_expect_eq(t_ctl(&td, out, sizeof(out), "import", foreign), 1, "%s", out);
 	cr_expect(strstr(out, "not of this daemon's size"), "%s", out);
-	cr_expect_eq(ctl(out, sizeof(out), "import", "/nonexistent/file"), 1, "%s", out);
+	cr_expect_eq(t_ctl(&td, out, sizeof(out), "import", "/nonexistent/file"), 1, "%s", out);
 	cr_expect(strstr(out, "cannot read /nonexistent/file"), "%s", out);
-	cr_expect_eq(stats().published, published, "nothing was stored");
-	c = client();
-	cr_expect_eq(match(c, 0, 4).hit, 0);
+	cr_expect_eq(t_stats(&td).published, published, "nothing was stored");
+	c = t_client(&td, 1);
+	cr_expect_eq(t_match_k(c, 0, 4).hit, 0);
 	prefixd_close(c);
-	cr_expect_eq(ctl(out, sizeof(out), "import", good), 0, "%s", out);
-	c = client();
-	cr_expect_eq(match(c, 0, 4).hit, 4, "the good file still imports");
+	cr_expect_eq(t_ctl(&td, out, sizeof(out), "import", good), 0, "%s", out);
+	c = t_client(&td, 1);
+	cr_expect_eq(t_match_k(c, 0, 4).hit, 4, "the good file still imports");
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, export_and_import_take_only_a_regular_file_open_the_right_way)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 2);
 	prefixd_close(c);
 	struct prefixd *adm;
@@ -747,7 +642,7 @@ Test(disk, export_and_import_take_only_a_regular_file_open_the_right_way)
 	struct prefixd_stats s;
 	cr_expect_eq(prefixd_stats(adm, &s), 0);
 	prefixd_close(adm);
-	stop();
+	t_stop(&td);
 }
 
 /* ==== The runtime on a prefix read back from disk ==== */
@@ -761,14 +656,14 @@ Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
 	int32_t *tok = expected_i32(MODEL, "tokens", &ntok);
 	char *head = tokens_csv(tok, HEAD), *all = tokens_csv(tok, ntok);
 	char out[PATH_MAX + 32];
-	start(NULL);
+	t_start_disk(&td, disk, NULL);
 	snprintf(out, sizeof(out), "%s/a.npy", disk);
 	struct cmd_result a = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
 				  fixtures_dir(), td.sock, head, out);
 	cr_assert_eq(a.status, 0, "%s", a.out);
 	cr_expect(strstr(a.out, "6 new blocks published"), "%s", a.out);
-	stop(); /* the prefix is written out; after the restart it is on disk only */
-	start(NULL);
+	t_stop(&td); /* the prefix is written out; after the restart it is on disk only */
+	t_start_disk(&td, disk, NULL);
 	snprintf(out, sizeof(out), "%s/b.npy", disk);
 	struct cmd_result b = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
 				  fixtures_dir(), td.sock, all, out);
@@ -785,7 +680,7 @@ Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
 	float *hf = expected_f32(MODEL, "logits_full", &nl);
 	d = max_abs_diff(got, hf + HEAD * V, rows * V);
 	cr_expect_leq(d, TOL_LOGITS, "and vs transformers: %g", d);
-	cr_expect_eq(stats().restores, 6);
+	cr_expect_eq(t_stats(&td).restores, 6);
 	free(hf);
 	free(got);
 	free(ref);
@@ -793,30 +688,30 @@ Test(disk, logits_on_a_prefix_read_back_from_disk_equal_an_uncached_run)
 	free(head);
 	free(all);
 	free(tok);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, a_damaged_manifest_falls_back_to_a_scan)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 5);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 	char manifest[PATH_MAX + 32];
 	snprintf(manifest, sizeof(manifest), "%s/manifest", disk);
 	flip_byte(manifest, 32 + 200);
-	start(NULL);
-	cr_expect(log_has("the manifest: it is damaged: scanning the directory instead"));
-	cr_expect(log_has("from a scan"));
-	cr_expect_eq(stats().disk_blocks, 5);
-	c = client();
-	struct got g = match(c, 0, 5);
+	t_start_disk(&td, disk, NULL);
+	cr_expect(td_log_has(&td, "the manifest: it is damaged: scanning the directory instead"));
+	cr_expect(td_log_has(&td, "from a scan"));
+	cr_expect_eq(t_stats(&td).disk_blocks, 5);
+	c = t_client(&td, 1);
+	struct t_got g = t_match_k(c, 0, 5);
 	cr_expect_eq(g.hit, 5);
 	cr_expect_eq(g.from_disk, 5);
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, many_clients_at_once_with_spills_and_restores_keep_every_byte)
@@ -829,29 +724,28 @@ Test(disk, a_full_file_system_keeps_blocks_in_memory_and_says_so)
 {
 	/* A file system of 160 KiB (13 records), under a budget of 10 MiB. */
 	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=160k prefixd-test '%s'", disk), 0,
-		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	t_mount_tmpfs(disk, "160k");
 	const char *args[] = { "--memory", "1M", "--disk-budget", "10M", NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 5; k++)
 		publish(c, k, 8);
-	for (int i = 0; i < 300 && !log_has("is full: blocks stay in memory only"); i++)
+	for (int i = 0; i < 300 && !td_log_has(&td, "is full: blocks stay in memory only"); i++)
 		usleep(10000);
-	cr_expect(log_has("is full: blocks stay in memory only"), "a line in the log");
-	struct prefixd_stats s = stats();
+	cr_expect(td_log_has(&td, "is full: blocks stay in memory only"), "a line in the log");
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_lt(s.spills, 14, "no more records than the file system holds: %llu",
 		     (unsigned long long)s.spills);
 	cr_expect_gt(s.disk_pending, 0, "the rest waits");
 	cr_expect_eq(s.blocks, 40, "nothing lost from memory");
 	for (uint32_t k = 0; k < 5; k++) {
-		struct got g = match(c, k, 8);
+		struct t_got g = t_match_k(c, k, 8);
 		cr_expect_eq(g.hit, 8, "prompt %u", k);
 		cr_expect_eq(g.bad, 0);
 	}
 	cr_expect_eq(count_files(".tmp"), 0, "a record that did not fit is not left half-written");
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 	cr_expect_eq(td_sh(out, sizeof(out), "umount '%s'", disk), 0, "%s", out);
 }
 
@@ -859,12 +753,12 @@ Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
 {
 	/* 8 slots: prompt 0 leaves memory for prompt 1. */
 	const char *args[] = { "--memory", "64K", NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 6);
-	wait_spilled(6);
+	t_wait_written(&td, 6, 10);
 	publish(c, 1, 6);
-	wait_spilled(12);
+	t_wait_written(&td, 12, 10);
 	prefixd_close(c);
 	char out[16384];
 	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s ls --json", PREFIXCTL, td.sock), 0, "%s", out);
@@ -882,8 +776,8 @@ Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
 	cr_expect(strstr(out, "\"disk_corrupt\":0"), "%s", out);
 	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats", PREFIXCTL, td.sock), 0, "%s", out);
 	cr_expect(strstr(out, "disk budget in use: 56.2%"), "%s", out);
-	c = client();
-	cr_expect_eq(match(c, 0, 6).from_disk, 4, "memory kept its first 2 blocks (leaves go first)");
+	c = t_client(&td, 1);
+	cr_expect_eq(t_match_k(c, 0, 6).from_disk, 4, "memory kept its first 2 blocks (leaves go first)");
 	prefixd_close(c);
 	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats --prometheus", PREFIXCTL, td.sock), 0, "%s", out);
 	cr_expect(strstr(out, "prefixd_disk_restores_total 4"), "%s", out);
@@ -891,17 +785,17 @@ Test(disk, prefixctl_shows_where_chains_live_and_the_disk_counters)
 	cr_expect(strstr(out, want), "%s in %s", want, out);
 	cr_expect(strstr(out, "prefixd_disk_usage_bytes "), "%s", out);
 	cr_expect(strstr(out, "# TYPE prefixd_disk_corrupt_records_total counter"), "%s", out);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, an_import_that_files_blocks_of_another_size_under_a_root_is_not_stored)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 2);
 	char file[PATH_MAX + 32], out[4096];
 	snprintf(file, sizeof(file), "%s/one.pfx", disk);
-	cr_assert_eq(ctl(out, sizeof(out), "export", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export", file), 0, "%s", out);
 	/* Record 0 again, with a payload twice the root's block size and
 	 * tokens of its own (a valid chain hash, valid checksums). */
 	size_t len;
@@ -919,14 +813,14 @@ Test(disk, an_import_that_files_blocks_of_another_size_under_a_root_is_not_store
 	cr_assert_gt(n, 0);
 	write_all(file, forged, (size_t)n);
 	free(rec);
-	cr_assert_eq(ctl(out, sizeof(out), "import", file), 1, "not every block imported: %s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "import", file), 1, "not every block imported: %s", out);
 	cr_expect(strstr(out, "imported 0 blocks"), "%s", out);
 	cr_expect(strstr(out, "1 without a parent"), "counted as not storable: %s", out);
-	struct got g = match(c, 0, 2);
+	struct t_got g = t_match_k(c, 0, 2);
 	cr_expect_eq(g.hit, 2, "the model's own blocks are untouched");
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 /* Records in the directory whose files were made after t (their birth
@@ -959,11 +853,11 @@ Test(disk, new_records_take_over_the_files_of_records_that_left)
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(40 * REC_BYTES));
 	const char *args[] = { "--memory", "64K", "--disk-budget", budget, NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 10; k++) {
 		publish(c, k, 4);
-		wait_spilled(4 + 4 * k);
+		t_wait_written(&td, 4 + 4 * k, 10);
 	}
 	/* The budget is full: from now on, a file made is one too many. */
 	struct statx now;
@@ -974,9 +868,9 @@ Test(disk, new_records_take_over_the_files_of_records_that_left)
 	unlink(mark);
 	for (uint32_t k = 10; k < 20; k++) {
 		publish(c, k, 4);
-		wait_spilled(4 + 4 * k);
+		t_wait_written(&td, 4 + 4 * k, 10);
 	}
-	struct prefixd_stats s = wait_spilled(80);
+	struct prefixd_stats s = t_wait_written(&td, 80, 10);
 	cr_expect_gt(s.disk_evictions, 0);
 	int all, made = records_born_after(&now.stx_btime, &all);
 	/* A record of its own for each would be 40 new files; a batch may
@@ -984,22 +878,22 @@ Test(disk, new_records_take_over_the_files_of_records_that_left)
 	cr_expect_eq(all, 40);
 	cr_expect_leq(made, 4, "%d of the last 40 records got new files", made);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 	/* Every record written over is whole: all of them read back. */
-	start(args);
-	c = client();
+	t_start_disk(&td, disk, args);
+	c = t_client(&td, 1);
 	uint32_t hits = 0, bad = 0;
 	for (uint32_t k = 10; k < 20; k++) {
-		struct got g = match(c, k, 4);
+		struct t_got g = t_match_k(c, k, 4);
 		hits += g.hit;
 		bad += g.bad;
 	}
 	cr_expect_eq(hits, 40, "the last 10 prompts come back from disk");
 	cr_expect_eq(bad, 0);
-	cr_expect_eq(stats().disk_corrupt, 0);
+	cr_expect_eq(t_stats(&td).disk_corrupt, 0);
 	cr_expect_eq(count_files(".tmp"), 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 /* ==== The default disk budget and a small disk ==== */
@@ -1038,13 +932,6 @@ static uint64_t expected_budget(uint64_t memory)
 	return want > records ? want : records;
 }
 
-static void mount_small(const char *size)
-{
-	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=%s prefixd-test '%s'", size, disk),
-		     0, "these tests run as root, who may mount a small tmpfs: %s", out);
-}
-
 /* Fills what the file system has left with one file. */
 static void fill_disk(void)
 {
@@ -1060,9 +947,9 @@ static void fill_disk(void)
 
 static void expect_all_served(void)
 {
-	struct prefixd *c = client();
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < SMALL_PROMPTS; k++) {
-		struct got g = match(c, k, SMALL_BLOCKS);
+		struct t_got g = t_match_k(c, k, SMALL_BLOCKS);
 		cr_expect_eq(g.hit, SMALL_BLOCKS, "prompt %u: every block served again", k);
 		cr_expect_eq(g.bad, 0, "prompt %u", k);
 	}
@@ -1075,44 +962,44 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 	 * the budget. 512 records of 12 KiB (6 MiB): more than 90% of what
 	 * is left free once they are written, so a budget of the free space
 	 * alone would delete most of them at a restart. */
-	mount_small("8m");
+	t_mount_tmpfs(disk, "8m");
 	const uint64_t mem = 8u << 20;
 	const char *args[] = { "--memory", "8M", NULL };
 	uint64_t want = expected_budget(mem);
 	cr_assert_lt(want, 4 * mem, "the disk, not the memory, bounds this budget");
-	start(args);
-	struct prefixd_stats s = stats();
+	t_start_disk(&td, disk, args);
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.disk_budget, want, "the default budget is 90%% of the free space: %llu, not %llu",
 		     (unsigned long long)s.disk_budget, (unsigned long long)want);
-	struct prefixd *c = client();
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < SMALL_PROMPTS; k++)
 		publish(c, k, SMALL_BLOCKS);
 	prefixd_close(c);
-	wait_spilled(SMALL_PROMPTS * SMALL_BLOCKS);
-	stop();
+	t_wait_written(&td, SMALL_PROMPTS * SMALL_BLOCKS, 10);
+	t_stop(&td);
 	const int n = SMALL_PROMPTS * SMALL_BLOCKS;
 	cr_assert_eq(count_files(".rec"), n);
 
 	/* A restart: the records count as usable space. */
 	want = expected_budget(mem);
-	start(args);
-	s = stats();
+	t_start_disk(&td, disk, args);
+	s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, (uint64_t)n, "every record is loaded again");
 	cr_expect_eq(s.disk_budget, want, "90%% of the free space and the records: %llu, not %llu",
 		     (unsigned long long)s.disk_budget, (unsigned long long)want);
-	cr_expect(log_has(" 0 others dropped"), "nothing dropped");
+	cr_expect(td_log_has(&td, " 0 others dropped"), "nothing dropped");
 	expect_all_served();
-	stop();
+	t_stop(&td);
 
 	/* Another file takes the rest of the disk: the budget is then the
 	 * records themselves, and a restart still keeps them all. */
 	fill_disk();
-	start(args);
-	s = stats();
+	t_start_disk(&td, disk, args);
+	s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, (uint64_t)n, "every record is loaded again on a full disk");
 	cr_expect_eq(s.disk_budget, (uint64_t)n * REC_BYTES, "the budget holds what is there");
 	expect_all_served();
-	stop();
+	t_stop(&td);
 	cr_expect_eq(count_files(".rec"), n);
 
 	/* Only an explicit, smaller --disk-budget deletes intact records,
@@ -1120,30 +1007,30 @@ Test(disk, a_restart_keeps_every_record_on_a_small_disk_and_the_default_budget_i
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(100 * REC_BYTES));
 	const char *lower[] = { "--memory", "8M", "--disk-budget", budget, NULL };
-	start(lower);
-	s = stats();
+	t_start_disk(&td, disk, lower);
+	s = t_stats(&td);
 	cr_expect_eq(s.disk_blocks, 100);
 	char line[128];
 	snprintf(line, sizeof(line), "%d intact records (", n - 100);
-	if (!log_has(line)) {
+	if (!td_log_has(&td, line)) {
 		char out[16384];
 		td_sh(out, sizeof(out), "grep -v ': the disk budget is full: deleted' '%s'", td.log);
 		cr_expect_fail("the log counts the records the smaller budget deleted (%s): %s", line, out);
 	}
-	cr_expect(log_has("more than --disk-budget"), "and says why");
-	stop();
+	cr_expect(td_log_has(&td, "more than --disk-budget"), "and says why");
+	t_stop(&td);
 	cr_expect_eq(count_files(".rec"), 100);
 }
 
 Test(disk, a_disk_full_at_stop_says_so)
 {
-	mount_small("1m");
+	t_mount_tmpfs(disk, "1m");
 	const char *args[] = { "--memory", "1M", NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	publish(c, 0, 8);
 	prefixd_close(c);
-	wait_spilled(8);
+	t_wait_written(&td, 8, 10);
 	fill_disk();
 	/* SIGTERM: the manifest cannot be written. The log is read before
 	 * td_stop removes it. */
@@ -1152,8 +1039,8 @@ Test(disk, a_disk_full_at_stop_says_so)
 	cr_assert_eq(waitpid(td.pid, &st, 0), td.pid);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "prefixd stops cleanly");
 	td.pid = 0;
-	cr_expect(log_has("no manifest: the file system is full at"), "the log says the disk is full");
-	cr_expect(!log_has("Input/output error"), "not an I/O error");
+	cr_expect(td_log_has(&td, "no manifest: the file system is full at"), "the log says the disk is full");
+	cr_expect(!td_log_has(&td, "Input/output error"), "not an I/O error");
 	char out[8192];
 	td_sh(out, sizeof(out), "cat '%s'", td.log);
 	unlink(td.sock);
@@ -1161,13 +1048,13 @@ Test(disk, a_disk_full_at_stop_says_so)
 	rmdir(td.dir);
 	cr_log_info("%s", out);
 	/* Nothing is lost: the next start scans the directory. */
-	start(args);
-	c = client();
-	struct got g = match(c, 0, 8);
+	t_start_disk(&td, disk, args);
+	c = t_client(&td, 1);
+	struct t_got g = t_match_k(c, 0, 8);
 	cr_expect_eq(g.hit, 8);
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 /* ==== What a graceful restart keeps of each chain's use ==== */
@@ -1175,7 +1062,7 @@ Test(disk, a_disk_full_at_stop_says_so)
 static struct prefixd_id prompt_id(uint32_t k, uint32_t n)
 {
 	uint32_t t[64 * BT];
-	prompt(k, n, t);
+	td_prompt(t, n, TD_PROMPT_K(k));
 	struct prefixd_id id;
 	struct prefixd_prompt *pp;
 	struct prefixd_layout l = td_layout(1);
@@ -1209,13 +1096,13 @@ static struct prefixd_chain chain_of(uint32_t k, uint32_t n)
 
 Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
 {
-	start(NULL);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, NULL);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 4; k++)
 		publish(c, k, 4);
 	for (int i = 0; i < 3; i++)
-		cr_assert_eq(match(c, 0, 4).hit, 4);
-	cr_assert_eq(match(c, 3, 4).hit, 4);
+		cr_assert_eq(t_match_k(c, 0, 4).hit, 4);
+	cr_assert_eq(t_match_k(c, 3, 4).hit, 4);
 	prefixd_close(c);
 	struct prefixd *adm;
 	cr_assert_eq(prefixd_connect(td.sock, NULL, &adm), 0);
@@ -1229,8 +1116,8 @@ Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
 	struct prefixd_chain before = chain_of(0, 4);
 	cr_assert_eq(before.hits, 3);
 	cr_assert_geq(before.idle_s, 3);
-	stop();
-	start(NULL);
+	t_stop(&td);
+	t_start_disk(&td, disk, NULL);
 	struct prefixd_chain c0 = chain_of(0, 4), c1 = chain_of(1, 4), c2 = chain_of(2, 4),
 			     c3 = chain_of(3, 4);
 	cr_expect_eq(c0.where, PREFIXD_ON_DISK, "read back from disk, not used again");
@@ -1246,15 +1133,15 @@ Test(disk, hits_last_use_and_pins_survive_a_graceful_restart)
 	cr_expect(c2.pinned, "a pin without one too");
 	cr_expect_eq(c2.pin_ttl_s, 0);
 	cr_expect(!c0.pinned && !c3.pinned);
-	cr_expect(log_has("2 pins kept from the last run"));
-	struct prefixd_stats s = stats();
+	cr_expect(td_log_has(&td, "2 pins kept from the last run"));
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.pins, 2);
-	c = client();
-	struct got g = match(c, 1, 4);
+	c = t_client(&td, 1);
+	struct t_got g = t_match_k(c, 1, 4);
 	cr_expect_eq(g.hit, 4);
 	cr_expect_eq(g.bad, 0);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }
 
 Test(disk, the_least_recently_used_before_a_graceful_restart_goes_first_after_it)
@@ -1263,28 +1150,28 @@ Test(disk, the_least_recently_used_before_a_graceful_restart_goes_first_after_it
 	char budget[32];
 	snprintf(budget, sizeof(budget), "%llu", (unsigned long long)(32 * REC_BYTES));
 	const char *args[] = { "--memory", "1M", "--disk-budget", budget, NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < 8; k++)
 		publish(c, k, 4);
 	/* Used again in this order: prompt 5 is now the least recently used,
 	 * then 2, then 6. */
 	static const uint32_t order[] = { 5, 2, 6, 0, 7, 1, 3, 4 };
 	for (int i = 0; i < 8; i++)
-		cr_assert_eq(match(c, order[i], 4).hit, 4);
+		cr_assert_eq(t_match_k(c, order[i], 4).hit, 4);
 	prefixd_close(c);
-	stop();
-	start(args);
-	c = client();
+	t_stop(&td);
+	t_start_disk(&td, disk, args);
+	c = t_client(&td, 1);
 	/* Room for a new prompt: the disk budget lets the oldest go. */
 	publish(c, 8, 4);
-	wait_spilled(4);
-	cr_expect_eq(match(c, 5, 4).hit, 0, "the least recently used before the restart went");
+	t_wait_written(&td, 4, 10);
+	cr_expect_eq(t_match_k(c, 5, 4).hit, 0, "the least recently used before the restart went");
 	for (int i = 1; i < 8; i++) {
-		struct got g = match(c, order[i], 4);
+		struct t_got g = t_match_k(c, order[i], 4);
 		cr_expect_eq(g.hit, 4, "prompt %u, used later, stayed", order[i]);
 		cr_expect_eq(g.bad, 0);
 	}
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }

@@ -942,13 +942,6 @@ static struct prefixd *connect_patiently(char *why, size_t cap)
 	return c;
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
 Test(limits, a_stranger_cannot_make_the_daemon_reserve_a_large_body)
 {
 	const char *extra[] = { NULL };
@@ -1019,7 +1012,7 @@ Test(limits, connections_past_the_limits_are_told_why_at_once)
 			usleep(10000);
 		cr_assert(mine[i], "connection %d: %s", i, why);
 	}
-	double t0 = now_s();
+	double t0 = td_now_s();
 	cr_expect_null(connect_layout(why, sizeof(why)), "a fourth of one user");
 	cr_expect(strstr(why, "max-user-connections"), "says which limit: %s", why);
 	/* Another user is not affected, and fills the daemon: 3 + 3. */
@@ -1032,15 +1025,15 @@ Test(limits, connections_past_the_limits_are_told_why_at_once)
 	cr_assert(again, "a place freed by a close is given again: %s", why);
 	cr_expect_null(connect_layout(why, sizeof(why)), "six in all");
 	cr_expect(strstr(why, "max-connections"), "says which limit: %s", why);
-	cr_expect_lt(now_s() - t0, 5.0, "refusals come at once, never a hang");
+	cr_expect_lt(td_now_s() - t0, 5.0, "refusals come at once, never a hang");
 	/* Past the refusals the daemon keeps to tell, it closes at once: a
 	 * client sees an error, not a hang. */
 	int held[80];
 	for (int i = 0; i < 80; i++)
 		held[i] = raw_connect();
-	t0 = now_s();
+	t0 = td_now_s();
 	cr_expect_null(connect_layout(why, sizeof(why)));
-	cr_expect_lt(now_s() - t0, 2.0, "an error at once (%s)", why);
+	cr_expect_lt(td_now_s() - t0, 2.0, "an error at once (%s)", why);
 	for (int i = 0; i < 80; i++)
 		close(held[i]);
 	kill(other, SIGKILL);
@@ -1065,11 +1058,11 @@ Test(limits, silent_and_slow_connections_are_closed_and_idle_clients_kept)
 	uint8_t hb[PD_HDR_SIZE + 100] = { 0 };
 	pd_hdr_encode(&h, hb);
 	cr_assert_eq(write(half_body, hb, sizeof(hb)), (ssize_t)sizeof(hb));
-	double t0 = now_s();
+	double t0 = td_now_s();
 	expect_closed(silent);
 	expect_closed(half_header);
 	expect_closed(half_body);
-	double took = now_s() - t0;
+	double took = td_now_s() - t0;
 	cr_expect(took > 0.5 && took < 4.0, "closed after the 1 s timeout (%.2f s)", took);
 	/* The good client was idle as long, holding no lease: still served. */
 	uint32_t t[TD_BLOCK_TOKENS] = { 1, 2, 3, 4 };
@@ -1217,7 +1210,7 @@ Test(limits, clients_trickling_past_their_deadline_are_cut_cleanly)
 		send_match_header(fds[i], 64u << 10);
 	}
 	int open_ = N;
-	for (double t0 = now_s(); now_s() - t0 < 3.5 && open_;) {
+	for (double t0 = td_now_s(); td_now_s() - t0 < 3.5 && open_;) {
 		open_ = 0;
 		for (int i = 0; i < N; i++)
 			open_ += send(fds[i], "", 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1;
@@ -1398,7 +1391,7 @@ static pid_t linger_attack(void)
 /* Seconds from connect to HELLO's answer; 99 without one within 5 s. */
 static double timed_hello(void)
 {
-	double t0 = now_s();
+	double t0 = td_now_s();
 	int fd = raw_connect();
 	uint8_t fp[PD_FP_SIZE], body[128];
 	memset(fp, 1, sizeof(fp));
@@ -1413,7 +1406,7 @@ static double timed_hello(void)
 		close(rfds[i]);
 	free(rb);
 	close(fd);
-	return ok ? now_s() - t0 : 99.0;
+	return ok ? td_now_s() - t0 : 99.0;
 }
 
 static int by_value(const void *a, const void *b)
@@ -1435,7 +1428,7 @@ Test(limits, descriptors_whose_close_blocks_stall_no_worker)
 	 * cut the attacker off for having too many waiting to be closed (at
 	 * least 1 s, at most 15 s). */
 	enum { MAX = 100000 };
-	double *took = malloc(MAX * sizeof(double)), t0 = now_s(), t = t0;
+	double *took = malloc(MAX * sizeof(double)), t0 = td_now_s(), t = t0;
 	int n = 0;
 	bool cut = false;
 	char out[256];
@@ -1446,7 +1439,7 @@ Test(limits, descriptors_whose_close_blocks_stall_no_worker)
 			break;
 		cut = cut || td_sh(out, sizeof(out), "grep -q 'uid 60001: more than %d descriptors it sent wait' '%s'",
 				   REAPER_USER_MAX, td.log) == 0;
-		t = now_s();
+		t = td_now_s();
 	}
 	qsort(took, (size_t)n, sizeof(took[0]), by_value);
 	double p99 = took[n * 99 / 100], worst = took[n - 1];

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 #include "helpers.h"
 
 #define UID_OTHER 60001u
@@ -38,13 +38,6 @@
 static struct test_daemon td;
 
 TestSuite(prefixctl, .timeout = 60);
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 static void sleep_ms(long ms)
 {
@@ -94,13 +87,6 @@ static uint64_t charged(int m)
 	return (b + page - 1) / page * page;
 }
 
-/* A prompt of n blocks: ids base, base + 1, ... */
-static void prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
-{
-	for (uint32_t i = 0; i < nblocks * BT; i++)
-		t[i] = base + i;
-}
-
 /* The id (72 hex digits) of the chain of a prompt's n blocks, in user's
  * namespace. */
 static void chain_id(int m, const uint32_t *t, uint32_t n, uint32_t user, char out[ID_CHARS + 1])
@@ -147,23 +133,13 @@ static int publish_raw(struct prefixd *c, int m, const uint32_t *t, uint32_t n, 
 
 static struct prefixd *conns[4]; /* root's, one per model */
 
-/* A daemon with 4-token blocks whose socket uid 60001 can reach (group
- * nogroup, its directory 0711), plus extra arguments (NULL-terminated). */
-static void start(const char *const *extra)
-{
-	cr_assert_eq(geteuid(), 0, "these tests change uid: run them as root");
-	static const char *const base[] = { "--block-tokens", "4", "--group", "65534", NULL };
-	cr_assert_eq(td_start_args(&td, base, extra), 0);
-	cr_assert_eq(td_share_dir(&td), 0, "let other users reach the socket");
-}
-
 static void stop(void)
 {
 	for (int m = 0; m < 4; m++) {
 		prefixd_close(conns[m]);
 		conns[m] = NULL;
 	}
-	cr_expect_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM");
+	t_stop(&td);
 }
 
 static struct prefixd *conn(int m)
@@ -189,7 +165,7 @@ static void publish_prompt(int m, uint32_t base, uint32_t n, char id[ID_CHARS + 
 {
 	uint32_t t[64 * BT];
 	cr_assert_leq(n, 64);
-	prompt(t, n, base);
+	td_prompt(t, n, base);
 	publish(m, t, n);
 	if (id)
 		chain_id(m, t, n, 0, id);
@@ -203,7 +179,7 @@ static void match_prompt(int m, uint32_t base, uint32_t n, uint64_t *keep)
 	const void *kv[64];
 	uint64_t lease = 0;
 	cr_assert_leq(n, 64);
-	prompt(t, n, base);
+	td_prompt(t, n, base);
 	cr_assert_eq(prefixd_match(conn(m), t, n, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
 	cr_assert_eq(hit, n, "%u of %u blocks hit", hit, n);
 	if (keep)
@@ -227,7 +203,7 @@ static void publish_as_other(int m, uint32_t base, uint32_t n, char id[ID_CHARS 
 {
 	uint32_t t[64 * BT];
 	cr_assert_leq(n, 64);
-	prompt(t, n, base);
+	td_prompt(t, n, base);
 	fflush(NULL);
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
@@ -249,20 +225,6 @@ static void publish_as_other(int m, uint32_t base, uint32_t n, char id[ID_CHARS 
 		  "uid %u published %u blocks (status %d: 64 is a failed setuid)", UID_OTHER, n, st);
 	if (id)
 		chain_id(m, t, n, UID_OTHER, id);
-}
-
-static struct prefixd_stats lib_stats(void)
-{
-	struct prefixd_stats s;
-	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
-	return s;
-}
-
-static void wait_leases(uint64_t n)
-{
-	uint64_t now = td_wait_leases(&td, n);
-	cr_assert_eq(now, n, "%llu leases held, not %llu", (unsigned long long)now,
-		     (unsigned long long)n);
 }
 
 /* ==== Running prefixctl ==== */
@@ -347,8 +309,8 @@ static void ctl_run(struct ctl *r, int other, int with_socket, const char *const
 	size_t cap[2] = { sizeof(r->out), sizeof(r->err) }, len[2] = { 0, 0 };
 	int open_[2] = { 1, 1 };
 	r->out[0] = r->err[0] = 0;
-	double end = now_s() + 30;
-	while ((open_[0] || open_[1]) && now_s() < end) {
+	double end = td_now_s() + 30;
+	while ((open_[0] || open_[1]) && td_now_s() < end) {
 		struct pollfd p[2] = { { open_[0] ? fds[0] : -1, POLLIN, 0 },
 				       { open_[1] ? fds[1] : -1, POLLIN, 0 } };
 		if (poll(p, 2, 100) <= 0)
@@ -494,11 +456,7 @@ static json_object *one_chain(const char *id)
 }
 
 /* An evict command's --json answer. */
-struct evicted {
-	uint64_t blocks, bytes, leased, pinned, parent;
-};
-
-static struct evicted evict_json(const char *const *args)
+static struct prefixd_evicted evict_json(const char *const *args)
 {
 	const char *argv[16] = { "evict" };
 	int n = 1;
@@ -513,25 +471,10 @@ static struct evicted evict_json(const char *const *args)
 	json_object *o = parse_json(r->out, r->cmd);
 	cr_assert(json_object_is_type(o, json_type_object), "%s: an object", r->cmd);
 	cr_expect_eq(json_object_object_length(o), 5, "%s: five keys: %s", r->cmd, r->out);
-	struct evicted e = { ju64(o, "evicted_blocks"), ju64(o, "evicted_bytes"), ju64(o, "kept_leased"),
+	struct prefixd_evicted e = { ju64(o, "evicted_blocks"), ju64(o, "evicted_bytes"), ju64(o, "kept_leased"),
 			     ju64(o, "kept_pinned"), ju64(o, "kept_parent") };
 	json_object_put(o);
 	return e;
-}
-
-static void expect_evicted(struct evicted e, uint64_t blocks, uint64_t bytes, uint64_t leased,
-			   uint64_t pinned, uint64_t parent, const char *what)
-{
-	cr_expect_eq(e.blocks, blocks, "%s: %llu blocks evicted, not %llu", what,
-		     (unsigned long long)e.blocks, (unsigned long long)blocks);
-	cr_expect_eq(e.bytes, bytes, "%s: %llu bytes evicted, not %llu", what,
-		     (unsigned long long)e.bytes, (unsigned long long)bytes);
-	cr_expect_eq(e.leased, leased, "%s: %llu kept leased, not %llu", what,
-		     (unsigned long long)e.leased, (unsigned long long)leased);
-	cr_expect_eq(e.pinned, pinned, "%s: %llu kept pinned, not %llu", what,
-		     (unsigned long long)e.pinned, (unsigned long long)pinned);
-	cr_expect_eq(e.parent, parent, "%s: %llu kept as parents, not %llu", what,
-		     (unsigned long long)e.parent, (unsigned long long)parent);
 }
 
 /* One counter of stats --json. */
@@ -682,7 +625,7 @@ static uint64_t lease_b;
 
 static void setup_chains(void)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	for (int i = 0; i < NFX; i++) {
 		struct fixture *f = &fx[i];
 		if (f->user)
@@ -694,7 +637,7 @@ static void setup_chains(void)
 		for (uint32_t h = 0; h < fx[i].hits; h++)
 			match_prompt(fx[i].model, fx[i].base, fx[i].blocks,
 				     fx[i].leases ? &lease_b : NULL);
-	wait_leases(1);
+	t_wait_leases(&td, 1);
 }
 
 static const struct fixture *fixture_of(const char *id)
@@ -880,7 +823,7 @@ Test(prefixctl, ls_sorts_limits_and_filters)
  * array (prefixctl_chains.c, cmd_ls), which UBSan reports. */
 Test(prefixctl, ls_with_nothing_to_list_says_0_chains)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static struct ctl r;
 	struct ls_row rows[4];
 	char footer[64];
@@ -958,7 +901,7 @@ Test(prefixctl, a_pinned_chain_stays_through_evict_all_until_unpinned)
 	one_chain(fx[1].id);
 	/* Unpinned (and B released), everything goes. */
 	cr_assert_eq(prefixd_release(conn(M1), lease_b), 0, "%s", prefixd_errmsg());
-	wait_leases(0);
+	t_wait_leases(&td, 0);
 	CTL(&r, "unpin", id12);
 	expect_ok(&r);
 	snprintf(want, sizeof(want), "unpinned %s\n", id12);
@@ -966,7 +909,7 @@ Test(prefixctl, a_pinned_chain_stays_through_evict_all_until_unpinned)
 	cr_expect_eq(jbool(one_chain(fx[0].id), "pinned"), 0, "A unpinned");
 	CTL(&r, "unpin", id12);
 	expect_fail(&r, 1, ARGS("no pinned chain with that id"));
-	expect_evicted(evict_json(ARGS("--all")), 23, 23 * charged(M1), 0, 0, 0, "A and B");
+	t_expect_evicted(evict_json(ARGS("--all")), 23, 23 * charged(M1), 0, 0, 0, "A and B");
 	cr_expect_eq(stat_json("blocks"), 0, "nothing left");
 	CTL(&r, "pin", id12);
 	expect_fail(&r, 1, ARGS("no cached chain has an id starting with", id12));
@@ -980,7 +923,7 @@ Test(prefixctl, a_pinned_chain_stays_through_evict_all_until_unpinned)
 
 Test(prefixctl, a_pin_with_a_ttl_ends_and_a_new_pin_sets_it_anew)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static struct ctl r;
 	char ida[ID_CHARS + 1], idb[ID_CHARS + 1], a8[9], b8[9], want[128];
 	publish_prompt(M1, 100, 3, ida);
@@ -1022,7 +965,7 @@ Test(prefixctl, a_pin_with_a_ttl_ends_and_a_new_pin_sets_it_anew)
 	 * pin of 1 s ends at the next whole second, however little is left of
 	 * this one. So it is made at the start of a second, and lasts most of
 	 * one: time to see it. */
-	for (double t0 = now_s(), t = t0; t - (double)(long)t > 0.1 && t - t0 < 2; t = now_s())
+	for (double t0 = td_now_s(), t = t0; t - (double)(long)t > 0.1 && t - t0 < 2; t = td_now_s())
 		sleep_ms(5);
 	CTL(&r, "pin", a8, "--ttl", "1");
 	expect_ok(&r);
@@ -1032,9 +975,9 @@ Test(prefixctl, a_pin_with_a_ttl_ends_and_a_new_pin_sets_it_anew)
 	cr_expect(jbool(o, "pinned"), "A pinned");
 	cr_expect_leq(ju64(o, "pin_ttl_s"), 1);
 	/* Then it ends (in 1 s; 5 s is the margin). */
-	double t1 = now_s();
+	double t1 = td_now_s();
 	int pinned = 1;
-	while (pinned && now_s() - t1 < 5) {
+	while (pinned && td_now_s() - t1 < 5) {
 		sleep_ms(100);
 		pinned = jbool(one_chain(ida), "pinned");
 	}
@@ -1046,7 +989,7 @@ Test(prefixctl, a_pin_with_a_ttl_ends_and_a_new_pin_sets_it_anew)
 	cr_expect_eq(stat_json("pins"), 1);
 	CTL(&r, "unpin", a8);
 	expect_fail(&r, 1, ARGS("no pinned chain"));
-	expect_evicted(evict_json(ARGS("--all")), 3, 3 * charged(M1), 0, 2, 0, "A goes, B stays");
+	t_expect_evicted(evict_json(ARGS("--all")), 3, 3 * charged(M1), 0, 2, 0, "A goes, B stays");
 	/* Bad TTLs. */
 	CTL(&r, "pin", b8, "--ttl", "0");
 	expect_fail(&r, 2, ARGS("--ttl takes a whole number from 1 to 4294967295"));
@@ -1061,15 +1004,15 @@ Test(prefixctl, a_pin_with_a_ttl_ends_and_a_new_pin_sets_it_anew)
 
 Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static struct ctl r;
 	const uint64_t small = charged(M1), big = charged(M2);
 	/* P and Q share their first 2 blocks; L is leased; C is M2's; D is
 	 * uid 60001's. */
 	uint32_t tp[4 * BT], tq[4 * BT];
-	prompt(tp, 4, 5000);
+	td_prompt(tp, 4, 5000);
 	memcpy(tq, tp, 2 * BT * sizeof(uint32_t));
-	prompt(tq + 2 * BT, 2, 6000);
+	td_prompt(tq + 2 * BT, 2, 6000);
 	char idp[ID_CHARS + 1], idq[ID_CHARS + 1], idl[ID_CHARS + 1], idc[ID_CHARS + 1],
 		idd[ID_CHARS + 1], idx[ID_CHARS + 1], idy[ID_CHARS + 1], p10[11];
 	publish(M1, tp, 4);
@@ -1086,7 +1029,7 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 	json_object_put(arr);
 	/* --id: P's own 2 blocks go, the 2 it shares with Q stay as parents. */
 	cut(p10, sizeof(p10), idp);
-	expect_evicted(evict_json(ARGS("--id", p10)), 2, 2 * small, 0, 0, 2, "--id P");
+	t_expect_evicted(evict_json(ARGS("--id", p10)), 2, 2 * small, 0, 0, 2, "--id P");
 	arr = ls_json(NULL);
 	cr_expect_null(chain_in(arr, idp), "P is gone");
 	json_object *q = chain_in(arr, idq);
@@ -1095,7 +1038,7 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 	CTL(&r, "evict", "--id", p10);
 	expect_fail(&r, 1, ARGS("no cached chain has an id starting with", p10));
 	/* --user: uid 60001's blocks only. */
-	expect_evicted(evict_json(ARGS("--user", "60001")), 3, 3 * small, 0, 0, 0, "--user 60001");
+	t_expect_evicted(evict_json(ARGS("--user", "60001")), 3, 3 * small, 0, 0, 0, "--user 60001");
 	arr = ls_json(NULL);
 	cr_expect_null(chain_in(arr, idd), "uid 60001 has nothing left");
 	cr_expect_eq(json_object_array_length(arr), 3, "P, Q and L stay");
@@ -1103,7 +1046,7 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 	/* --model: every M1 block but the leased ones (L). */
 	char m1_8[9];
 	cut(m1_8, sizeof(m1_8), fp_hex(M1));
-	expect_evicted(evict_json(ARGS("--model", m1_8)), 4, 4 * small, 3, 0, 0, "--model M1");
+	t_expect_evicted(evict_json(ARGS("--model", m1_8)), 4, 4 * small, 3, 0, 0, "--model M1");
 	arr = ls_json(NULL);
 	cr_expect_eq(json_object_array_length(arr), 2, "L and C stay");
 	cr_expect(chain_in(arr, idl) && chain_in(arr, idc));
@@ -1113,15 +1056,15 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 	/* --idle: X waits until it has been idle 2 s by the daemon's clock
 	 * (C and L, older, too); Y, published then, has not. */
 	publish_prompt(M1, 11000, 2, idx);
-	double t0 = now_s();
+	double t0 = td_now_s();
 	uint64_t idle = 0;
-	while (idle < 2 && now_s() - t0 < 5) {
+	while (idle < 2 && td_now_s() - t0 < 5) {
 		sleep_ms(100);
 		idle = ju64(one_chain(idx), "idle_s");
 	}
 	cr_assert_geq(idle, 2, "X idle for 2 s");
 	publish_prompt(M1, 12000, 1, idy);
-	expect_evicted(evict_json(ARGS("--idle", "3600")), 0, 0, 0, 0, 0, "nothing is an hour old");
+	t_expect_evicted(evict_json(ARGS("--idle", "3600")), 0, 0, 0, 0, 0, "nothing is an hour old");
 	CTL(&r, "evict", "--idle", "2");
 	expect_ok(&r);
 	cr_expect_str_eq(r.out, "evicted 4 blocks (144.0 KiB); kept 3 leased, 0 pinned, 0 parent\n",
@@ -1133,8 +1076,8 @@ Test(prefixctl, evict_by_each_selector_says_what_it_freed_and_kept)
 	json_object_put(arr);
 	/* --all, once L is released. */
 	cr_assert_eq(prefixd_release(conn(M1), lease), 0, "%s", prefixd_errmsg());
-	wait_leases(0);
-	expect_evicted(evict_json(ARGS("--all")), 4, 4 * small, 0, 0, 0, "--all: L and Y");
+	t_wait_leases(&td, 0);
+	t_expect_evicted(evict_json(ARGS("--all")), 4, 4 * small, 0, 0, 0, "--all: L and Y");
 	CTL(&r, "evict", "--all");
 	expect_ok(&r);
 	cr_expect_str_eq(r.out, "evicted 0 blocks (0 B); kept 0 leased, 0 pinned, 0 parent\n");
@@ -1179,7 +1122,7 @@ static void id_twins(int m, uint32_t *a, uint32_t *b)
 	struct prefixd_id id;
 	cr_assert_eq(prefixd_prompt_new(&l, &p), 0, "%s", prefixd_errmsg());
 	for (uint32_t i = 0; i < TRIES; i++) {
-		prompt(t, 1, 1000000 + i * BT);
+		td_prompt(t, 1, 1000000 + i * BT);
 		prefixd_prompt_truncate(p, 0);
 		cr_assert_eq(prefixd_prompt_append(p, t, BT), 0);
 		cr_assert_eq(prefixd_prompt_id(p, &id), 0);
@@ -1202,7 +1145,7 @@ static void id_twins(int m, uint32_t *a, uint32_t *b)
 
 Test(prefixctl, ids_and_fingerprints_given_by_a_prefix_must_name_one)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static struct ctl r;
 	/* The same prompt of one model from two users: two chains whose ids
 	 * differ in their first 12 digits, the short id that ls prints. */
@@ -1233,8 +1176,8 @@ Test(prefixctl, ids_and_fingerprints_given_by_a_prefix_must_name_one)
 	CTL(&r, "evict", "--id", id8);
 	expect_fail(&r, 1, ARGS("starts the ids of 2 cached chains"));
 	cr_expect_eq(stat_json("admin_evictions"), 0, "nothing was evicted");
-	expect_evicted(evict_json(ARGS("--id", twa)), 1, charged(M1), 0, 0, 0, "one twin by its whole id");
-	expect_evicted(evict_json(ARGS("--id", twb)), 1, charged(M1), 0, 0, 0, "the other");
+	t_expect_evicted(evict_json(ARGS("--id", twa)), 1, charged(M1), 0, 0, 0, "one twin by its whole id");
+	t_expect_evicted(evict_json(ARGS("--id", twb)), 1, charged(M1), 0, 0, 0, "the other");
 	/* The short id names one: root pins uid 60001's chain. */
 	cut(id12, sizeof(id12), idb);
 	CTL(&r, "pin", id12);
@@ -1243,7 +1186,7 @@ Test(prefixctl, ids_and_fingerprints_given_by_a_prefix_must_name_one)
 	cr_expect_eq(jbool(chain_in(arr, idb), "pinned"), 1, "uid 60001's chain pinned");
 	cr_expect_eq(jbool(chain_in(arr, ida), "pinned"), 0, "root's not");
 	json_object_put(arr);
-	expect_evicted(evict_json(ARGS("--id", ida)), 3, 3 * charged(M1), 0, 0, 0, "root's by its whole id");
+	t_expect_evicted(evict_json(ARGS("--id", ida)), 3, 3 * charged(M1), 0, 0, 0, "root's by its whole id");
 	CTL(&r, "unpin", idb);
 	expect_ok(&r);
 	char upper[ID_CHARS + 1];
@@ -1260,7 +1203,7 @@ Test(prefixctl, ids_and_fingerprints_given_by_a_prefix_must_name_one)
 	CTL(&r, "evict", "--model", m2_8);
 	expect_fail(&r, 1, ARGS("starts the fingerprints of 2 models"));
 	cr_expect_eq(stat_json("blocks"), 5, "nothing was evicted");
-	expect_evicted(evict_json(ARGS("--model", fp_hex(M3))), 1, charged(M3), 0, 0, 0, "all of M3's");
+	t_expect_evicted(evict_json(ARGS("--model", fp_hex(M3))), 1, charged(M3), 0, 0, 0, "all of M3's");
 	/* Malformed: not hex, too short, too long. */
 	CTL(&r, "pin", "xyzxyzxyz");
 	expect_fail(&r, 2, ARGS("pin: 'xyzxyzxyz' is not a chain id"));
@@ -1290,7 +1233,7 @@ static char stat_ids[3][ID_CHARS + 1];
 static void setup_stats(void)
 {
 	const char *args[] = { "--memory", "64M", "--quota", "32M", "--pin-max", "8M", NULL };
-	start(args);
+	t_start_shared(&td, args);
 	publish_prompt(M1, 1000, 3, stat_ids[0]);
 	publish_prompt(M2, 3000, 2, stat_ids[1]);
 	publish_as_other(M1, 4000, 4, stat_ids[2]);
@@ -1298,13 +1241,13 @@ static void setup_stats(void)
 	uint32_t t[2 * BT], hit = 1;
 	uint64_t lease = 1;
 	const void *kv[2];
-	prompt(t, 2, 90000);
+	td_prompt(t, 2, 90000);
 	cr_assert_eq(prefixd_match(conn(M1), t, 2, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
 	cr_assert_eq(hit, 0, "a miss");
 	cr_assert_eq(lease, 0);
 	struct prefixd_id id = parse_id(stat_ids[1]);
 	cr_assert_eq(prefixd_pin(conn(M2), &id, 0, NULL), 0, "%s", prefixd_errmsg());
-	wait_leases(0);
+	t_wait_leases(&td, 0);
 }
 
 #define NAME_OF_(field, kind, help) #field,
@@ -1358,7 +1301,7 @@ Test(prefixctl, stats_json_has_every_counter_and_the_use_by_user_and_model)
 	const uint64_t a = 3 * charged(M1), c = 2 * charged(M2), d = 4 * charged(M1);
 	CTL(&r, "stats", "--json");
 	expect_ok(&r);
-	struct prefixd_stats lib = lib_stats();
+	struct prefixd_stats lib = t_stats(&td);
 	json_object *o = parse_json(r.out, r.cmd);
 	cr_assert(json_object_is_type(o, json_type_object));
 	cr_expect_eq(json_object_object_length(o), NCOUNTERS + 3, "every counter, users, models, usage");
@@ -1614,7 +1557,7 @@ Test(prefixctl, stats_prometheus_is_the_text_format_labelled_by_user_and_model_o
 
 Test(prefixctl, stats_watch_draws_a_frame_a_period_until_interrupted)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	char cmd[512];
 	int out, err;
 	pid_t pid = ctl_spawn(0, 1, ARGS("stats", "--watch", "1"), &out, &err, cmd, sizeof(cmd));
@@ -1622,9 +1565,9 @@ Test(prefixctl, stats_watch_draws_a_frame_a_period_until_interrupted)
 	size_t len = 0, elen = 0;
 	buf[0] = ebuf[0] = 0;
 	int published = 0, eof = 0;
-	double t0 = now_s();
+	double t0 = td_now_s();
 	/* Frames until one shows the block published after the first. */
-	while (!eof && now_s() - t0 < 8) {
+	while (!eof && td_now_s() - t0 < 8) {
 		struct pollfd p[2] = { { out, POLLIN, 0 }, { err, POLLIN, 0 } };
 		if (poll(p, 2, 100) > 0) {
 			if (p[0].revents && !read_some(out, buf, sizeof(buf), &len))
@@ -1645,14 +1588,14 @@ Test(prefixctl, stats_watch_draws_a_frame_a_period_until_interrupted)
 		if (shown)
 			break;
 	}
-	double took = now_s() - t0;
+	double took = td_now_s() - t0;
 	cr_expect_eq(eof, 0, "still running: %s%s", buf, ebuf);
 	cr_expect_eq(kill(pid, SIGINT), 0);
 	int st;
-	double t1 = now_s();
+	double t1 = td_now_s();
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	cr_expect_lt(now_s() - t1, 3, "SIGINT ends the wait at once");
+	cr_expect_lt(td_now_s() - t1, 3, "SIGINT ends the wait at once");
 	cr_expect_eq(exit_status(st), 0, "Ctrl-C is the way out: exit 0, not %d (%s)", exit_status(st),
 		     ebuf);
 	while (read_some(out, buf, sizeof(buf), &len))
@@ -1691,8 +1634,8 @@ static void watch_reports(const char *more, const char *end, int reports, char *
 	size_t len = 0, elen = 0;
 	buf[0] = ebuf[0] = 0;
 	int seen = 0, eof = 0;
-	double t0 = now_s();
-	while (!eof && seen < reports && now_s() - t0 < 20) {
+	double t0 = td_now_s();
+	while (!eof && seen < reports && td_now_s() - t0 < 20) {
 		struct pollfd p[2] = { { out, POLLIN, 0 }, { err, POLLIN, 0 } };
 		if (poll(p, 2, 100) > 0) {
 			if (p[0].revents && !read_some(out, buf, cap, &len))
@@ -1722,7 +1665,7 @@ static void watch_reports(const char *more, const char *end, int reports, char *
 /* A program reads the stream: one JSON object a line, nothing between. */
 Test(prefixctl, stats_watch_json_is_one_object_a_line)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static char buf[1 << 17];
 	watch_reports("--json", "\n", 3, buf, sizeof(buf));
 	int lines = 0;
@@ -1743,7 +1686,7 @@ Test(prefixctl, stats_watch_json_is_one_object_a_line)
  * than samples and comments. */
 Test(prefixctl, stats_watch_prometheus_is_one_exposition_an_interval)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static char buf[1 << 18];
 	watch_reports("--prometheus", "\n# EOF\n", 2, buf, sizeof(buf));
 	regex_t sample;
@@ -1768,7 +1711,7 @@ Test(prefixctl, stats_watch_prometheus_is_one_exposition_an_interval)
 
 /* ==== info ==== */
 
-/* What a model's prefixes cost moved to prefix-run info (test_cli.c):
+/* What a model's prefixes cost moved to prefix-run info (test_prefix_run.c):
  * prefixctl does not load models. Any options of the old command line get
  * the same pointer, not an error about them. */
 Test(prefixctl, info_says_where_it_moved)
@@ -1891,7 +1834,7 @@ static json_object *other_json(const char *const *args)
 
 Test(prefixctl, another_user_lists_counts_evicts_and_pins_only_their_own_chains)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	static struct ctl r;
 	char ida[ID_CHARS + 1], idb[ID_CHARS + 1], a8[9], b12[13];
 	publish_prompt(M1, 100, 3, ida);
@@ -1915,7 +1858,7 @@ Test(prefixctl, another_user_lists_counts_evicts_and_pins_only_their_own_chains)
 	cr_expect_eq(ju64(st, "blocks"), 2, "its 2 blocks, not root's 3: %s",
 		     json_object_to_json_string(st));
 	cr_expect_eq(ju64(st, "bytes_used"), 2 * charged(M1));
-	cr_expect_eq(ju64(st, "budget"), lib_stats().budget, "the budget, which HELLO tells anyway");
+	cr_expect_eq(ju64(st, "budget"), t_stats(&td).budget, "the budget, which HELLO tells anyway");
 	json_object *users = jkey(st, "users");
 	cr_expect_eq(json_object_array_length(users), 1, "one usage row: %s",
 		     json_object_to_json_string(users));

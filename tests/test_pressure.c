@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 #include "record.h"
 
 #define BT TD_BLOCK_TOKENS
@@ -27,98 +27,14 @@
 static struct test_daemon td;
 static char disk[PATH_MAX];
 
-static void setup(void)
-{
-	snprintf(disk, sizeof(disk), "/tmp/pfx-pressure-XXXXXX");
-	cr_assert(mkdtemp(disk));
-}
-
-static void teardown(void)
-{
-	char out[4096];
-	if (td.pid)
-		td_kill(&td);
-	td_sh(out, sizeof(out), "mountpoint -q '%s' && umount '%s'; rm -rf '%s'", disk, disk, disk);
-}
-
-TestSuite(pressure, .init = setup, .fini = teardown, .timeout = 240);
-
-static void start_in(const char *dir, const char *const *extra)
-{
-	const char *base[] = { "--block-tokens", "4", "--disk-dir", dir, NULL };
-	cr_assert_eq(td_start_args(&td, base, extra), 0);
-}
-
-static void start(const char *const *extra)
-{
-	start_in(disk, extra);
-}
-
-static struct prefixd_stats stats(void)
-{
-	struct prefixd_stats s;
-	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
-	return s;
-}
-
-static struct prefixd *client(void)
-{
-	struct prefixd_layout l = td_layout(1);
-	struct prefixd *c;
-	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
-	return c;
-}
-
-/* Prompt k: n blocks of tokens no other prompt has. */
-static void prompt(uint32_t k, uint32_t n, uint32_t *t)
-{
-	for (uint32_t i = 0; i < n * BT; i++)
-		t[i] = 1000000 * (k + 1) + i;
-}
-
-/* Publishes prompt k: the blocks the daemon confirmed (stored or there). */
-static uint32_t publish(struct prefixd *c, uint32_t k, uint32_t n)
-{
-	uint32_t t[MAXB * BT], stored = 0, dedup = 0;
-	prompt(k, n, t);
-	int rc = td_publish(c, 0, t, 0, n, &stored, &dedup);
-	cr_assert(rc == 0 || rc == -ENOSPC, "%s", prefixd_errmsg());
-	return stored + dedup;
-}
+T_DISK_SUITE(pressure, "pressure", 240);
 
 /* MATCHes prompt k (with restores): the run attached, every byte checked. */
 static uint32_t match(struct prefixd *c, uint32_t k, uint32_t n)
 {
-	uint32_t t[MAXB * BT], hit;
-	const void *kv[MAXB];
-	uint64_t lease;
-	prompt(k, n, t);
-	cr_assert_eq(prefixd_match(c, t, n, &lease, &hit, kv), 0, "%s", prefixd_errmsg());
-	for (uint32_t i = 0; i < hit; i++)
-		cr_assert(td_block_ok(t, i, kv[i]), "prompt %u block %u: wrong bytes", k, i);
-	if (lease)
-		cr_assert_eq(prefixd_release(c, lease), 0);
-	return hit;
-}
-
-/* Waits (up to 20 s) until nothing waits to be written. */
-static struct prefixd_stats wait_written(void)
-{
-	struct prefixd_stats s;
-	for (int i = 0; i < 2000; i++) {
-		s = stats();
-		if (!s.disk_pending)
-			return s;
-		usleep(10000);
-	}
-	cr_assert_fail("%llu blocks still wait to be written", (unsigned long long)s.disk_pending);
-	return s;
-}
-
-static int log_has(const char *what)
-{
-	char out[256];
-	return td_sh(out, sizeof(out), "grep -qF '%s' '%s'", what, td.log) == 0;
+	struct t_got g = t_match_k(c, k, n);
+	cr_assert_eq(g.bad, 0, "prompt %u: %u blocks of wrong bytes", k, g.bad);
+	return g.hit;
 }
 
 /* ==== No block evicted before it is written ==== */
@@ -137,15 +53,12 @@ struct publisher {
 static void *publisher(void *arg)
 {
 	struct publisher *p = arg;
-	struct prefixd_layout l = td_layout(1);
-	struct prefixd *c;
-	if (prefixd_connect(p->sock, &l, &c)) {
-		snprintf(p->why, sizeof(p->why), "connect: %s", prefixd_errmsg());
+	struct prefixd *c = td_connect(p->sock, 1, p->why, sizeof(p->why));
+	if (!c)
 		return NULL;
-	}
 	for (uint32_t k = 0; k < PROMPTS; k++) {
 		uint32_t t[BLOCKS * BT], stored = 0, dedup = 0;
-		prompt(p->first + k, BLOCKS, t);
+		td_prompt(t, BLOCKS, TD_PROMPT_K(p->first + k));
 		int rc = td_publish(c, 0, t, 0, BLOCKS, &stored, &dedup);
 		if (rc && rc != -ENOSPC) {
 			snprintf(p->why, sizeof(p->why), "publish: %s", prefixd_errmsg());
@@ -161,7 +74,7 @@ Test(pressure, concurrent_publishes_past_memory_lose_no_confirmed_block)
 {
 	/* 64 slots of 8 KiB; three publishers of 8 x 16 blocks: 6 x memory. */
 	const char *args[] = { "--memory", "512K", "--disk-budget", "64M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	struct publisher p[PUBLISHERS];
 	pthread_t t[PUBLISHERS];
 	for (int i = 0; i < PUBLISHERS; i++) {
@@ -176,14 +89,14 @@ Test(pressure, concurrent_publishes_past_memory_lose_no_confirmed_block)
 			confirmed += p[i].confirmed[k];
 	}
 	cr_expect_gt(confirmed, PUBLISHERS * PROMPTS * BLOCKS / 2, "most blocks are stored");
-	struct prefixd_stats s = wait_written();
+	struct prefixd_stats s = t_wait_written(&td, 0, 20);
 	cr_expect_eq(s.unwritten_evictions, 0, "no block left memory before it was written");
 	cr_expect_eq(s.spills, s.published, "every block published was written: %llu of %llu",
 		     (unsigned long long)s.spills, (unsigned long long)s.published);
 	cr_assert_eq(td_stop(&td), 0);
 	/* Everything confirmed is served again after a restart. */
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	for (int i = 0; i < PUBLISHERS; i++)
 		for (uint32_t k = 0; k < PROMPTS; k++)
 			cr_expect_geq(match(c, p[i].first + k, BLOCKS), p[i].confirmed[k],
@@ -197,16 +110,15 @@ Test(pressure, a_full_disk_drops_unwritten_blocks_only_when_memory_needs_them_an
 {
 	/* 160 KiB of file system (13 records) and 16 slots of memory. */
 	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=160k prefixd-test '%s'", disk), 0,
-		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	t_mount_tmpfs(disk, "160k");
 	const char *args[] = { "--memory", "128K", "--disk-budget", "10M", NULL };
-	start(args);
-	struct prefixd *c = client();
+	t_start_disk(&td, disk, args);
+	struct prefixd *c = t_client(&td, 1);
 	uint32_t confirmed = 0;
 	for (uint32_t k = 0; k < 6; k++)
-		confirmed += publish(c, k, 8);
+		confirmed += t_publish_k(c, k, 8);
 	cr_expect_eq(confirmed, 48, "a full disk does not stop publishes");
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_gt(s.unwritten_evictions, 0, "some blocks could not be written, nor kept");
 	cr_expect_eq(s.unwritten_evictions + s.spills + s.disk_pending, s.published,
 		     "each block is written, waiting, or counted lost: %llu + %llu + %llu of %llu",
@@ -264,27 +176,26 @@ static uint32_t records_of(uint32_t k, bool have[MAXB])
 Test(pressure, after_a_full_disk_records_are_written_parents_first)
 {
 	char out[4096];
-	cr_assert_eq(td_sh(out, sizeof(out), "mount -t tmpfs -o size=1m prefixd-test '%s'", disk), 0,
-		     "these tests run as root, who may mount a small tmpfs: %s", out);
+	t_mount_tmpfs(disk, "1m");
 	const char *args[] = { "--memory", "1M", "--disk-budget", "10M", NULL };
-	start(args);
+	t_start_disk(&td, disk, args);
 	/* Nothing left of the file system. */
 	td_sh(out, sizeof(out), "dd if=/dev/zero of='%s/filler' bs=4k 2>&1", disk);
-	struct prefixd *c = client();
-	cr_assert_eq(publish(c, 0, 30), 30);
-	for (int i = 0; i < 500 && !log_has("is full: blocks stay in memory only"); i++)
+	struct prefixd *c = t_client(&td, 1);
+	cr_assert_eq(t_publish_k(c, 0, 30), 30);
+	for (int i = 0; i < 500 && !td_log_has(&td, "is full: blocks stay in memory only"); i++)
 		usleep(10000);
-	cr_assert(log_has("is full: blocks stay in memory only"));
+	cr_assert(td_log_has(&td, "is full: blocks stay in memory only"));
 	/* Room for 10 records: the writer tries again within a second. */
 	struct stat st;
 	char filler[PATH_MAX + 16];
 	snprintf(filler, sizeof(filler), "%s/filler", disk);
 	cr_assert_eq(stat(filler, &st), 0);
 	cr_assert_eq(truncate(filler, st.st_size - 10 * REC_BYTES), 0);
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	for (int i = 0; i < 1000 && s.spills < 10; i++) {
 		usleep(10000);
-		s = stats();
+		s = t_stats(&td);
 	}
 	cr_assert_gt(s.spills, 0, "the writer wrote again");
 	prefixd_close(c);
@@ -296,9 +207,9 @@ Test(pressure, after_a_full_disk_records_are_written_parents_first)
 		cr_expect(!have[b] || have[b - 1], "block %u's record is there, its parent's is not", b);
 	/* Room again, and a restart: every record is served. */
 	unlink(filler);
-	start(args);
-	cr_expect_eq(stats().disk_blocks, n, "no record dropped for want of its parent");
-	c = client();
+	t_start_disk(&td, disk, args);
+	cr_expect_eq(t_stats(&td).disk_blocks, n, "no record dropped for want of its parent");
+	c = t_client(&td, 1);
 	cr_expect_eq(match(c, 0, 30), n, "the records written are the chain's first");
 	prefixd_close(c);
 	cr_assert_eq(td_stop(&td), 0);
@@ -311,17 +222,17 @@ Test(pressure, disk_sync_answers_a_publish_once_its_records_are_on_disk)
 {
 	const char *args[] = { "--memory", "1M", "--disk-sync", NULL };
 	for (uint32_t round = 0; round < 4; round++) {
-		start(args);
-		struct prefixd *c = client();
-		cr_assert_eq(publish(c, round, 32), 32);
+		t_start_disk(&td, disk, args);
+		struct prefixd *c = t_client(&td, 1);
+		cr_assert_eq(t_publish_k(c, round, 32), 32);
 		/* Killed the moment the answer came: nothing may be lost. */
 		td_kill(&td);
 		prefixd_close(c);
-		start(args);
-		c = client();
+		t_start_disk(&td, disk, args);
+		c = t_client(&td, 1);
 		for (uint32_t k = 0; k <= round; k++)
 			cr_expect_eq(match(c, k, 32), 32, "round %u: prompt %u", round, k);
-		struct prefixd_stats s = stats();
+		struct prefixd_stats s = t_stats(&td);
 		cr_expect_eq(s.disk_blocks, 32 * (round + 1));
 		prefixd_close(c);
 		cr_assert_eq(td_stop(&td), 0);
@@ -338,11 +249,6 @@ Test(pressure, disk_sync_needs_a_disk_dir)
 
 /* ==== An import larger than memory ==== */
 
-static int ctl(char *out, size_t cap, const char *args, const char *file)
-{
-	return td_sh(out, cap, "%s --socket %s %s %s", PREFIXCTL, td.sock, args, file);
-}
-
 #define CHAINS 4
 #define CHAIN 62 /* blocks: four chains are 248, memory holds 128 */
 
@@ -353,28 +259,28 @@ Test(pressure, an_import_larger_than_memory_lands_every_block)
 	snprintf(b, sizeof(b), "%s/b", disk);
 	snprintf(file, sizeof(file), "%s/all.pfx", disk);
 	const char *args[] = { "--memory", "1M", NULL };
-	start_in(a, args);
-	struct prefixd *c = client();
+	t_start_disk(&td, a, args);
+	struct prefixd *c = t_client(&td, 1);
 	for (uint32_t k = 0; k < CHAINS; k++)
-		cr_assert_eq(publish(c, k, CHAIN), CHAIN);
-	wait_written();
+		cr_assert_eq(t_publish_k(c, k, CHAIN), CHAIN);
+	t_wait_written(&td, 0, 20);
 	prefixd_close(c);
-	cr_assert_eq(ctl(out, sizeof(out), "export", file), 0, "%s", out);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "export", file), 0, "%s", out);
 	cr_expect(strstr(out, "exported 248 blocks"), "%s", out);
 	cr_assert_eq(td_stop(&td), 0);
 
 	/* A fresh daemon of the same size. */
-	start_in(b, args);
-	cr_assert_eq(ctl(out, sizeof(out), "import", file), 0, "%s", out);
+	t_start_disk(&td, b, args);
+	cr_assert_eq(t_ctl(&td, out, sizeof(out), "import", file), 0, "%s", out);
 	cr_expect(strstr(out, "imported 248 blocks"), "%s", out);
 	cr_expect(strstr(out, "0 without a parent, 0 refused"), "%s", out);
 	/* Memory is full of imported blocks until they are written: a MATCH
 	 * does not wait for the writer to make room for its restores. */
-	wait_written();
-	c = client();
+	t_wait_written(&td, 0, 20);
+	c = t_client(&td, 1);
 	for (uint32_t k = 0; k < CHAINS; k++)
 		cr_expect_eq(match(c, k, CHAIN), CHAIN, "chain %u attaches whole", k);
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.unwritten_evictions, 0);
 	prefixd_close(c);
 	cr_assert_eq(td_stop(&td), 0);
@@ -384,13 +290,13 @@ Test(pressure, an_import_larger_than_memory_lands_every_block)
 	 * rather than evict the file's earlier blocks for its later ones). */
 	const char *plain[] = { "--block-tokens", "4", "--memory", "1M", NULL };
 	cr_assert_eq(td_start(&td, plain), 0);
-	cr_expect_eq(ctl(out, sizeof(out), "import", file), 1, "%s", out);
+	cr_expect_eq(t_ctl(&td, out, sizeof(out), "import", file), 1, "%s", out);
 	cr_expect(strstr(out, "of the file's 248 blocks were not imported"), "%s", out);
 	const char *said = strstr(out, "imported ");
 	unsigned long long imported = 0;
 	cr_assert(said && sscanf(said, "imported %llu blocks", &imported) == 1, "%s", out);
 	cr_expect_gt(imported, 0);
-	c = client();
+	c = t_client(&td, 1);
 	unsigned long long there = 0;
 	for (uint32_t k = 0; k < CHAINS; k++)
 		there += match(c, k, CHAIN);

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 
 /* 3 MiB blocks: two to a part. */
 #define BIG_BYTES ((uint64_t)3 << 20)
@@ -23,23 +23,15 @@ static struct test_daemon td;
 static void start(const char *memory)
 {
 	const char *args[] = { "--block-tokens", "4", "--memory", memory, NULL };
-	cr_assert_eq(td_start(&td, args), 0);
+	t_start(&td, args, NULL);
 }
 
+/* A client of td_layout(model) with BIG_BYTES blocks. */
 static struct prefixd *client(uint8_t model)
 {
 	struct prefixd_layout l = td_layout(model);
 	l.block_bytes = BIG_BYTES;
-	struct prefixd *c;
-	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
-	return c;
-}
-
-static struct prefixd_stats stats(void)
-{
-	struct prefixd_stats s;
-	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
-	return s;
+	return t_connect(&td, &l);
 }
 
 /* A prompt of NBLOCKS blocks and their KV: block b's bytes are a pattern
@@ -97,14 +89,14 @@ Test(publish, a_prefix_larger_than_the_staging_area_is_stored_whole)
 		     0, "%s", prefixd_errmsg());
 	cr_expect_eq(stored, 0);
 	cr_expect_eq(dedup, NBLOCKS);
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.published, NBLOCKS);
 	cr_expect_eq(s.blocks, NBLOCKS);
 	cr_expect_eq(td_wait_leases(&td, 0), 0, "no lease of the parts is left");
 	prefixd_close(a);
 	prefixd_close(b);
 	big_free(&p);
-	cr_expect_eq(td_stop(&td), 0);
+	t_stop(&td);
 }
 
 Test(publish, parts_continue_the_callers_lease_and_leave_it_held)
@@ -132,7 +124,7 @@ Test(publish, parts_continue_the_callers_lease_and_leave_it_held)
 	cr_expect_eq(td_wait_leases(&td, 0), 0);
 	prefixd_close(a);
 	big_free(&p);
-	cr_expect_eq(td_stop(&td), 0);
+	t_stop(&td);
 }
 
 Test(publish, a_full_budget_stops_the_parts_with_the_counts)
@@ -161,5 +153,5 @@ Test(publish, a_full_budget_stops_the_parts_with_the_counts)
 	prefixd_close(b);
 	big_free(&p);
 	big_free(&q);
-	cr_expect_eq(td_stop(&td), 0);
+	t_stop(&td);
 }

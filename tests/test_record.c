@@ -27,6 +27,9 @@
 
 enum { BT = 4, PAYLOAD = 100, HEAD = 4096, SIZE = 8192 };
 
+/* The test's own little-endian reader and writer, not record.c's
+ * rec_get_le/rec_put_le: a byte order wrong in both would read back as
+ * right. */
 static uint64_t le(const uint8_t *p, int bytes)
 {
 	uint64_t v = 0;

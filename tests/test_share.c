@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 #include "cache.h"
 #include "helpers.h"
 
@@ -26,7 +26,7 @@ static size_t ntok;
 static void setup(void)
 {
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
-	cr_assert_eq(td_start(&td, args), 0);
+	t_start(&td, args, NULL);
 	tok = expected_i32(MODEL, "tokens", &ntok);
 	char *c = tokens_csv(tok, HEAD);
 	snprintf(csv_head, sizeof(csv_head), "%s", c);
@@ -39,27 +39,10 @@ static void setup(void)
 static void teardown(void)
 {
 	free(tok);
-	cr_expect_eq(td_stop(&td), 0, "prefixd stops cleanly");
+	t_stop(&td);
 }
 
 TestSuite(share, .init = setup, .fini = teardown);
-
-/* One counter from prefixctl stats --json. */
-static unsigned long long counter(const char *key)
-{
-	char cmd[2 * PATH_MAX + 64], want[64];
-	snprintf(cmd, sizeof(cmd), "%s --socket %s stats --json", PREFIXCTL, td.sock);
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	static char out[1 << 16];
-	size_t n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = 0;
-	cr_assert_eq(pclose(p), 0, "prefixctl failed: %s", out);
-	snprintf(want, sizeof(want), "\"%s\":", key);
-	const char *at = strstr(out, want);
-	cr_assert(at, "no %s in %s", key, out);
-	return strtoull(at + strlen(want), NULL, 10);
-}
 
 Test(share, a_second_process_attaches_and_matches_transformers)
 {
@@ -75,9 +58,9 @@ Test(share, a_second_process_attaches_and_matches_transformers)
 				  fixtures_dir(), td.sock, csv_all, out);
 	cr_assert_eq(b.status, 0, "%s", b.out);
 	cr_expect(strstr(b.out, "24 attached from the cache, 24 computed"), "%s", b.out);
-	cr_expect_eq(counter("hits"), 1);
-	cr_expect_eq(counter("hit_tokens"), HEAD);
-	cr_expect_eq(counter("blocks"), 12, "B published its own 6 new blocks");
+	cr_expect_eq(t_counter(&td, "hits"), 1);
+	cr_expect_eq(t_counter(&td, "hit_tokens"), HEAD);
+	cr_expect_eq(t_counter(&td, "blocks"), 12, "B published its own 6 new blocks");
 	size_t nl;
 	float *ref = expected_f32(MODEL, "logits_full", &nl);
 	size_t V = nl / ntok, rows = ntok - HEAD;
@@ -104,7 +87,7 @@ Test(share, other_models_and_salts_never_hit)
 				  fixtures_dir(), td.sock, csv_all, out);
 	cr_assert_eq(c.status, 0, "%s", c.out);
 	cr_expect(strstr(c.out, " 0 attached from the cache"), "another salt: %s", c.out);
-	cr_expect_eq(counter("hits"), 0);
+	cr_expect_eq(t_counter(&td, "hits"), 0);
 	unlink(out);
 }
 
@@ -136,7 +119,7 @@ Test(share, without_a_daemon_a_process_computes_alone)
 				  fixtures_dir(), td.dir);
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "computing alone"), "%s", r.out);
-	cr_expect_eq(counter("connections"), 1, "only prefixctl's");
+	cr_expect_eq(t_counter(&td, "connections"), 1, "only prefixctl's");
 }
 
 /* Attached blocks outlive the session that attached them and the caller's
@@ -163,7 +146,7 @@ Test(share, forks_keep_attached_blocks_until_they_are_freed)
 	cr_assert_eq(pfx_session_fork(b, &f, &err), 0);
 	pfx_session_free(b);
 	pfx_cache_close(c);
-	cr_expect_eq(counter("leases"), 1, "the fork holds the lease");
+	cr_expect_eq(t_counter(&td, "leases"), 1, "the fork holds the lease");
 	/* The fork continues on the attached blocks and matches transformers. */
 	cr_assert_eq(pfx_session_append(f, tok + HEAD + 1, ntok - HEAD - 1, PFX_LOGITS_ALL, logits, &err), 0);
 	size_t nl;
@@ -172,7 +155,7 @@ Test(share, forks_keep_attached_blocks_until_they_are_freed)
 	cr_expect_leq(d, TOL_LOGITS, "%g", d);
 	pfx_session_free(f);
 	unsigned long long leases = 1;
-	for (int i = 0; i < 200 && (leases = counter("leases")); i++)
+	for (int i = 0; i < 200 && (leases = t_counter(&td, "leases")); i++)
 		usleep(10000);
 	cr_expect_eq(leases, 0, "freeing the last fork released the lease and closed the connection");
 	free(ref);
@@ -273,8 +256,8 @@ Test(share, warm_publishes_and_pins_a_prefix_ahead_of_time)
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "6 new blocks published"), "%s", r.out);
 	cr_expect(strstr(r.out, "pinned 24 tokens"), "%s", r.out);
-	cr_expect_eq(counter("pins"), 1);
-	cr_expect_eq(counter("pinned_bytes"), 6 * 4096);
+	cr_expect_eq(t_counter(&td, "pins"), 1);
+	cr_expect_eq(t_counter(&td, "pinned_bytes"), 6 * 4096);
 	r = run("generate --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --max-new 1",
 		fixtures_dir(), td.sock, csv_all);
 	cr_expect_eq(r.status, 0, "%s", r.out);

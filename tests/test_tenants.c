@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 
 #define UID_A 60001u
 #define UID_B 60002u
@@ -37,50 +37,6 @@ static struct test_daemon td;
 TestSuite(tenants, .timeout = 60);
 
 /* ==== The daemon ==== */
-
-/* A daemon with --block-tokens 4 whose socket other users can reach
- * (group nogroup), plus extra arguments (NULL-terminated). */
-static void start(const char *const *extra)
-{
-	cr_assert_eq(geteuid(), 0, "these tests change uid: run them as root");
-	static const char *const base[] = { "--block-tokens", "4", "--group", "65534", NULL };
-	cr_assert_eq(td_start_args(&td, base, extra), 0);
-	cr_assert_eq(td_share_dir(&td), 0, "let other users reach the socket");
-}
-
-static void stop(void)
-{
-	cr_expect_eq(td_stop(&td), 0, "prefixd stops cleanly on SIGTERM, leak-free under LSan");
-}
-
-static struct prefixd *client(uint8_t model)
-{
-	struct prefixd_layout l = td_layout(model);
-	struct prefixd *c;
-	cr_assert_eq(prefixd_connect(td.sock, &l, &c), 0, "%s", prefixd_errmsg());
-	return c;
-}
-
-static struct prefixd_stats stats(void)
-{
-	struct prefixd_stats s;
-	cr_assert_eq(td_stats(&td, &s), 0, "%s", prefixd_errmsg());
-	return s;
-}
-
-static void wait_leases(uint64_t n)
-{
-	uint64_t now = td_wait_leases(&td, n);
-	cr_assert_eq(now, n, "%llu leases held, not %llu", (unsigned long long)now,
-		     (unsigned long long)n);
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
 
 /* Bytes of the daemon's arenas resident in memory: the Rss of its
  * mappings of memfds named prefixd-arena (it maps each arena once). */
@@ -104,13 +60,6 @@ static uint64_t arena_rss(void)
 }
 
 /* ==== Prompts and chains ==== */
-
-/* A prompt of n blocks: ids base, base + 1, ... */
-static void prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
-{
-	for (uint32_t i = 0; i < nblocks * TD_BLOCK_TOKENS; i++)
-		t[i] = base + i;
-}
 
 /* The id of the chain of a prompt's first n blocks, in user's namespace. */
 static struct prefixd_id id_of(uint8_t model, const uint32_t *t, uint32_t nblocks, uint32_t user)
@@ -159,20 +108,6 @@ static struct prefixd_evicted evict(struct prefixd *c, struct prefixd_evict_sel 
 	cr_assert_eq(prefixd_evict(c, &sel, &e), 0, "selector %d: %s", (int)sel.by, prefixd_errmsg());
 	cr_expect_eq(e.bytes, e.blocks * BB, "bytes are blocks of 8 KiB");
 	return e;
-}
-
-static void expect_evicted(struct prefixd_evicted e, uint64_t blocks, uint64_t leased,
-			   uint64_t pinned, uint64_t parent, const char *what)
-{
-	cr_expect_eq(e.blocks, blocks, "%s: %llu blocks evicted, not %llu", what,
-		     (unsigned long long)e.blocks, (unsigned long long)blocks);
-	cr_expect_eq(e.bytes, blocks * BB, "%s: bytes", what);
-	cr_expect_eq(e.kept_leased, leased, "%s: %llu kept leased, not %llu", what,
-		     (unsigned long long)e.kept_leased, (unsigned long long)leased);
-	cr_expect_eq(e.kept_pinned, pinned, "%s: %llu kept pinned, not %llu", what,
-		     (unsigned long long)e.kept_pinned, (unsigned long long)pinned);
-	cr_expect_eq(e.kept_parent, parent, "%s: %llu kept as parents, not %llu", what,
-		     (unsigned long long)e.kept_parent, (unsigned long long)parent);
 }
 
 static const struct prefixd_usage *find_usage(const struct prefixd_usage *u, size_t n,
@@ -295,7 +230,7 @@ static void agent_serve(uint32_t uid, uint32_t group, int in, int out)
 		memset(&r, 0, sizeof(r));
 		if (q.n > 64)
 			q.n = 64;
-		prompt(t, q.n, q.base);
+		td_prompt(t, q.n, q.base);
 		switch (q.op) {
 		case AG_CONNECT:
 		case AG_CONNECT_SHARED: {
@@ -504,7 +439,7 @@ Test(tenants, two_users_and_two_models_alternating_on_one_small_budget_are_never
 {
 	/* 64 slots of 8 KiB; each prompt takes 40 of them. */
 	const char *args[] = { "--memory", "512K", NULL };
-	start(args);
+	t_start_shared(&td, args);
 	struct agent a = agent_start(UID_A, 1), b = agent_start(UID_B, 2);
 	const uint64_t budget = 512 * KIB;
 	for (uint32_t round = 0; round < 5; round++) {
@@ -522,7 +457,7 @@ Test(tenants, two_users_and_two_models_alternating_on_one_small_budget_are_never
 				      (unsigned long long)budget);
 			cr_expect_geq(rss, 40 * BB, "round %u: the 40 blocks just stored are resident (%llu)",
 				      round, (unsigned long long)rss);
-			struct prefixd_stats s = stats();
+			struct prefixd_stats s = t_stats(&td);
 			cr_expect_leq(s.bytes_used, s.budget, "round %u", round);
 			cr_expect_eq(s.budget, budget);
 			/* The prompt just published is whole. */
@@ -530,7 +465,7 @@ Test(tenants, two_users_and_two_models_alternating_on_one_small_budget_are_never
 			cr_expect_eq(r.hit, 40, "round %u, uid %u: %u hit", round, who[k]->uid, r.hit);
 			cr_expect_eq(r.bad, 0);
 			cr_expect_eq(agent_do(who[k], AG_RELEASE_ALL, 0, 0, 0).rc, 0);
-			wait_leases(0); /* or the other user's publish would find them leased */
+			t_wait_leases(&td, 0); /* or the other user's publish would find them leased */
 		}
 	}
 	struct prefixd *adm;
@@ -551,14 +486,14 @@ Test(tenants, two_users_and_two_models_alternating_on_one_small_budget_are_never
 	prefixd_close(adm);
 	agent_stop(&a);
 	agent_stop(&b);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, a_quota_holds_and_one_user_cannot_deny_the_cache_to_another)
 {
 	/* 64 slots; 32 of them a user. */
 	const char *args[] = { "--memory", "512K", "--quota", "256K", NULL };
-	start(args);
+	t_start_shared(&td, args);
 	const uint64_t quota = 256 * KIB;
 	struct agent a = agent_start(UID_A, 1), b = agent_start(UID_B, 1);
 	/* B first takes its whole quota. */
@@ -626,7 +561,7 @@ Test(tenants, a_quota_holds_and_one_user_cannot_deny_the_cache_to_another)
 	prefixd_close(adm);
 	agent_stop(&a);
 	agent_stop(&b);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, a_model_with_idle_blocks_filling_the_budget_makes_room_for_another_model)
@@ -635,22 +570,22 @@ Test(tenants, a_model_with_idle_blocks_filling_the_budget_makes_room_for_another
 	 * partition's eviction only ever saw its own blocks, and model 2
 	 * stored nothing). */
 	const char *args[] = { "--memory", "1M", NULL };
-	start(args);
-	struct prefixd *m1 = client(1), *m2 = client(2);
+	t_start_shared(&td, args);
+	struct prefixd *m1 = t_client(&td, 1), *m2 = t_client(&td, 2);
 	uint32_t t1[64 * TD_BLOCK_TOKENS], t2[64 * TD_BLOCK_TOKENS], t3[64 * TD_BLOCK_TOKENS];
-	prompt(t1, 64, 1000);
-	prompt(t2, 64, 2000);
-	prompt(t3, 64, 3000);
+	td_prompt(t1, 64, 1000);
+	td_prompt(t2, 64, 2000);
+	td_prompt(t3, 64, 3000);
 	publish_all(m1, t1, 64, "model 1, first half");
 	publish_all(m1, t2, 64, "model 1, second half");
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.blocks, 128);
 	cr_expect_eq(s.bytes_used, s.budget, "the budget is full");
 	uint32_t stored = 0, dedup = 0;
 	int rc = td_publish(m2, 0, t3, 0, 64, &stored, &dedup);
 	cr_expect_eq(rc, 0, "rc %d: %s", rc, prefixd_errmsg());
 	cr_expect_eq(stored, 64, "model 2 stored %u of 64 blocks", stored);
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_eq(s.evictions, 64);
 	cr_expect_eq(s.blocks, 128);
 	cr_expect_leq(s.bytes_used, s.budget);
@@ -666,17 +601,17 @@ Test(tenants, a_model_with_idle_blocks_filling_the_budget_makes_room_for_another
 	free(u);
 	prefixd_close(m1);
 	prefixd_close(m2);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, a_publish_refused_because_everything_is_leased_says_so)
 {
 	const char *args[] = { "--memory", "512K", NULL };
-	start(args);
-	struct prefixd *a = client(1), *b = client(1);
+	t_start_shared(&td, args);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 1);
 	uint32_t big[64 * TD_BLOCK_TOKENS], t[8 * TD_BLOCK_TOKENS], stored = 99, dedup = 99, hit;
-	prompt(big, 64, 1);
-	prompt(t, 8, 90000);
+	td_prompt(big, 64, 1);
+	td_prompt(t, 8, 90000);
 	publish_all(a, big, 64, "the whole budget");
 	/* B leases all but the last 4 blocks. */
 	uint64_t lease;
@@ -689,7 +624,7 @@ Test(tenants, a_publish_refused_because_everything_is_leased_says_so)
 		  prefixd_errmsg());
 	cr_expect_eq(stored, 4, "the 4 unleased leaves made room for 4 blocks: %u", stored);
 	cr_expect_eq(dedup, 0);
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.refused_blocks, 4);
 	cr_expect_eq(s.evictions, 4);
 	cr_expect_eq(s.blocks, 64);
@@ -698,14 +633,14 @@ Test(tenants, a_publish_refused_because_everything_is_leased_says_so)
 	cr_expect_eq(hits(a, t, 8), 4, "what was stored is there");
 	/* Once the lease ends, the rest goes in. */
 	cr_assert_eq(prefixd_release(b, lease), 0);
-	wait_leases(0);
+	t_wait_leases(&td, 0);
 	cr_expect_eq(td_publish(a, 0, t, 0, 8, &stored, &dedup), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(stored, 4);
 	cr_expect_eq(dedup, 4);
-	cr_expect_eq(stats().refused_blocks, 4);
+	cr_expect_eq(t_stats(&td).refused_blocks, 4);
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 /* ==== Administration ==== */
@@ -714,10 +649,10 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 {
 	/* 64 slots; --pin-max 16 of them. */
 	const char *args[] = { "--memory", "512K", NULL };
-	start(args);
-	struct prefixd *root = client(1);
+	t_start_shared(&td, args);
+	struct prefixd *root = t_client(&td, 1);
 	uint32_t t[4 * TD_BLOCK_TOKENS];
-	prompt(t, 4, 100);
+	td_prompt(t, 4, 100);
 	publish_all(root, t, 4, "root's chain");
 	struct agent a = agent_start(UID_A, 1), b = agent_start(UID_B, 1);
 	struct ag_rep r = agent_do(&a, AG_PUBLISH, 0, 7000, 3);
@@ -748,7 +683,7 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 	cr_assert_eq(prefixd_list(root, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(n, 3);
 	free(ch);
-	cr_expect_eq(stats().blocks, 9);
+	cr_expect_eq(t_stats(&td).blocks, 9);
 	/* Another's chain cannot be evicted, pinned or unpinned, nor listed
 	 * by name. */
 	static const int refused[] = { AG_EVICT_ID, AG_PIN, AG_UNPIN };
@@ -768,7 +703,7 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 	cr_expect_eq(r.rc, 0, "A pins its own chain: %s", r.msg);
 	cr_expect_eq(r.stored, 3, "A's pins hold its 3 blocks; told %u, root's 4 counted too", r.stored);
 	cr_assert_eq(prefixd_unpin(root, &root_id), 0, "%s", prefixd_errmsg());
-	cr_expect_eq(stats().pins, 1);
+	cr_expect_eq(t_stats(&td).pins, 1);
 	r = agent_do(&a, AG_EVICT, 0, 0, 0);
 	cr_expect_eq(r.rc, 0, "%s", r.msg);
 	cr_expect_eq(r.stored, 0, "A's pin holds its blocks");
@@ -777,19 +712,19 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 	cr_expect_eq(r.rc, 0, "%s", r.msg);
 	r = agent_do(&a, AG_EVICT, 0, 0, 0);
 	cr_expect_eq(r.stored, 3, "A's 3 blocks, not %u", r.stored);
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.blocks, 6, "B's and root's blocks stay");
 	cr_expect_eq(s.admin_evictions, 3);
 	r = agent_do(&b, AG_MATCH, 0, 8000, 2);
 	cr_expect_eq(r.hit, 2, "B's chain is whole");
 	cr_expect_eq(agent_do(&b, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
 	cr_expect_eq(hits(root, t, 4), 4, "root's too");
-	wait_leases(0);
+	t_wait_leases(&td, 0);
 	/* B evicts its own chain by id. */
 	r = agent_do(&b, AG_EVICT_ID, 1, 8000, 2);
 	cr_expect_eq(r.rc, 0, "%s", r.msg);
 	cr_expect_eq(r.stored, 2, "B's 2 blocks");
-	cr_expect_eq(stats().blocks, 4, "only root's are left");
+	cr_expect_eq(t_stats(&td).blocks, 4, "only root's are left");
 	/* A user's pins stay within --pin-max (16 blocks here). */
 	r = agent_do(&a, AG_PUBLISH, 0, 20000, 20);
 	cr_assert_eq(r.stored, 20, "%s", r.msg);
@@ -808,7 +743,7 @@ Test(tenants, each_user_sees_counts_evicts_and_pins_only_their_own_chains)
 	agent_stop(&a);
 	agent_stop(&b);
 	prefixd_close(root);
-	stop();
+	t_stop(&td);
 }
 
 /* ==== The shared namespace ==== */
@@ -820,7 +755,7 @@ Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_member
 	char group[16];
 	snprintf(group, sizeof(group), "%u", GID_SHARED);
 	const char *args[] = { "--shared-group", group, "--shared-publishers", pubs, NULL };
-	start(args);
+	t_start_shared(&td, args);
 	/* A publishes (not a member: a publisher may attach too); B is a
 	 * member; C is neither. */
 	struct agent a = agent_start_in(UID_A, 0, 1, 1), b = agent_start_in(UID_B, GID_SHARED, 1, 1);
@@ -828,7 +763,7 @@ Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_member
 	cr_assert_eq(r.rc, 0, "the publisher publishes: %s", r.msg);
 	cr_assert_eq(r.stored, 6);
 	/* Into the shared namespace, not A's own. */
-	struct prefixd *root = client(1);
+	struct prefixd *root = t_client(&td, 1);
 	struct prefixd_chain *ch;
 	size_t n;
 	cr_assert_eq(prefixd_list(root, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
@@ -842,13 +777,13 @@ Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_member
 	cr_expect_eq(r.hit, 6, "the member attaches the shared prefix: %u blocks", r.hit);
 	cr_expect_eq(r.bad, 0);
 	/* A MATCH that misses in both counts one miss; one that hits, one hit. */
-	struct prefixd_stats s0 = stats();
+	struct prefixd_stats s0 = t_stats(&td);
 	cr_expect_eq(s0.hits, 1, "one hit (%llu)", (unsigned long long)s0.hits);
 	cr_expect_eq(s0.misses, 0, "the miss in B's own namespace is not counted (%llu)",
 		     (unsigned long long)s0.misses);
 	r = agent_do(&b, AG_MATCH, 0, 999000, 2);
 	cr_expect_eq(r.hit, 0);
-	struct prefixd_stats s1 = stats();
+	struct prefixd_stats s1 = t_stats(&td);
 	cr_expect_eq(s1.misses, 1, "a miss in both counts once (%llu)", (unsigned long long)s1.misses);
 	cr_expect_eq(s1.query_tokens - s0.query_tokens, 2 * TD_BLOCK_TOKENS, "asked for once");
 	/* ...but cannot publish into it: no member can poison what the others
@@ -916,7 +851,7 @@ Test(tenants, a_shared_prefix_is_published_by_a_publisher_and_attached_by_member
 	agent_stop(&a);
 	agent_stop(&b);
 	prefixd_close(root);
-	stop();
+	t_stop(&td);
 }
 
 /* A member's HELLO makes nothing in the shared namespace: were it to make
@@ -928,7 +863,7 @@ Test(tenants, a_member_cannot_take_the_shared_namespaces_block_sizes)
 	snprintf(group, sizeof(group), "%u", GID_SHARED);
 	snprintf(pubs, sizeof(pubs), "%u", UID_A);
 	const char *args[] = { "--shared-group", group, "--shared-publishers", pubs, NULL };
-	start(args);
+	t_start_shared(&td, args);
 	/* B, a member, attaches first, nothing being published yet, with 8
 	 * block sizes (its own 8 too). */
 	struct agent b = agent_start_in(UID_B, GID_SHARED, 1, 1);
@@ -953,12 +888,12 @@ Test(tenants, a_member_cannot_take_the_shared_namespaces_block_sizes)
 	cr_expect_eq(r.rc, -EACCES, "rc %d: %s", r.rc, r.msg);
 	agent_stop(&a);
 	agent_stop(&b);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, without_a_shared_namespace_asking_for_it_is_refused)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	struct prefixd_layout l = td_layout(1);
 	struct prefixd *c = NULL;
 	int rc = prefixd_connect_flags(td.sock, &l, PREFIXD_CONNECT_SHARED, &c);
@@ -968,18 +903,18 @@ Test(tenants, without_a_shared_namespace_asking_for_it_is_refused)
 	cr_expect_eq(prefixd_connect_flags(td.sock, NULL, PREFIXD_CONNECT_SHARED, &c), -EINVAL,
 		     "the shared namespace needs a layout");
 	cr_expect_eq(prefixd_connect_flags(td.sock, &l, 1u << 7, &c), -EINVAL, "unknown flags");
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, a_pinned_chain_survives_a_flood_until_it_is_unpinned)
 {
 	/* 64 slots; --pin-max is a quarter of it: 16 blocks. */
 	const char *args[] = { "--memory", "512K", NULL };
-	start(args);
-	struct prefixd *a = client(1), *f = client(2);
+	t_start_shared(&td, args);
+	struct prefixd *a = t_client(&td, 1), *f = t_client(&td, 2);
 	uint32_t k[12 * TD_BLOCK_TOKENS], l[12 * TD_BLOCK_TOKENS], t[40 * TD_BLOCK_TOKENS];
-	prompt(k, 12, 10); /* K is its first 8 blocks, K' all 12 */
-	prompt(l, 12, 50000);
+	td_prompt(k, 12, 10); /* K is its first 8 blocks, K' all 12 */
+	td_prompt(l, 12, 50000);
 	publish_all(a, k, 8, "K");
 	struct prefixd_id idk = id_of(1, k, 8, 0), idk2 = id_of(1, k, 12, 0), idl = id_of(1, l, 12, 0);
 	uint64_t pinned = 0;
@@ -987,15 +922,15 @@ Test(tenants, a_pinned_chain_survives_a_flood_until_it_is_unpinned)
 	cr_expect_eq(pinned, 8 * BB);
 	struct prefixd_id idk4 = id_of(1, k, 4, 0);
 	cr_expect_eq(prefixd_unpin(a, &idk4), -ENOENT, "a block pinned only as part of K is no pin");
-	struct prefixd_stats s = stats();
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.pins, 1);
 	cr_expect_eq(s.pinned_bytes, 8 * BB);
 	cr_expect_eq(s.pin_max, 128 * KIB, "--pin-max defaults to a quarter of --memory");
 	for (uint32_t p = 0; p < 20; p++) {
-		prompt(t, 40, 1000000 + p * 1000);
+		td_prompt(t, 40, 1000000 + p * 1000);
 		publish_all(f, t, 40, "flood");
 	}
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_geq(s.evictions, 20 * 40 - 56, "the flood went through the budget");
 	cr_expect_eq(hits(a, k, 8), 8, "the pinned chain still hits whole");
 	/* Past --pin-max. */
@@ -1004,7 +939,7 @@ Test(tenants, a_pinned_chain_survives_a_flood_until_it_is_unpinned)
 	cr_expect_eq(rc, -E2BIG, "8 + 12 blocks pinned > 16: rc %d: %s", rc, prefixd_errmsg());
 	cr_expect(strstr(prefixd_errmsg(), "--pin-max"), "the message names --pin-max: %s",
 		  prefixd_errmsg());
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_eq(s.pins, 1, "the refused pin is not one");
 	cr_expect_eq(s.pinned_bytes, 8 * BB);
 	/* K extended by 4: its 8 pinned blocks count once. */
@@ -1014,40 +949,40 @@ Test(tenants, a_pinned_chain_survives_a_flood_until_it_is_unpinned)
 	cr_expect_eq(prefixd_pin(a, &idk2, 0, &pinned), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(pinned, 12 * BB, "a block under two pins counts once");
 	cr_expect_eq(prefixd_unpin(a, &idk2), 0, "%s", prefixd_errmsg());
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_eq(s.pins, 1);
 	cr_expect_eq(s.pinned_bytes, 8 * BB);
 	/* Unpinned, K goes with the next flood. */
 	cr_expect_eq(prefixd_unpin(a, &idk), 0, "%s", prefixd_errmsg());
 	cr_expect_eq(prefixd_unpin(a, &idk), -ENOENT, "a pin ends once");
-	s = stats();
+	s = t_stats(&td);
 	cr_expect_eq(s.pins, 0);
 	cr_expect_eq(s.pinned_bytes, 0);
 	for (uint32_t p = 0; p < 4; p++) {
-		prompt(t, 40, 2000000 + p * 1000);
+		td_prompt(t, 40, 2000000 + p * 1000);
 		publish_all(f, t, 40, "second flood");
 	}
 	cr_expect_eq(hits(a, k, 8), 0, "the unpinned chain was evicted");
 	cr_expect_eq(prefixd_pin(a, &idk, 0, &pinned), -ENOENT, "an evicted chain cannot be pinned");
 	prefixd_close(a);
 	prefixd_close(f);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, a_pin_with_a_ttl_expires)
 {
-	start(NULL);
-	struct prefixd *a = client(1);
+	t_start_shared(&td, NULL);
+	struct prefixd *a = t_client(&td, 1);
 	uint32_t x[3 * TD_BLOCK_TOKENS], y[3 * TD_BLOCK_TOKENS], z[2 * TD_BLOCK_TOKENS];
-	prompt(x, 3, 100);
-	prompt(y, 3, 200);
-	prompt(z, 2, 300);
+	td_prompt(x, 3, 100);
+	td_prompt(y, 3, 200);
+	td_prompt(z, 2, 300);
 	publish_all(a, x, 3, "X");
 	publish_all(a, y, 3, "Y");
 	publish_all(a, z, 2, "Z");
 	struct prefixd_id idx = id_of(1, x, 3, 0), idy = id_of(1, y, 3, 0), idz = id_of(1, z, 2, 0);
 	/* TTLs are whole seconds from the daemon's clock: 2 s lasts more than 1. */
-	double t0 = now_s();
+	double t0 = td_now_s();
 	cr_assert_eq(prefixd_pin(a, &idx, 2, NULL), 0, "%s", prefixd_errmsg());
 	cr_assert_eq(prefixd_pin(a, &idy, 0, NULL), 0, "%s", prefixd_errmsg());
 	/* Z is pinned for 1 s, then again with no end: the new TTL holds. */
@@ -1069,11 +1004,11 @@ Test(tenants, a_pin_with_a_ttl_expires)
 	struct prefixd_stats s;
 	cr_assert_eq(prefixd_stats(a, &s), 0);
 	cr_expect_eq(s.pins, 3);
-	while (s.pins == 3 && now_s() - t0 < 5) {
+	while (s.pins == 3 && td_now_s() - t0 < 5) {
 		usleep(20000);
 		cr_assert_eq(prefixd_stats(a, &s), 0);
 	}
-	double took = now_s() - t0;
+	double took = td_now_s() - t0;
 	cr_expect_eq(s.pins, 2, "X's pin ended within 5 s, Y's and Z's stay");
 	cr_expect_geq(took, 1.0, "not before its TTL: %.2f s", took);
 	cr_expect_eq(s.pins_expired, 1);
@@ -1088,23 +1023,23 @@ Test(tenants, a_pin_with_a_ttl_expires)
 	free(ch);
 	cr_expect_eq(prefixd_unpin(a, &idx), -ENOENT, "an expired pin is gone");
 	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ALL };
-	expect_evicted(evict(a, sel), 3, 0, 5, 0, "X can go now, Y and Z stay");
+	t_expect_evicted(evict(a, sel), 3, 3 * BB, 0, 5, 0, "X can go now, Y and Z stay");
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, evicting_a_chain_by_id_keeps_what_others_hold_or_continue)
 {
-	start(NULL);
-	struct prefixd *a = client(1), *b = client(1);
+	t_start_shared(&td, NULL);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 1);
 	uint32_t p[8 * TD_BLOCK_TOKENS], q[4 * TD_BLOCK_TOKENS];
-	prompt(p, 8, 1000);
+	td_prompt(p, 8, 1000);
 	memcpy(q, p, 2 * TD_BLOCK_TOKENS * sizeof(uint32_t)); /* Q: P's first 2 blocks, then its own */
 	for (uint32_t i = 2 * TD_BLOCK_TOKENS; i < 4 * TD_BLOCK_TOKENS; i++)
 		q[i] = 50000 + i;
 	publish_all(a, p, 8, "P");
 	publish_all(a, q, 4, "Q");
-	cr_expect_eq(stats().blocks, 10);
+	cr_expect_eq(t_stats(&td).blocks, 10);
 	struct prefixd_evicted e;
 	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ID };
 	memset(sel.id.key, 0xee, sizeof(sel.id.key));
@@ -1113,13 +1048,13 @@ Test(tenants, evicting_a_chain_by_id_keeps_what_others_hold_or_continue)
 	cr_expect_eq(prefixd_evict(a, &sel, &e), -ENOENT, "P in another user's namespace");
 	/* Q's own blocks go; the 2 P continues stay. */
 	sel.id = id_of(1, q, 4, 0);
-	expect_evicted(evict(a, sel), 2, 0, 0, 2, "Q");
+	t_expect_evicted(evict(a, sel), 2, 2 * BB, 0, 0, 2, "Q");
 	cr_expect_eq(hits(a, q, 4), 2);
 	cr_expect_eq(hits(a, p, 8), 8);
 	cr_expect_eq(prefixd_evict(a, &sel, &e), -ENOENT, "Q is gone");
 	/* An inner block of P names a chain P continues: nothing goes. */
 	sel.id = id_of(1, p, 4, 0);
-	expect_evicted(evict(a, sel), 0, 0, 0, 4, "an inner block");
+	t_expect_evicted(evict(a, sel), 0, 0, 0, 0, 4, "an inner block");
 	cr_expect_eq(hits(a, p, 8), 8);
 	/* Another connection leases P's first 4 blocks. */
 	uint64_t lease;
@@ -1128,32 +1063,32 @@ Test(tenants, evicting_a_chain_by_id_keeps_what_others_hold_or_continue)
 	cr_assert_eq(prefixd_match(b, p, 4, &lease, &hit, kv), 0);
 	cr_assert_eq(hit, 4);
 	sel.id = id_of(1, p, 8, 0);
-	expect_evicted(evict(a, sel), 4, 4, 0, 0, "P under a lease on 4");
+	t_expect_evicted(evict(a, sel), 4, 4 * BB, 4, 0, 0, "P under a lease on 4");
 	for (uint32_t i = 0; i < 4; i++)
 		cr_expect(td_block_ok(p, i, kv[i]), "leased block %u reads back", i);
 	cr_expect_eq(hits(a, p, 8), 4);
 	cr_assert_eq(prefixd_release(b, lease), 0);
-	wait_leases(0);
+	t_wait_leases(&td, 0);
 	/* A pin on P's first 2 blocks. */
 	struct prefixd_id pin2 = id_of(1, p, 2, 0);
 	cr_assert_eq(prefixd_pin(a, &pin2, 0, NULL), 0, "%s", prefixd_errmsg());
 	sel.id = id_of(1, p, 4, 0);
-	expect_evicted(evict(a, sel), 2, 0, 2, 0, "P under a pin on 2");
+	t_expect_evicted(evict(a, sel), 2, 2 * BB, 0, 2, 0, "P under a pin on 2");
 	cr_expect_eq(hits(a, p, 8), 2);
-	cr_expect_eq(stats().admin_evictions, 8);
-	cr_expect_eq(stats().evictions, 0, "evictions for room are counted apart");
+	cr_expect_eq(t_stats(&td).admin_evictions, 8);
+	cr_expect_eq(t_stats(&td).evictions, 0, "evictions for room are counted apart");
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, evicting_by_model_or_by_user_takes_only_theirs)
 {
-	start(NULL);
-	struct prefixd *a = client(1), *b = client(2);
+	t_start_shared(&td, NULL);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 2);
 	uint32_t p[6 * TD_BLOCK_TOKENS], r[5 * TD_BLOCK_TOKENS];
-	prompt(p, 6, 100);
-	prompt(r, 5, 100); /* the same tokens, another model */
+	td_prompt(p, 6, 100);
+	td_prompt(r, 5, 100); /* the same tokens, another model */
 	publish_all(a, p, 6, "root, model 1");
 	publish_all(b, r, 5, "root, model 2");
 	struct agent a1 = agent_start(UID_A, 1), a2 = agent_start(UID_B, 2);
@@ -1161,10 +1096,10 @@ Test(tenants, evicting_by_model_or_by_user_takes_only_theirs)
 	cr_assert_eq(ar.stored, 4, "uid %u, model 1: %s", UID_A, ar.msg);
 	ar = agent_do(&a2, AG_PUBLISH, 0, 100, 3);
 	cr_assert_eq(ar.stored, 3, "uid %u, model 2: %s", UID_B, ar.msg);
-	cr_expect_eq(stats().blocks, 18);
+	cr_expect_eq(t_stats(&td).blocks, 18);
 	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_MODEL };
 	memset(sel.model, 2, sizeof(sel.model));
-	expect_evicted(evict(a, sel), 5 + 3, 0, 0, 0, "model 2, of any user");
+	t_expect_evicted(evict(a, sel), 5 + 3, (5 + 3) * BB, 0, 0, 0, "model 2, of any user");
 	cr_expect_eq(hits(b, r, 5), 0);
 	cr_expect_eq(agent_do(&a2, AG_MATCH, 0, 100, 3).hit, 0, "uid %u's model 2 blocks went", UID_B);
 	cr_expect_eq(hits(a, p, 6), 6, "model 1 stays");
@@ -1172,14 +1107,14 @@ Test(tenants, evicting_by_model_or_by_user_takes_only_theirs)
 	cr_expect_eq(ar.hit, 4, "uid %u's model 1 blocks stay", UID_A);
 	cr_expect_eq(ar.bad, 0);
 	cr_assert_eq(agent_do(&a1, AG_RELEASE_ALL, 0, 0, 0).rc, 0);
-	wait_leases(0);
+	t_wait_leases(&td, 0);
 	sel = (struct prefixd_evict_sel){ .by = PREFIXD_EVICT_USER, .user = UID_A };
-	expect_evicted(evict(a, sel), 4, 0, 0, 0, "user 60001");
+	t_expect_evicted(evict(a, sel), 4, 4 * BB, 0, 0, 0, "user 60001");
 	cr_expect_eq(agent_do(&a1, AG_MATCH, 0, 100, 4).hit, 0);
 	cr_expect_eq(hits(a, p, 6), 6, "root's blocks stay");
 	sel.user = 0;
-	expect_evicted(evict(a, sel), 6, 0, 0, 0, "root");
-	struct prefixd_stats s = stats();
+	t_expect_evicted(evict(a, sel), 6, 6 * BB, 0, 0, 0, "root");
+	struct prefixd_stats s = t_stats(&td);
 	cr_expect_eq(s.blocks, 0);
 	cr_expect_eq(s.bytes_used, 0);
 	cr_expect_eq(s.admin_evictions, 18);
@@ -1187,22 +1122,22 @@ Test(tenants, evicting_by_model_or_by_user_takes_only_theirs)
 	agent_stop(&a2);
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, evicting_idle_blocks_spares_the_recently_used)
 {
-	start(NULL);
-	struct prefixd *a = client(1);
+	t_start_shared(&td, NULL);
+	struct prefixd *a = t_client(&td, 1);
 	uint32_t t[2 * TD_BLOCK_TOKENS], u[3 * TD_BLOCK_TOKENS];
-	prompt(t, 2, 100);
-	prompt(u, 3, 900);
+	td_prompt(t, 2, 100);
+	td_prompt(u, 3, 900);
 	publish_all(a, t, 2, "T");
 	struct prefixd_id idt = id_of(1, t, 2, 0);
 	/* Until T has been idle 2 s by the daemon's clock. */
 	uint32_t idle = 0;
-	double t0 = now_s();
-	while (idle < 2 && now_s() - t0 < 5) {
+	double t0 = td_now_s();
+	while (idle < 2 && td_now_s() - t0 < 5) {
 		struct prefixd_chain *ch;
 		size_t n;
 		cr_assert_eq(prefixd_list(a, NULL, &ch, &n), 0, "%s", prefixd_errmsg());
@@ -1216,38 +1151,38 @@ Test(tenants, evicting_idle_blocks_spares_the_recently_used)
 	cr_assert_geq(idle, 2, "T idle for 2 s");
 	publish_all(a, u, 3, "U");
 	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_IDLE, .idle_s = 3600 };
-	expect_evicted(evict(a, sel), 0, 0, 0, 0, "nothing is an hour old");
+	t_expect_evicted(evict(a, sel), 0, 0, 0, 0, 0, "nothing is an hour old");
 	sel.idle_s = 2;
-	expect_evicted(evict(a, sel), 2, 0, 0, 0, "T");
+	t_expect_evicted(evict(a, sel), 2, 2 * BB, 0, 0, 0, "T");
 	cr_expect_eq(hits(a, t, 2), 0, "T went");
 	/* U is leased now (from another connection). */
-	struct prefixd *b = client(1);
+	struct prefixd *b = t_client(&td, 1);
 	uint64_t lease;
 	uint32_t hit;
 	const void *kv[3];
 	cr_assert_eq(prefixd_match(b, u, 3, &lease, &hit, kv), 0);
 	cr_assert_eq(hit, 3);
 	sel.idle_s = 0;
-	expect_evicted(evict(a, sel), 0, 3, 0, 0, "U is leased");
+	t_expect_evicted(evict(a, sel), 0, 0, 3, 0, 0, "U is leased");
 	for (uint32_t i = 0; i < 3; i++)
 		cr_expect(td_block_ok(u, i, kv[i]), "block %u", i);
 	cr_assert_eq(prefixd_release(b, lease), 0);
-	wait_leases(0);
-	expect_evicted(evict(a, sel), 3, 0, 0, 0, "U, released");
-	cr_expect_eq(stats().blocks, 0);
+	t_wait_leases(&td, 0);
+	t_expect_evicted(evict(a, sel), 3, 3 * BB, 0, 0, 0, "U, released");
+	cr_expect_eq(t_stats(&td).blocks, 0);
 	prefixd_close(b);
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, no_selector_evicts_leased_or_pinned_blocks_and_evicted_memory_goes_back)
 {
-	start(NULL);
-	struct prefixd *a = client(1), *h = client(1);
+	t_start_shared(&td, NULL);
+	struct prefixd *a = t_client(&td, 1), *h = t_client(&td, 1);
 	uint32_t p[8 * TD_BLOCK_TOKENS], v[3 * TD_BLOCK_TOKENS], w[5 * TD_BLOCK_TOKENS];
-	prompt(p, 8, 100);
-	prompt(v, 3, 1000);
-	prompt(w, 5, 2000);
+	td_prompt(p, 8, 100);
+	td_prompt(v, 3, 1000);
+	td_prompt(w, 5, 2000);
 	publish_all(a, p, 8, "P");
 	publish_all(a, v, 3, "V");
 	publish_all(a, w, 5, "W");
@@ -1261,7 +1196,7 @@ Test(tenants, no_selector_evicts_leased_or_pinned_blocks_and_evicted_memory_goes
 	struct prefixd_id idp = id_of(1, p, 8, 0), idv = id_of(1, v, 3, 0);
 	cr_assert_eq(prefixd_pin(a, &idv, 0, NULL), 0, "%s", prefixd_errmsg());
 	struct prefixd_evict_sel sel = { .by = PREFIXD_EVICT_ALL };
-	expect_evicted(evict(a, sel), 5, 8, 3, 0, "--all");
+	t_expect_evicted(evict(a, sel), 5, 5 * BB, 8, 3, 0, "--all");
 	for (uint32_t i = 0; i < 8; i++)
 		cr_expect(td_block_ok(p, i, kv[i]), "leased block %u reads back", i);
 	/* Every other selector of P or V keeps them too. */
@@ -1279,7 +1214,7 @@ Test(tenants, no_selector_evicts_leased_or_pinned_blocks_and_evicted_memory_goes
 	for (size_t i = 0; i < sizeof(sels) / sizeof(sels[0]); i++) {
 		char what[32];
 		snprintf(what, sizeof(what), "selector %zu", i);
-		expect_evicted(evict(a, sels[i]), 0, kept[i].leased, kept[i].pinned, 0, what);
+		t_expect_evicted(evict(a, sels[i]), 0, 0, kept[i].leased, kept[i].pinned, 0, what);
 	}
 	for (uint32_t i = 0; i < 8; i++)
 		cr_expect(td_block_ok(p, i, kv[i]), "leased block %u still reads back", i);
@@ -1295,28 +1230,28 @@ Test(tenants, no_selector_evicts_leased_or_pinned_blocks_and_evicted_memory_goes
 	/* Released and unpinned, everything goes, and so does its memory. */
 	cr_assert_eq(prefixd_release(h, lease), 0);
 	cr_assert_eq(prefixd_unpin(a, &idv), 0, "%s", prefixd_errmsg());
-	wait_leases(0);
-	expect_evicted(evict(a, sel), 11, 0, 0, 0, "--all, nothing held");
-	s = stats();
+	t_wait_leases(&td, 0);
+	t_expect_evicted(evict(a, sel), 11, 11 * BB, 0, 0, 0, "--all, nothing held");
+	s = t_stats(&td);
 	cr_expect_eq(s.blocks, 0);
 	cr_expect_eq(s.bytes_used, 0);
 	cr_expect_eq(s.idle_bytes, 0);
 	cr_expect_eq(arena_rss(), 0, "evicted blocks are punched out of the arenas");
 	prefixd_close(h);
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, the_list_of_chains_has_their_shapes_and_filters_by_user_and_model)
 {
-	start(NULL);
-	struct prefixd *a = client(1), *b = client(2);
+	t_start_shared(&td, NULL);
+	struct prefixd *a = t_client(&td, 1), *b = t_client(&td, 2);
 	uint32_t ta[5 * TD_BLOCK_TOKENS], tb[5 * TD_BLOCK_TOKENS], tr[3 * TD_BLOCK_TOKENS];
-	prompt(ta, 5, 100);
+	td_prompt(ta, 5, 100);
 	memcpy(tb, ta, sizeof(tb)); /* A': A's first 3 blocks, then 2 of its own */
 	for (uint32_t i = 3 * TD_BLOCK_TOKENS; i < 5 * TD_BLOCK_TOKENS; i++)
 		tb[i] = 90000 + i;
-	prompt(tr, 3, 100);
+	td_prompt(tr, 3, 100);
 	publish_all(a, ta, 5, "A");
 	publish_all(a, tb, 5, "A'");
 	publish_all(b, tr, 3, "B, model 2");
@@ -1403,7 +1338,7 @@ Test(tenants, the_list_of_chains_has_their_shapes_and_filters_by_user_and_model)
 	agent_stop(&ag);
 	prefixd_close(a);
 	prefixd_close(b);
-	stop();
+	t_stop(&td);
 }
 
 static int id_cmp(const void *a, const void *b)
@@ -1418,12 +1353,12 @@ static int id_cmp(const void *a, const void *b)
 Test(tenants, a_listing_of_many_pages_names_each_chain_once)
 {
 	const char *args[] = { "--memory", "64M", NULL };
-	start(args);
-	struct prefixd *a = client(3);
+	t_start_shared(&td, args);
+	struct prefixd *a = t_client(&td, 3);
 	enum { N = 8000 };
 	for (uint32_t p = 0; p < N; p++) {
 		uint32_t t[TD_BLOCK_TOKENS], stored, dedup;
-		prompt(t, 1, 100 * p);
+		td_prompt(t, 1, 100 * p);
 		cr_assert_eq(td_publish(a, 0, t, 0, 1, &stored, &dedup), 0, "%s", prefixd_errmsg());
 		cr_assert_eq(stored, 1);
 	}
@@ -1444,25 +1379,25 @@ Test(tenants, a_listing_of_many_pages_names_each_chain_once)
 	free(ids);
 	free(ch);
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 Test(tenants, usage_rows_count_per_user_and_model)
 {
 	/* 64 slots. */
 	const char *args[] = { "--memory", "512K", NULL };
-	start(args);
-	struct prefixd *a = client(1), *m2 = client(2), *salted;
+	t_start_shared(&td, args);
+	struct prefixd *a = t_client(&td, 1), *m2 = t_client(&td, 2), *salted;
 	struct prefixd_layout ls = td_layout(1);
 	ls.salt = "tenant-x";
 	ls.salt_len = 8;
 	cr_assert_eq(prefixd_connect(td.sock, &ls, &salted), 0, "%s", prefixd_errmsg());
 	uint32_t p1[60 * TD_BLOCK_TOKENS], s1[TD_BLOCK_TOKENS], p2[10 * TD_BLOCK_TOKENS],
 		z[2 * TD_BLOCK_TOKENS];
-	prompt(p1, 60, 1);
-	prompt(s1, 1, 50000);
-	prompt(p2, 10, 60000);
-	prompt(z, 2, 70000);
+	td_prompt(p1, 60, 1);
+	td_prompt(s1, 1, 50000);
+	td_prompt(p2, 10, 60000);
+	td_prompt(z, 2, 70000);
 	publish_all(a, p1, 60, "P1, model 1");
 	publish_all(salted, s1, 1, "model 1 with a salt");
 	/* 7 of P1's blocks make room for P2. */
@@ -1477,7 +1412,7 @@ Test(tenants, usage_rows_count_per_user_and_model)
 	cr_assert_eq(prefixd_match(salted, s1, 1, &ls1, &hit, kv), 0);
 	cr_expect_eq(hit, 1);
 	cr_expect_eq(hits(m2, p2, 10), 10);
-	wait_leases(2);
+	t_wait_leases(&td, 2);
 	/* uid 60001 makes room in its turn: P2 is all that is not leased. */
 	struct agent ag = agent_start(UID_A, 1);
 	struct ag_rep r = agent_do(&ag, AG_PUBLISH, 0, 100, 3);
@@ -1535,7 +1470,7 @@ Test(tenants, usage_rows_count_per_user_and_model)
 	prefixd_close(salted);
 	prefixd_close(m2);
 	prefixd_close(a);
-	stop();
+	t_stop(&td);
 }
 
 /* ==== Partitions: (user, block size) pairs ==== */
@@ -1566,7 +1501,7 @@ static struct prefixd *sized_soon(uint32_t k, char *why, size_t cap)
 
 Test(tenants, block_sizes_no_one_uses_are_reclaimed_and_one_user_cannot_take_them_all)
 {
-	start(NULL);
+	t_start_shared(&td, NULL);
 	char why[256] = "";
 	/* HELLOs alone, then gone: 200 pairs, over three times the table. */
 	for (uint32_t k = 0; k < 200; k++) {
@@ -1591,7 +1526,7 @@ Test(tenants, block_sizes_no_one_uses_are_reclaimed_and_one_user_cannot_take_the
 	 * they are evicted. */
 	uint8_t *kv = calloc(1, TD_BLOCK_BYTES + 16 * 8);
 	uint32_t t[TD_BLOCK_TOKENS];
-	prompt(t, 1, 100);
+	td_prompt(t, 1, 100);
 	for (uint32_t k = 0; k < 8; k++) {
 		uint32_t stored = 0, dedup = 0;
 		const void *p = kv;
@@ -1613,5 +1548,5 @@ Test(tenants, block_sizes_no_one_uses_are_reclaimed_and_one_user_cannot_take_the
 	struct prefixd *c = sized_soon(8, why, sizeof(why));
 	cr_expect(c, "evicted, the pairs are free again: %s", why);
 	prefixd_close(c);
-	stop();
+	t_stop(&td);
 }

@@ -24,20 +24,6 @@
 #include "fuzz.h"
 #include "record.h"
 
-static uint64_t le(const uint8_t *p, int bytes)
-{
-	uint64_t v = 0;
-	for (int i = bytes - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static void set_le(uint8_t *p, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
 /* Buffers of exactly the size asked for, so AddressSanitizer sees a read
  * or write one byte past them. */
 static uint8_t *buf_of(size_t n)
@@ -59,12 +45,12 @@ static void reseal(uint8_t *p, size_t n, uint8_t opts)
 {
 	if (n < REC_HDR_SIZE)
 		return;
-	size_t head = rec_head_size((uint32_t)le(p + 36, 4));
-	uint64_t payload = le(p + 40, 8);
+	size_t head = rec_head_size((uint32_t)rec_get_le(p + 36, 4));
+	uint64_t payload = rec_get_le(p + 40, 8);
 	if ((opts & 2) && head && head <= n && rec_payload_span(payload) && payload <= n - head)
-		set_le(p + 16, XXH3_64bits(p + head, (size_t)payload), 8);
+		rec_put_le(p + 16, XXH3_64bits(p + head, (size_t)payload), 8);
 	if ((opts & 1) && head && head <= n)
-		set_le(p + 8, XXH3_64bits(p + 16, head - 16), 8);
+		rec_put_le(p + 8, XXH3_64bits(p + 16, head - 16), 8);
 }
 
 static void accepted(const uint8_t *p, size_t n, const struct rec_meta *m)

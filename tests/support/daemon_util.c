@@ -35,7 +35,7 @@ int td_start(struct test_daemon *d, const char *const *args)
 	return td_start_named(d, "sock", args);
 }
 
-static double now_s(void)
+double td_now_s(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
@@ -59,7 +59,7 @@ static int start(struct test_daemon *d, const char *name, const char *const *arg
 	int n = 5;
 	for (int i = 0; args && args[i] && n < 31; i++)
 		argv[n++] = args[i];
-	double t0 = now_s();
+	double t0 = td_now_s();
 	d->pid = fork();
 	if (d->pid < 0)
 		return -1;
@@ -79,7 +79,7 @@ static int start(struct test_daemon *d, const char *name, const char *const *arg
 	for (unsigned i = 0; i < 10000000 / poll_us; i++) {
 		if (can_connect(d->sock)) {
 			if (ms)
-				*ms = (now_s() - t0) * 1e3;
+				*ms = (td_now_s() - t0) * 1e3;
 			return 0;
 		}
 		int st;
@@ -206,6 +206,17 @@ int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32
 	return rc;
 }
 
+struct prefixd *td_connect(const char *sock, uint8_t model, char *why, size_t cap)
+{
+	struct prefixd_layout l = td_layout(model);
+	struct prefixd *c;
+	if (prefixd_connect(sock, &l, &c)) {
+		snprintf(why, cap, "connect: %s", prefixd_errmsg());
+		return NULL;
+	}
+	return c;
+}
+
 int td_stats(const struct test_daemon *d, struct prefixd_stats *out)
 {
 	struct prefixd *c;
@@ -296,4 +307,17 @@ int td_sh(char *out, size_t cap, const char *fmt, ...)
 	out[n] = 0;
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void td_prompt(uint32_t *t, uint32_t nblocks, uint32_t base)
+{
+	for (uint32_t i = 0; i < nblocks * TD_BLOCK_TOKENS; i++)
+		t[i] = base + i;
+}
+
+int td_log_has(const struct test_daemon *d, const char *what)
+{
+	/* grep, not td_read_file: a log under load outgrows its 64 KiB. */
+	char out[256];
+	return td_sh(out, sizeof(out), "grep -qF '%s' '%s'", what, d->log) == 0;
 }

@@ -61,6 +61,10 @@ struct prefixd_layout td_layout(uint8_t model);
 void td_fill_block(const uint32_t *tokens, uint32_t b, void *kv);
 /* Whether kv is exactly what td_fill_block makes. */
 int td_block_ok(const uint32_t *tokens, uint32_t b, const void *kv);
+/* A connection to sock with td_layout(model), or NULL with "connect: "
+ * and libprefixd's reason in why (for threads, which cannot fail a
+ * Criterion test). */
+struct prefixd *td_connect(const char *sock, uint8_t model, char *why, size_t cap);
 /* The daemon's counters over a connection of its own: 0, or the error of
  * libprefixd (prefixd_errmsg() says why). */
 int td_stats(const struct test_daemon *d, struct prefixd_stats *out);
@@ -70,6 +74,15 @@ int td_stats(const struct test_daemon *d, struct prefixd_stats *out);
 uint64_t td_wait_leases(const struct test_daemon *d, uint64_t n);
 /* A process's resident memory (VmRSS), in bytes; 0 when unknown. */
 uint64_t td_rss(pid_t pid);
+/* A prompt of nblocks blocks: tokens base, base + 1, ... */
+void td_prompt(uint32_t *t, uint32_t nblocks, uint32_t base);
+/* The first token of prompt k, whose tokens (up to a million) no other
+ * k's prompt has: td_prompt(t, n, TD_PROMPT_K(k)). */
+#define TD_PROMPT_K(k) (1000000u * ((uint32_t)(k) + 1))
+/* Seconds on the monotonic clock. */
+double td_now_s(void);
+/* Whether the daemon's log holds the text what. */
+int td_log_has(const struct test_daemon *d, const char *what);
 /* Publishes blocks [first, first + n) of tokens with generated KV. */
 int td_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, uint32_t first,
 	       uint32_t n, uint32_t *stored, uint32_t *dedup);

@@ -11,10 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon_util.h"
+#include "daemon_asserts.h"
 #include "helpers.h"
 
-Test(cli, logits_uncached_and_split_match_transformers)
+Test(prefix_run, logits_uncached_and_split_match_transformers)
 {
 	const char *name = "llama-tiny-gqa";
 	size_t n, nl;
@@ -58,7 +58,7 @@ Test(cli, logits_uncached_and_split_match_transformers)
 	free(tok);
 }
 
-Test(cli, generate_greedy_matches_transformers)
+Test(prefix_run, generate_greedy_matches_transformers)
 {
 	const char *name = "neox-tiny-seq";
 	size_t np, no;
@@ -80,7 +80,7 @@ Test(cli, generate_greedy_matches_transformers)
 	free(prompt);
 }
 
-Test(cli, generate_sampling_is_seeded)
+Test(prefix_run, generate_sampling_is_seeded)
 {
 	struct cmd_result a = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 12 "
 			      "--temperature 1.5 --top-k 50 --top-p 0.95 --seed 4 2>/dev/null", fixtures_dir());
@@ -93,7 +93,7 @@ Test(cli, generate_sampling_is_seeded)
 	cr_expect_str_neq(a.out, c.out);
 }
 
-Test(cli, info_reports_shapes_fingerprint_and_kv)
+Test(prefix_run, info_reports_shapes_fingerprint_and_kv)
 {
 	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
@@ -111,7 +111,7 @@ Test(cli, info_reports_shapes_fingerprint_and_kv)
 /* With a daemon: its limits, and how many prefixes of each priced length
  * they hold, in whole pages a block as the daemon charges them. neox-tiny
  * with a context of 4096 positions: 512, 2048 and 4096 tokens are priced. */
-Test(cli, info_prices_prefixes_against_the_daemons_limits)
+Test(prefix_run, info_prices_prefixes_against_the_daemons_limits)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", "--quota", "16M",
@@ -176,7 +176,7 @@ Test(cli, info_prices_prefixes_against_the_daemons_limits)
 	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", model), 0, "%s", out);
 }
 
-Test(cli, info_says_when_the_own_kernels_are_turned_off)
+Test(prefix_run, info_says_when_the_own_kernels_are_turned_off)
 {
 	setenv("PFX_NO_AVX512", "1", 1);
 	struct cmd_result r = run("info --model %s/llama-tiny-gqa", fixtures_dir());
@@ -187,7 +187,7 @@ Test(cli, info_says_when_the_own_kernels_are_turned_off)
 		  "%s", r.out);
 }
 
-Test(cli, errors_are_clear)
+Test(prefix_run, errors_are_clear)
 {
 	const struct {
 		const char *args;
@@ -241,7 +241,7 @@ Test(cli, errors_are_clear)
 /* neox-tiny has 512 positions: a prompt of 3 leaves room for 510 new
  * tokens (the last one is printed, never run). More is refused up front,
  * not after printing hundreds of ids. */
-Test(cli, generate_refuses_a_max_new_past_the_context_up_front)
+Test(prefix_run, generate_refuses_a_max_new_past_the_context_up_front)
 {
 	struct cmd_result r = run("generate --model %s/neox-tiny --tokens 1,2,3 --max-new 600",
 				  fixtures_dir());
@@ -280,7 +280,7 @@ Test(cli, generate_refuses_a_max_new_past_the_context_up_front)
 
 /* The llama fixture ships eos_token_id 2, and its greedy reference (made
  * with EOS disabled) has 2 as its 4th token. */
-Test(cli, generate_stops_after_the_eos_token_of_generation_config)
+Test(prefix_run, generate_stops_after_the_eos_token_of_generation_config)
 {
 	const char *name = "llama-tiny-gqa";
 	size_t np, no;
@@ -364,7 +364,7 @@ static void remove_copy(const char *dir)
 	rmdir(dir);
 }
 
-Test(cli, generate_reads_eos_ids_from_generation_config_then_config)
+Test(prefix_run, generate_reads_eos_ids_from_generation_config_then_config)
 {
 	/* The first greedy token, to make it the EOS. */
 	struct cmd_result r = run("generate --model %s/neox-tiny --tokens 5,6,7 --max-new 3 --ignore-eos 2>/dev/null",
@@ -411,23 +411,6 @@ Test(cli, generate_reads_eos_ids_from_generation_config_then_config)
 
 /* ==== The cache report ==== */
 
-/* One counter from prefixctl stats --json. */
-static unsigned long long counter(const struct test_daemon *d, const char *key)
-{
-	char cmd[2 * PATH_MAX + 64], want[64];
-	snprintf(cmd, sizeof(cmd), "%s --socket %s stats --json", PREFIXCTL, d->sock);
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	static char out[1 << 16];
-	size_t n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = 0;
-	cr_assert_eq(pclose(p), 0, "prefixctl failed: %s", out);
-	snprintf(want, sizeof(want), "\"%s\":", key);
-	const char *at = strstr(out, want);
-	cr_assert(at, "no %s in %s", key, out);
-	return strtoull(at + strlen(want), NULL, 10);
-}
-
 /* The stderr line that holds needle (copied to line), and how many lines
  * begin with "prefix-run: prompt of". */
 static int report_line(const char *out, const char *needle, char *line, size_t cap)
@@ -451,7 +434,7 @@ static int report_line(const char *out, const char *needle, char *line, size_t c
 /* 20 blocks of 4 tokens against a budget of 16: the report is one line
  * whose counts are the daemon's, in the run that fills the budget and in
  * the next, which attaches what the first stored. */
-Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
+Test(prefix_run, a_publish_cut_short_is_reported_on_one_truthful_line)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64K", NULL };
@@ -465,7 +448,7 @@ Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
 	cr_expect_str_eq(line, "prefix-run: prompt of 81 tokens: 0 attached from the cache, 81 computed; 16 new blocks published, 0 already there; then publishing stopped: 4 new blocks not published (prefixd's memory budget is full of leased or pinned blocks)",
 			 "%s", r.out);
 	cr_expect_not(strstr(r.out, "computed alone"), "the cache was used: %s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), 16, "the daemon stored what the line says");
+	cr_expect_eq(t_counter(&d, "blocks"), 16, "the daemon stored what the line says");
 	r = run("generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s --max-new 1",
 		fixtures_dir(), d.sock, csv);
 	cr_expect_eq(r.status, 0, "%s", r.out);
@@ -473,7 +456,7 @@ Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
 	cr_expect_str_eq(line, "prefix-run: prompt of 81 tokens: 64 attached from the cache, 17 computed; 0 new blocks published, 0 already there; then publishing stopped: 4 new blocks not published (prefixd's memory budget is full of leased or pinned blocks)",
 			 "%s", r.out);
 	cr_expect_not(strstr(r.out, "computed alone"), "%s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), 16);
+	cr_expect_eq(t_counter(&d, "blocks"), 16);
 	/* warm fails when the daemon did not take every block. */
 	r = run("warm --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens %s", fixtures_dir(),
 		d.sock, csv);
@@ -485,7 +468,7 @@ Test(cli, a_publish_cut_short_is_reported_on_one_truthful_line)
 /* A prompt of exactly one block leaves that block to compute: its last
  * token's logits are the answer. The run says so rather than showing a
  * bare "0 attached, 1 already there". */
-Test(cli, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
+Test(prefix_run, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
@@ -534,7 +517,7 @@ static struct cmd_result run_as(unsigned uid, unsigned group, const char *args)
  * it, and without --shared does not; a member that is no publisher is
  * told that its publish was refused; a user outside the group is refused
  * the namespace and computes alone. */
-Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
+Test(prefix_run, shared_attaches_what_a_publisher_warmed_for_the_group)
 {
 	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root");
 	struct test_daemon d;
@@ -548,7 +531,7 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "2 new blocks published") && strstr(r.out, "pinned 8 tokens"), "%s",
 		  r.out);
-	cr_expect_eq(counter(&d, "pinned_bytes"), counter(&d, "bytes_used"),
+	cr_expect_eq(t_counter(&d, "pinned_bytes"), t_counter(&d, "bytes_used"),
 		     "the shared chain is the one pinned");
 	/* prefixctl ls names its namespace. */
 	char out[8192];
@@ -578,7 +561,7 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "not using prefixd") && strstr(r.out, "neither a member"),
 		  "an outsider: %s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), 2, "only the publisher's blocks are cached");
+	cr_expect_eq(t_counter(&d, "blocks"), 2, "only the publisher's blocks are cached");
 	/* Its own namespace does not have it (and now gets it). */
 	snprintf(a, sizeof(a), "generate --model %s/llama-tiny-gqa --block-tokens 4 --socket %s --tokens 1,2,3,4,5,6,7,8,9 --max-new 1",
 		 fixtures_dir(), d.sock);
@@ -591,13 +574,13 @@ Test(cli, shared_attaches_what_a_publisher_warmed_for_the_group)
 	r = run_as(60002, 0, a);
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect(strstr(r.out, "pinned 4 tokens"), "%s", r.out);
-	cr_expect_eq(counter(&d, "pins"), 2, "the shared chain's and the user's");
+	cr_expect_eq(t_counter(&d, "pins"), 2, "the shared chain's and the user's");
 	cr_expect_eq(td_stop(&d), 0);
 }
 
 /* --no-cache never uses the daemon, even one at the socket the
  * environment names (which the same run without it does use). */
-Test(cli, no_cache_never_uses_the_daemon)
+Test(prefix_run, no_cache_never_uses_the_daemon)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
@@ -608,13 +591,13 @@ Test(cli, no_cache_never_uses_the_daemon)
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	cr_assert(strstr(r.out, "0 attached from the cache, 9 computed; 2 new blocks published"),
 		  "PREFIXD_SOCKET leads to the daemon: %s", r.out);
-	unsigned long long matches = counter(&d, "matches"), blocks = counter(&d, "blocks");
+	unsigned long long matches = t_counter(&d, "matches"), blocks = t_counter(&d, "blocks");
 	r = run(GEN " --no-cache", fixtures_dir());
 	cr_expect_eq(r.status, 0, "%s", r.out);
 	cr_expect_not(strstr(r.out, "attached"), "%s", r.out);
 	cr_expect_not(strstr(r.out, "prefixd"), "not even a word of prefixd: %s", r.out);
-	cr_expect_eq(counter(&d, "matches"), matches, "--no-cache asked the daemon: %s", r.out);
-	cr_expect_eq(counter(&d, "blocks"), blocks);
+	cr_expect_eq(t_counter(&d, "matches"), matches, "--no-cache asked the daemon: %s", r.out);
+	cr_expect_eq(t_counter(&d, "blocks"), blocks);
 	unsetenv("PREFIXD_SOCKET");
 	cr_expect_eq(td_stop(&d), 0);
 #undef GEN
@@ -622,7 +605,7 @@ Test(cli, no_cache_never_uses_the_daemon)
 
 /* ==== The command line ==== */
 
-Test(cli, tokens_from_standard_input)
+Test(prefix_run, tokens_from_standard_input)
 {
 	char path[] = "/tmp/pfx-cli-stdin-XXXXXX";
 	int fd = mkstemp(path);
@@ -650,7 +633,7 @@ Test(cli, tokens_from_standard_input)
 	cr_expect(strstr(a.out, "--tokens @-: no tokens given"), "%s", a.out);
 }
 
-Test(cli, a_command_with_help_prints_its_own_help)
+Test(prefix_run, a_command_with_help_prints_its_own_help)
 {
 	const char *cmds[] = { "info", "recache", "logits", "generate", "demo", "warm", "random-model" };
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -680,7 +663,7 @@ Test(cli, a_command_with_help_prints_its_own_help)
 		  "%s", r.out);
 }
 
-Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
+Test(prefix_run, recache_reads_the_checkpoint_in_again_and_says_how)
 {
 	struct cmd_result r = run("recache --model %s/llama-tiny-gqa", fixtures_dir());
 	cr_assert_eq(r.status, 0, "%s", r.out);
@@ -689,7 +672,7 @@ Test(cli, recache_reads_the_checkpoint_in_again_and_says_how)
 
 /* Two demo models of different seeds are two models: other weights, so
  * another fingerprint; the same seed writes the same file. */
-Test(cli, random_model_seeds_give_other_weights)
+Test(prefix_run, random_model_seeds_give_other_weights)
 {
 	char dir[] = "/tmp/pfx-cli-seed-XXXXXX", out[512];
 	cr_assert(mkdtemp(dir));
@@ -713,7 +696,7 @@ Test(cli, random_model_seeds_give_other_weights)
 	cr_expect_eq(td_sh(out, sizeof(out), "rm -r %s", dir), 0, "%s", out);
 }
 
-Test(cli, random_model_refuses_a_directory_that_is_not_empty)
+Test(prefix_run, random_model_refuses_a_directory_that_is_not_empty)
 {
 	char dir[] = "/tmp/pfx-cli-rm-XXXXXX", path[256];
 	cr_assert(mkdtemp(dir));
