@@ -9,16 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon_util.h"
+
 /* prefixd.h, whole. */
-static char *header(void)
+static const char *header(void)
 {
-	FILE *f = fopen(PREFIXD_HEADER, "r");
-	cr_assert(f, "cannot open %s", PREFIXD_HEADER);
-	static char buf[1 << 16];
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	return buf;
+	const char *h = td_read_file(PREFIXD_HEADER);
+	cr_assert(*h, "cannot read %s", PREFIXD_HEADER);
+	return h;
 }
 
 Test(abi, libprefixd_exports_exactly_the_functions_of_its_header)

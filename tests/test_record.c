@@ -126,15 +126,11 @@ Test(record, sizes)
  * such line; malloc'd. */
 static char *format_section(const char *heading)
 {
-	FILE *f = fopen(FORMAT_MD, "r");
-	cr_assert_not_null(f, "cannot open %s", FORMAT_MD);
-	static char all[1 << 17];
-	size_t n = fread(all, 1, sizeof(all) - 1, f);
-	fclose(f);
-	all[n] = 0;
+	const char *all = td_read_file(FORMAT_MD);
+	cr_assert(*all, "cannot read %s", FORMAT_MD);
 	size_t hl = strlen(heading);
-	char *s = NULL;
-	for (char *l = all; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+	const char *s = NULL;
+	for (const char *l = all; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
 		if (!strncmp(l, heading, hl) && (l[hl] == '\n' || l[hl] == ' ')) {
 			s = l;
 			break;

@@ -283,7 +283,7 @@ int td_share_dir(const struct test_daemon *d)
 
 const char *td_read_file(const char *path)
 {
-	static char buf[1 << 16];
+	static char buf[1 << 18];
 	FILE *f = fopen(path, "r");
 	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
 	buf[n] = 0;

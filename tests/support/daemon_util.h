@@ -34,7 +34,7 @@ int td_share_dir(const struct test_daemon *d);
 /* Runs a shell command: its stdout and stderr in out, its exit status
  * (128 + signal when killed, -1 when it could not run). */
 int td_sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The whole of a file (a log, say; the first 64 KiB) in a static buffer
+/* The whole of a file (a log, say; the first 256 KiB) in a static buffer
  * that the next call overwrites; "" when it cannot be read. */
 const char *td_read_file(const char *path);
 /* The same with the socket named DIR/name. */
