@@ -424,6 +424,8 @@ static int pick_arch(json_object *cfg, const struct arch **out, struct pfx_error
 const char *pfx_architectures(char *buf, size_t cap)
 {
 	size_t len = 0;
+	if (!cap)
+		return buf;
 	buf[0] = 0;
 	for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]) && len < cap; i++)
 		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", arches[i]->name);

@@ -55,8 +55,6 @@ bool arch_layer_buffer(const char *name, const char *prefix, const char *const *
 		       size_t n);
 
 const struct arch *arch_find(const char *name);
-/* The architectures pfx_model_load runs, ", "-separated into buf. */
-const char *pfx_architectures(char *buf, size_t cap);
 
 /* The checkpoint tensors an architecture binds for config c, in order. */
 struct tensor_desc {

@@ -249,3 +249,39 @@ Test(arch, fingerprint_covers_the_new_options)
 	pfx_model_free(m);
 	variant_free(d);
 }
+
+/* prefix-run info says what a model is; --help which architectures load. */
+Test(arch, info_tells_what_a_model_is)
+{
+	static const struct {
+		const char *model, *want[4];
+	} cases[] = {
+		{ "llama3-tiny-ropescaled",
+		  { "LlamaForCausalLM",
+		    "llama3 scaling (factor 8, low_freq_factor 1, high_freq_factor 4, original context 128)",
+		    "embeddings       tied", "biases           none" } },
+		{ "qwen2-tiny", { "Qwen2ForCausalLM", "biases           q/k/v projections", "tied", "base 1e+06" } },
+		{ "mistral-tiny-swa",
+		  { "MistralForCausalLM", "sliding window: each position sees the last 16", "untied",
+		    "SwiGLU" } },
+		{ "phi3-tiny", { "Phi3ForCausalLM", "fused: q/k/v in qkv_proj, gate/up in gate_up_proj",
+				 "no scaling", "untied" } },
+		{ "gemma-tiny", { "GemmaForCausalLM", "RMSNorm scaled by (1 + weight)", "GeGLU: tanh GELU",
+				  "scaled by 8 (sqrt of hidden)" } },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct cmd_result r = run("info --model %s/%s --socket /nonexistent/sock 2>/dev/null",
+					  fixtures_dir(), cases[i].model);
+		for (size_t k = 0; k < 4; k++)
+			cr_expect(strstr(r.out, cases[i].want[k]), "%s: info lacks '%s':\n%s",
+				  cases[i].model, cases[i].want[k], r.out);
+	}
+	struct cmd_result r = run("--help");
+	cr_expect_eq(r.status, 0);
+	const char *archs[] = { "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
+				"Phi3ForCausalLM", "GemmaForCausalLM", "GPTNeoXForCausalLM" };
+	const char *at = strstr(r.out, "architectures (");
+	cr_assert(at, "%s", r.out);
+	for (size_t k = 0; k < 6; k++)
+		cr_expect(strstr(at, archs[k]), "--help lacks %s:\n%s", archs[k], at);
+}

@@ -141,6 +141,11 @@ const char *pfx_kv_dtype_name(enum pfx_kv_dtype t);
 /* The dtype of such a name: 0, or -EINVAL. */
 int pfx_kv_dtype_parse(const char *name, enum pfx_kv_dtype *out);
 
+/* The architectures pfx_model_load runs (config.json's "architectures"),
+ * ", "-separated into buf of cap bytes (cut short if it is smaller than
+ * 256); returns buf. */
+const char *pfx_architectures(char *buf, size_t cap);
+
 /* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
 const char *pfx_blas_corename(void);
 
