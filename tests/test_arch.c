@@ -156,6 +156,8 @@ Test(arch, rope_scaling_is_checked)
 		       "\"rope_scaling\" of type \"longrope\"", "Phi-3");
 	expect_refused("phi3-tiny", "partial_rotary_factor", "0.75", -ENOTSUP,
 		       "\"partial_rotary_factor\" is set", NULL);
+	expect_refused("llama-tiny-gqa", "partial_rotary_factor", "0.5", -ENOTSUP,
+		       "\"partial_rotary_factor\" is set", NULL);
 }
 
 Test(arch, options_not_implemented_are_refused_by_name)

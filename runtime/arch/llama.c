@@ -23,7 +23,10 @@ int llama_parse_layout(json_object *j, struct pfx_config *c, int dflt_head_dim,
 	    (rc = cfg_int(j, "head_dim", dflt_head_dim ? dflt_head_dim : c->hidden / c->n_heads, 0,
 			  &c->head_dim, err)) ||
 	    (rc = cfg_float(j, "rms_norm_eps", 1e-6, &c->norm_eps, err)) ||
-	    (rc = cfg_float(j, "rope_theta", 10000.0, &c->rope_base, err)))
+	    (rc = cfg_float(j, "rope_theta", 10000.0, &c->rope_base, err)) ||
+	    /* Rotating part of each head (Phi-4-mini, StableLM): not these
+	     * architectures as transformers 4.46 runs them. */
+	    (rc = cfg_reject(j, "partial_rotary_factor", err)))
 		return rc;
 	/* Without head_dim the head size is hidden_size / num_attention_heads,
 	 * which transformers refuses to floor (LlamaAttention up to 4.4x, and

@@ -16,9 +16,7 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 	json_object *r, *t;
 	if ((rc = llama_parse_layout(j, c, 0, err)) ||
 	    (rc = cfg_act(j, "hidden_act", "silu", &c->act, err)) ||
-	    (rc = cfg_sliding_window(j, c, err)) ||
-	    /* Phi-4-mini's partial rotary: not Phi3ForCausalLM as transformers 4.46 knows it. */
-	    (rc = cfg_reject(j, "partial_rotary_factor", err)))
+	    (rc = cfg_sliding_window(j, c, err)))
 		return rc;
 	if (c->act != PFX_ACT_SILU)
 		return pfx_errorf(err, -ENOTSUP, "config.json: Phi-3 with hidden_act other than silu is not supported");
