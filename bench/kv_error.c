@@ -27,7 +27,9 @@
 
 #define NAME "kv_error"
 #define TARGET_F16_MAX_ABS 5e-2
-static const char *const fixtures[] = { "neox-tiny", "neox-tiny-seq", "llama-tiny-gqa" };
+static const char *const fixtures[] = { "neox-tiny", "neox-tiny-seq", "llama-tiny-gqa",
+					"llama3-tiny-ropescaled", "qwen2-tiny", "mistral-tiny-swa",
+					"phi3-tiny", "gemma-tiny" };
 
 /* A tensor of expected.safetensors, copied (the file is closed after). */
 static void *expected(const char *dir, const char *name, const char *tensor, size_t *n)

@@ -20,6 +20,11 @@
  * KV in cache, attention at 512 keys of context takes 0.6-0.7 ms per token
  * instead of ~1.0; from memory (as in decode, where the weights stream
  * through the caches in between) both take ~1.3 ms, bound by the reads.
+ *
+ * A sliding window (Mistral) of W: position p sees keys from
+ * max(0, p - W + 1) on. Decode reads just those; prefill starts at the
+ * block holding its first row's first key and masks, per row, the keys
+ * before its own window with -inf (weight 0 after the softmax).
  */
 #include <cblas.h>
 #include <math.h>
@@ -27,6 +32,13 @@
 
 #include "forward.h"
 #include "kernels/kernels.h"
+
+/* The first key position p attends to. */
+static int first_key(const struct fwd *f, int p)
+{
+	int W = f->c->sliding_window;
+	return W && p >= W ? p - W + 1 : 0;
+}
 
 /* Keys per decode task at least; fewer are not worth a task of their own. */
 #define MIN_SPLIT_KEYS 128
@@ -103,11 +115,13 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 		size_t n = items[i].n;
 		if (n == 1) {
 			int B = f->m->block_tokens, keys = (int)items[i].s->len + 1;
-			int blocks = (keys + B - 1) / B, ns = decode_splits(f, (size_t)keys, (size_t)blocks);
+			int lo = first_key(f, keys - 1), b0 = lo / B, blocks = (keys + B - 1) / B - b0;
+			int ns = decode_splits(f, (size_t)(keys - lo), (size_t)blocks);
 			for (int s = 0; s < ns; s++, t++) {
-				int k0 = blocks * s / ns * B, k1 = blocks * (s + 1) / ns * B;
+				int k0 = (b0 + blocks * s / ns) * B, k1 = (b0 + blocks * (s + 1) / ns) * B;
 				if (tasks)
-					tasks[t] = (struct att_task){ i, 0, k0, k1 < keys ? k1 : keys, s, ns };
+					tasks[t] = (struct att_task){ i, 0, k0 > lo ? k0 : lo, k1 < keys ? k1 : keys,
+								      s, ns };
 			}
 			continue;
 		}
@@ -142,7 +156,8 @@ struct rows {
  * and values out first, this reads them once, where they are.
  */
 static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const struct rows *q,
-			   int nk, const int *valid, float *S, float *QT, float *OT, float *kvbuf)
+			   int b0, int nk, const int *lo, const int *valid, float *S, float *QT,
+			   float *OT, float *kvbuf)
 {
 	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
 	int rows = q->G * q->nq, ld = kern_gemm_few_ld(rows);
@@ -156,16 +171,20 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
 		for (int t = rows; t < ld; t++)
 			QT[(size_t)d * ld + t] = 0.0f;
 	}
-	for (int b = 0; b * B < nk; b++) {
+	for (int b = b0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *K = kv_run(f, s->blocks[b]->data, 0, q->kvh, 0, kb, kvbuf);
-		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)b * B * ld, ld);
+		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)(b - b0) * B * ld, ld);
 	}
-	kern_softmax_cols(S, nk, ld, valid, inv);
-	for (int b = 0; b * B < nk; b++) {
+	for (int t = 0; t < rows; t++)
+		for (int j = 0; j < lo[t]; j++)
+			S[(size_t)j * ld + t] = -INFINITY;
+	kern_softmax_cols(S, nk - b0 * B, ld, valid, inv);
+	for (int b = b0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *V = kv_run(f, s->blocks[b]->data, 1, q->kvh, 0, kb, kvbuf);
-		kern_gemm_few_t(rows, hd, kb, S + (size_t)b * B * ld, V, 1, hd, b ? 1.0f : 0.0f, OT, ld);
+		kern_gemm_few_t(rows, hd, kb, S + (size_t)(b - b0) * B * ld, V, 1, hd,
+				b > b0 ? 1.0f : 0.0f, OT, ld);
 	}
 	for (int g = 0; g < q->G; g++)
 		for (int r = 0; r < q->nq; r++) {
@@ -181,7 +200,8 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
  * block for all G x rows, so each block is read once per group.
  */
 static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struct rows *q,
-			 int nk, const int *valid, float *S, float *Q, float *O, float *kvbuf)
+			 int b0, int nk, const int *lo, const int *valid, float *S, float *Q, float *O,
+			 float *kvbuf)
 {
 	int B = f->m->block_tokens, hd = f->c->head_dim, qd = f->c->n_heads * hd;
 	int rows = q->G * q->nq;
@@ -193,22 +213,24 @@ static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struc
 			memcpy(Q + ((size_t)g * q->nq + r) * hd,
 			       f->q + (q->row0 + r) * qd + ((size_t)q->kvh * q->G + g) * hd,
 			       (size_t)hd * sizeof(float));
-	for (int b = 0; b * B < nk; b++) {
+	for (int b = b0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *K = kv_run(f, s->blocks[b]->data, 0, q->kvh, 0, kb, kvbuf);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale, Q, hd, K, hd,
-			    0.0f, S + (size_t)b * B, (int)ld);
+			    0.0f, S + (size_t)(b - b0) * B, (int)ld);
 	}
 	for (int i = 0; i < rows; i++) {
 		float *row = S + (size_t)i * ld;
+		for (int j = 0; j < lo[i]; j++)
+			row[j] = -INFINITY;
 		inv[i] = 1.0f / kern_exp_sum(row, valid[i], &mx);
-		memset(row + valid[i], 0, (size_t)(nk - valid[i]) * sizeof(float));
+		memset(row + valid[i], 0, (size_t)(nk - b0 * B - valid[i]) * sizeof(float));
 	}
-	for (int b = 0; b * B < nk; b++) {
+	for (int b = b0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
 		const float *V = kv_run(f, s->blocks[b]->data, 1, q->kvh, 0, kb, kvbuf);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f, S + (size_t)b * B,
-			    (int)ld, V, hd, b ? 1.0f : 0.0f, O, hd);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f,
+			    S + (size_t)(b - b0) * B, (int)ld, V, hd, b > b0 ? 1.0f : 0.0f, O, hd);
 	}
 	/* Normalised on the way out rather than over every score. */
 	for (int g = 0; g < q->G; g++)
@@ -222,7 +244,8 @@ static void prefill_rows(struct fwd *f, const struct pfx_session *s, const struc
 }
 
 /* Rows of new tokens for the G query heads of one KV head, causal: row r
- * sees the keys up to its own position. */
+ * sees the keys up to its own position (within its window), counted from
+ * the first block any of them sees. */
 static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 {
 	const struct pfx_config *c = f->c;
@@ -234,14 +257,19 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 	float *S = att_thread_scratch(f, thread);        /* (rows, score_ld) or its transpose */
 	float *Q = S + (size_t)ATT_CHUNK * f->score_ld;  /* (rows, hd) or its transpose */
 	float *O = Q + (size_t)ATT_CHUNK * hd;           /* (rows, hd) or its transpose */
-	int valid[ATT_CHUNK];
+	int valid[ATT_CHUNK], lo[ATT_CHUNK];
+	int p0 = (int)len0 + a->r0, b0 = first_key(f, p0) / f->m->block_tokens;
+	int k0 = b0 * f->m->block_tokens;
 
-	for (int t = 0; t < ATT_CHUNK; t++)
-		valid[t] = t < G * q.nq ? (int)len0 + a->r0 + t % q.nq + 1 : 1;
+	for (int t = 0; t < ATT_CHUNK; t++) {
+		int p = p0 + t % q.nq;
+		valid[t] = t < G * q.nq ? p + 1 - k0 : 1;
+		lo[t] = t < G * q.nq ? first_key(f, p) - k0 : 0;
+	}
 	if (kern_gemm_few_ok())
-		prefill_rows_t(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
+		prefill_rows_t(f, s, &q, b0, nk, lo, valid, S, Q, O, kv_buffer(f, S));
 	else
-		prefill_rows(f, s, &q, nk, valid, S, Q, O, kv_buffer(f, S));
+		prefill_rows(f, s, &q, b0, nk, lo, valid, S, Q, O, kv_buffer(f, S));
 }
 
 /* Floats between the partials of one decode task and the next: tasks on

@@ -178,6 +178,9 @@ static void setup(struct fwd *f)
 			f->row_pos[r] = (int)(it->s->len + j);
 			kern_wmat_to_f32(kern_wmat_at(f->m->w.embed, (size_t)it->tokens[j] * c->hidden),
 					(size_t)c->hidden, f->x + (size_t)r * c->hidden);
+			if (c->embed_scale) /* Gemma: in float32, as transformers */
+				for (int k = 0; k < c->hidden; k++)
+					f->x[(size_t)r * c->hidden + k] *= c->embed_scale;
 			/* Angles in float32 as transformers computes them, so
 			 * positions round the same way. */
 			for (int k = 0; k < half; k++) {

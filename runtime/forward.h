@@ -84,7 +84,7 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 	     struct att_task *tasks);
 /* att = softmax(q K^T / sqrt(d)) V per session and head, causal. */
 void op_attention(struct fwd *f, int layer);
-/* y = act(y) for rows x n (GELU variants), or y = silu(y) * up for SwiGLU. */
+/* y = act(y) for rows x n (GELU variants), or y = act(y) * up (SwiGLU, GeGLU). */
 void op_act(struct fwd *f, float *y, int n, const float *up);
 
 void block_llama(struct fwd *f, int layer);

@@ -12,7 +12,19 @@
 #include "load/hugepages.h"
 #include "model_impl.h"
 
-static const struct arch *const arches[] = { &arch_llama, &arch_neox };
+static const struct arch *const arches[] = { &arch_llama, &arch_qwen2, &arch_mistral, &arch_phi3,
+					     &arch_gemma, &arch_neox };
+
+/* Architectures people ask for that differ in ways not implemented. */
+static const struct {
+	const char *name, *why;
+} refused[] = {
+	{ "Gemma2ForCausalLM",
+	  "its attention and final logit soft-capping and alternating local/global attention layers are not implemented" },
+	{ "Qwen3ForCausalLM", "its per-head RMSNorm of queries and keys is not implemented" },
+	{ "Qwen2MoeForCausalLM", "mixture-of-experts layers are not implemented" },
+	{ "MixtralForCausalLM", "mixture-of-experts layers are not implemented" },
+};
 
 /* ==== Binding checkpoint tensors ==== */
 
@@ -179,6 +191,27 @@ const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d
 	return bind_any(b, name, ndim, d0, d1, 0);
 }
 
+const float *bind_tensor_plus_one(struct binder *b, const char *name, int64_t d0)
+{
+	if (b->status)
+		return NULL;
+	if (!b->m)
+		return describe(b, name, 1, d0, 0);
+	const struct st_tensor *t = find(b, name, 1, d0, 0, 0);
+	if (!t)
+		return NULL;
+	float *p = own(b->m, (size_t)d0 * sizeof(float));
+	if (!p) {
+		b->status = pfx_errorf(b->err, -ENOMEM, "out of memory converting '%s'", name);
+		return NULL;
+	}
+	kern_wmat_to_f32((struct kern_wmat){ t->data, wtype_of(t->dtype) }, (size_t)d0, p);
+	for (int64_t i = 0; i < d0; i++)
+		p[i] = 1.0f + p[i];
+	b->m->weight_bytes += (size_t)d0 * sizeof(float);
+	return p;
+}
+
 const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1)
 {
 	return bind_any(b, name, ndim, d0, d1, 1);
@@ -330,6 +363,22 @@ static int fingerprint(struct pfx_model *m, struct binder *b, struct pfx_error *
 			 c->intermediate, c->vocab, c->rotary_dim, c->rope_base, c->norm_eps, c->norm,
 			 c->act, c->parallel_residual, c->tied_embeddings, c->attn_bias, c->mlp_bias);
 	crypto_generichash_update(&st, (const uint8_t *)text, (size_t)n);
+	/* What the newer architectures add, only where it is not the default,
+	 * so that the fingerprints of the others stay what they were. */
+	const struct pfx_rope_scaling *rs = &c->rope_scaling;
+	n = 0;
+	if (rs->type != PFX_ROPE_DEFAULT)
+		n += snprintf(text + n, sizeof(text) - (size_t)n,
+			      "rope_scaling=%d factor=%.9g low=%.9g high=%.9g original=%d\n", rs->type,
+			      rs->factor, rs->low_freq_factor, rs->high_freq_factor,
+			      rs->original_max_positions);
+	if (c->sliding_window)
+		n += snprintf(text + n, sizeof(text) - (size_t)n, "sliding_window=%d\n", c->sliding_window);
+	if (c->qkv_bias_only || c->fused_qkv || c->norm_plus_one || c->embed_scale)
+		n += snprintf(text + n, sizeof(text) - (size_t)n,
+			      "qkv_bias_only=%d fused=%d norm_plus_one=%d embed_scale=%.9g\n",
+			      c->qkv_bias_only, c->fused_qkv, c->norm_plus_one, c->embed_scale);
+	crypto_generichash_update(&st, (const uint8_t *)text, (size_t)n);
 	for (size_t i = 0; i < b->nbound; i++) {
 		const struct st_tensor *t = b->bound[i];
 		n = snprintf(text, sizeof(text), "%s:%s:%d", t->name, t->dtype_name, t->ndim);
@@ -362,9 +411,25 @@ static int pick_arch(json_object *cfg, const struct arch **out, struct pfx_error
 	const char *name = json_object_get_string(json_object_array_get_idx(a, 0));
 	if ((*out = arch_find(name)))
 		return 0;
-	return pfx_errorf(err, -ENOTSUP,
-			  "config.json: architecture '%s' is not supported (LlamaForCausalLM, GPTNeoXForCausalLM)",
-			  name);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (!strcmp(refused[i].name, name))
+			return pfx_errorf(err, -ENOTSUP,
+					  "config.json: architecture '%s' is not supported: %s", name,
+					  refused[i].why);
+	char list[256];
+	return pfx_errorf(err, -ENOTSUP, "config.json: architecture '%s' is not supported (%s)", name,
+			  pfx_architectures(list, sizeof(list)));
+}
+
+const char *pfx_architectures(char *buf, size_t cap)
+{
+	size_t len = 0;
+	if (!cap)
+		return buf;
+	buf[0] = 0;
+	for (size_t i = 0; i < sizeof(arches) / sizeof(arches[0]) && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", arches[i]->name);
+	return buf;
 }
 
 static int check_config(const struct pfx_config *c, struct pfx_error *err)
@@ -387,6 +452,7 @@ static int check_config(const struct pfx_config *c, struct pfx_error *err)
 	NEED(c->max_positions > 0, "max_position_embeddings must be positive");
 	NEED(c->norm_eps > 0, "the norm epsilon must be positive");
 	NEED(c->rope_base > 0, "the rotary base must be positive");
+	NEED(c->sliding_window >= 0, "sliding_window %d must not be negative", c->sliding_window);
 #undef NEED
 	return 0;
 }
@@ -436,9 +502,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 		rc = pfx_errorf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	/* As transformers computes it, in float32: 1 / base^(2j / dim). */
-	for (int j = 0; j < m->cfg.rotary_dim / 2; j++)
-		m->inv_freq[j] = 1.0f / powf(m->cfg.rope_base, (float)(2 * j) / (float)m->cfg.rotary_dim);
+	rope_inv_freq(&m->cfg, m->inv_freq);
 	/* Before binding and hashing touch it: see huge_read_in. */
 	for (size_t i = 0; i < ckpt_nfiles(m->ckpt); i++)
 		huge_read_in(st_map(ckpt_file(m->ckpt, i)), st_size(ckpt_file(m->ckpt, i)));

@@ -67,6 +67,14 @@ int arch_describe(const struct arch *a, const struct pfx_config *c, struct tenso
 
 extern const struct arch arch_llama;
 extern const struct arch arch_neox;
+extern const struct arch arch_qwen2;
+extern const struct arch arch_mistral;
+extern const struct arch arch_phi3;
+extern const struct arch arch_gemma;
+
+/* The rotary inverse frequencies (rotary_dim / 2) for c, in float32 as
+ * transformers computes them, rope_scaling applied (rope.c). */
+void rope_inv_freq(const struct pfx_config *c, float *out);
 
 /*
  * Binds a checkpoint tensor that must have exactly the given shape
@@ -75,6 +83,9 @@ extern const struct arch arch_neox;
  * every call returns NULL, so bind functions check once at their end.
  */
 const float *bind_tensor(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
+/* As bind_tensor, in a copy of its own with one added to every element:
+ * Gemma's RMSNorm multiplies by (1 + weight), in float32. */
+const float *bind_tensor_plus_one(struct binder *b, const char *name, int64_t d0);
 /* As bind_tensor, but NULL without error when the tensor is absent. */
 const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t d0, int64_t d1);
 /* A (d0, d1) matrix, kept in its 16-bit dtype unless the model upcasts
@@ -89,10 +100,27 @@ int cfg_bool(json_object *cfg, const char *key, bool dflt, bool *out, struct pfx
 /* Rejects a key whose presence (non-null) means an option we do not support. */
 int cfg_reject(json_object *cfg, const char *key, struct pfx_error *err);
 int cfg_act(json_object *cfg, const char *key, const char *dflt, enum pfx_act *out, struct pfx_error *err);
-/* The keys every causal LM config shares (sizes, positions, tying; rejects
- * rope_scaling), and their writing for random checkpoints. */
+/* The keys every causal LM config shares (sizes, positions, tying), and
+ * their writing for random checkpoints. */
 int cfg_parse_common(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
 void cfg_write_common(const struct pfx_config *c, const char *model_type, json_object *cfg);
+/* rope_scaling (null, default, linear, dynamic, llama3; any other type is
+ * refused by name) into c->rope_scaling, and back. */
+int cfg_rope_scaling(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
+void cfg_write_rope_scaling(const struct pfx_config *c, json_object *cfg);
+/* sliding_window (null: none) into c->sliding_window. */
+int cfg_sliding_window(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
+
+/* The Llama layout that Qwen2, Mistral, Phi-3 and Gemma share (llama.c):
+ * its config keys after the common ones (heads, head_dim, eps, theta, GQA
+ * checks; head_dim defaulting to dflt_head_dim, or hidden / heads when 0),
+ * the binding of model.layers.N.* (fused for Phi-3, qkv biases, Gemma's
+ * 1 + w norms by c's flags), the block, and its config.json keys. */
+int llama_parse_layout(json_object *cfg, struct pfx_config *c, int dflt_head_dim,
+		       struct pfx_error *err);
+int llama_bind(struct binder *b, const struct pfx_config *c, struct weights *w);
+void llama_write_layout(const struct pfx_config *c, const char *model_type, json_object *cfg);
+bool llama_may_carry(const struct pfx_config *c, const char *name);
 
 struct owned {
 	void *p;

@@ -361,6 +361,8 @@ static void act_task(void *ctx, int t, int thread)
 			c->y[i] = gelu(v);
 		else
 			c->y[i] = gelu_tanh(v);
+		if (c->up) /* GeGLU (Gemma) */
+			c->y[i] *= c->up[i];
 	}
 }
 

@@ -103,10 +103,10 @@ static void *forward_thread(void *arg)
 	return NULL;
 }
 
-static int32_t *fixture_tokens(const char *fixtures, size_t *n)
+static int32_t *fixture_tokens(const char *fixtures, const char *model, size_t *n)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/llama-tiny-gqa/expected.safetensors", fixtures);
+	snprintf(path, sizeof(path), "%s/%s/expected.safetensors", fixtures, model);
 	struct st_file *f;
 	if (st_open(path, &f, NULL))
 		return NULL;
@@ -120,23 +120,27 @@ static int32_t *fixture_tokens(const char *fixtures, size_t *n)
 	return out;
 }
 
-int case_one_model_many_threads(const char *fixtures, char *why, size_t len)
+/* Every architecture's block under threads: the fixture of each. */
+static const char *const models[] = { "llama-tiny-gqa", "neox-tiny", "llama3-tiny-ropescaled",
+				      "qwen2-tiny", "mistral-tiny-swa", "phi3-tiny", "gemma-tiny" };
+
+static int one_model_many_threads(const char *fixtures, const char *model, char *why, size_t len)
 {
 	char dir[512];
-	snprintf(dir, sizeof(dir), "%s/llama-tiny-gqa", fixtures);
+	snprintf(dir, sizeof(dir), "%s/%s", fixtures, model);
 	struct pfx_model_opts o = { .threads = 2, .block_tokens = 8 };
 	struct pfx_model *m;
 	struct pfx_error err;
 	if (pfx_model_load(dir, &o, &m, &err))
-		return FAIL("%s", err.msg);
+		return FAIL("%s: %s", model, err.msg);
 	size_t n = 0;
-	int32_t *tok = fixture_tokens(fixtures, &n);
+	int32_t *tok = fixture_tokens(fixtures, model, &n);
 	int V = pfx_model_config(m)->vocab, rc = 0;
 	float *ref = tok ? malloc(n * V * sizeof(float)) : NULL;
 	struct pfx_session *s = NULL;
 	if (!ref || pfx_session_new(m, &s, &err) ||
 	    pfx_session_append(s, tok, n, PFX_LOGITS_ALL, ref, &err)) {
-		rc = FAIL("reference run failed");
+		rc = FAIL("%s: reference run failed", model);
 		goto out;
 	}
 	pthread_t th[4];
@@ -149,12 +153,20 @@ int case_one_model_many_threads(const char *fixtures, char *why, size_t len)
 		pthread_join(th[i], NULL);
 	for (int i = 0; i < 4 && !rc; i++)
 		if (args[i].failed || !(args[i].worst <= 1e-4f))
-			rc = FAIL("thread %d: %s, max |diff| %g", i, args[i].failed ? "a call failed" : "ok",
-				  args[i].worst);
+			rc = FAIL("%s: thread %d: %s, max |diff| %g", model, i,
+				  args[i].failed ? "a call failed" : "ok", args[i].worst);
 out:
 	pfx_session_free(s);
 	free(ref);
 	free(tok);
 	pfx_model_free(m);
 	return rc;
+}
+
+int case_one_model_many_threads(const char *fixtures, char *why, size_t len)
+{
+	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
+		if (one_model_many_threads(fixtures, models[i], why, len))
+			return -1;
+	return 0;
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 
 int case_pool_runs_every_task_once(char *why, size_t len);
+/* Forward passes of one model from 4 threads, forks freed across them:
+ * for the fixture of every architecture. */
 int case_one_model_many_threads(const char *fixtures, char *why, size_t len);
 
 #endif

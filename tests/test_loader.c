@@ -747,7 +747,7 @@ static void arch_gpt2(json_object *j)
 static void rope_scaling(json_object *j)
 {
 	json_object *r = json_object_new_object();
-	json_object_object_add(r, "type", json_object_new_string("linear"));
+	json_object_object_add(r, "type", json_object_new_string("yarn"));
 	json_object_object_add(j, "rope_scaling", r);
 }
 static void relu(json_object *j) { json_object_object_add(j, "hidden_act", json_object_new_string("relu")); }

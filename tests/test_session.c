@@ -12,7 +12,10 @@
 
 #include "helpers.h"
 
-static const char *models[] = { "neox-tiny", "neox-tiny-seq", "llama-tiny-gqa" };
+static const char *models[] = { "neox-tiny", "neox-tiny-seq", "llama-tiny-gqa",
+				"llama3-tiny-ropescaled", "qwen2-tiny", "mistral-tiny-swa",
+				"phi3-tiny", "gemma-tiny" };
+#define NMODELS (sizeof(models) / sizeof(models[0]))
 
 static uint64_t rng_state = 12345;
 static unsigned rnd(unsigned n)
@@ -41,15 +44,18 @@ static size_t snapshot_floats(const struct pfx_session *s, size_t len)
 	return len * c->n_layers * 2 * c->n_kv_heads * c->head_dim;
 }
 
-/* Block sizes 4, 16 and 64 put block edges everywhere relative to the cuts. */
+/* Block sizes 4, 16 and 64 put block edges everywhere relative to the cuts
+ * (and, for mistral-tiny-swa's window of 16, blocks wholly before a row's
+ * window). */
 Test(session, random_splits_equal_uncached)
 {
-	for (size_t mi = 0; mi < 9; mi++) {
-		int bt = 4 << (2 * (mi / 3));
-		struct pfx_model *m = load_fixture_model_bt(models[mi % 3], bt);
+	for (size_t mi = 0; mi < 3 * NMODELS; mi++) {
+		int bt = 4 << (2 * (mi / NMODELS));
+		const char *name = models[mi % NMODELS];
+		struct pfx_model *m = load_fixture_model_bt(name, bt);
 		int V = pfx_model_config(m)->vocab;
 		size_t n;
-		int32_t *tok = expected_i32(models[mi % 3], "tokens", &n);
+		int32_t *tok = expected_i32(name, "tokens", &n);
 		float *full = logits_uncached(m, tok, n);
 		float *got = malloc(n * V * sizeof(float));
 		for (int trial = 0; trial < 8; trial++) {
@@ -70,7 +76,7 @@ Test(session, random_splits_equal_uncached)
 			}
 			float d = max_abs_diff(got, full, n * V);
 			cr_expect(d <= TOL_SELF, "%s, blocks of %d: cuts %zu/%zu: cached differs by %g",
-				  models[mi % 3], bt, a, b, d);
+				  name, bt, a, b, d);
 			pfx_session_free(s);
 		}
 		free(got);
@@ -82,7 +88,7 @@ Test(session, random_splits_equal_uncached)
 
 Test(session, fork_leaves_original_unchanged)
 {
-	for (size_t mi = 0; mi < 3; mi++) {
+	for (size_t mi = 0; mi < NMODELS; mi++) {
 		/* Blocks of 8: the fork shares blocks 0-1 and copies block 2,
 		 * which holds frozen 16-19 and private 20-23. */
 		struct pfx_model *m = load_fixture_model_bt(models[mi], 8);
@@ -138,7 +144,7 @@ Test(session, fork_leaves_original_unchanged)
 
 Test(session, run_without_commit_keeps_state)
 {
-	for (size_t mi = 0; mi < 3; mi++) {
+	for (size_t mi = 0; mi < NMODELS; mi++) {
 		struct pfx_model *m = load_fixture_model(models[mi]);
 		int V = pfx_model_config(m)->vocab;
 		size_t n;
@@ -199,36 +205,40 @@ Test(session, rewind_and_freeze_rules)
 	pfx_model_free(m);
 }
 
+/* Every position decoded one at a time (mistral-tiny-swa: past its window). */
 Test(session, decode_equals_append)
 {
-	struct pfx_model *m = load_fixture_model("neox-tiny");
-	int V = pfx_model_config(m)->vocab;
-	size_t n;
-	int32_t *tok = expected_i32("neox-tiny", "tokens", &n);
-	float *full = logits_uncached(m, tok, n);
-	struct pfx_session *s;
-	struct pfx_error err;
-	float *l = malloc(V * sizeof(float));
-	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
-	for (size_t i = 0; i < n; i++) {
-		cr_assert_eq(pfx_session_decode(s, tok[i], l, &err), 0);
-		float d = max_abs_diff(l, full + i * V, V);
-		cr_expect(d <= TOL_SELF, "decode step %zu differs by %g", i, d);
+	static const char *const names[] = { "neox-tiny", "mistral-tiny-swa" };
+	for (size_t mi = 0; mi < 2; mi++) {
+		struct pfx_model *m = load_fixture_model_bt(names[mi], 4);
+		int V = pfx_model_config(m)->vocab;
+		size_t n;
+		int32_t *tok = expected_i32(names[mi], "tokens", &n);
+		float *full = logits_uncached(m, tok, n);
+		struct pfx_session *s;
+		struct pfx_error err;
+		float *l = malloc(V * sizeof(float));
+		cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+		for (size_t i = 0; i < n; i++) {
+			cr_assert_eq(pfx_session_decode(s, tok[i], l, &err), 0);
+			float d = max_abs_diff(l, full + i * V, V);
+			cr_expect(d <= TOL_SELF, "%s: decode step %zu differs by %g", names[mi], i, d);
+		}
+		free(l);
+		pfx_session_free(s);
+		free(full);
+		free(tok);
+		pfx_model_free(m);
 	}
-	free(l);
-	pfx_session_free(s);
-	free(full);
-	free(tok);
-	pfx_model_free(m);
 }
 
 /* A ragged batch mixing a session with history, a fresh one and a decode. */
-Test(session, ragged_batch_with_history)
+static void check_ragged_batch_with_history(const char *name)
 {
-	struct pfx_model *m = load_fixture_model("llama-tiny-gqa");
+	struct pfx_model *m = load_fixture_model_bt(name, 8);
 	int V = pfx_model_config(m)->vocab;
 	size_t n;
-	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	int32_t *tok = expected_i32(name, "tokens", &n);
 	float *full = logits_uncached(m, tok, n);
 	struct pfx_session *a, *b, *c;
 	struct pfx_error err;
@@ -245,9 +255,9 @@ Test(session, ragged_batch_with_history)
 		{ c, tok + 40, 1, false, PFX_LOGITS_LAST, lc },
 	};
 	cr_assert_eq(pfx_forward(m, items, 3, &err), 0, "%s", err.msg);
-	cr_expect(max_abs_diff(la, full + 25 * V, (n - 25) * V) <= TOL_SELF);
-	cr_expect(max_abs_diff(lb, full + 6 * V, V) <= TOL_SELF);
-	cr_expect(max_abs_diff(lc, full + 40 * V, V) <= TOL_SELF);
+	cr_expect(max_abs_diff(la, full + 25 * V, (n - 25) * V) <= TOL_SELF, "%s", name);
+	cr_expect(max_abs_diff(lb, full + 6 * V, V) <= TOL_SELF, "%s", name);
+	cr_expect(max_abs_diff(lc, full + 40 * V, V) <= TOL_SELF, "%s", name);
 	cr_expect_eq(pfx_session_length(a), n);
 	cr_expect_eq(pfx_session_length(b), 7);
 	cr_expect_eq(pfx_session_length(c), 40, "an uncommitted item must not grow");
@@ -260,6 +270,12 @@ Test(session, ragged_batch_with_history)
 	free(full);
 	free(tok);
 	pfx_model_free(m);
+}
+
+Test(session, ragged_batch_with_history)
+{
+	for (size_t mi = 0; mi < NMODELS; mi++)
+		check_ragged_batch_with_history(models[mi]);
 }
 
 Test(session, batch_validation)
@@ -318,7 +334,7 @@ Test(session, threads_do_not_change_results)
  * merges their partial softmaxes (attention.c): still the uncached result. */
 Test(session, decode_with_split_keys)
 {
-	for (size_t mi = 0; mi < 3; mi++) {
+	for (size_t mi = 0; mi < NMODELS; mi++) {
 		struct pfx_model *m = load_fixture_model(models[mi]);
 		int V = pfx_model_config(m)->vocab;
 		size_t n = 400;
@@ -348,7 +364,7 @@ Test(session, decode_with_split_keys)
  * the uncached result (fixtures-portable runs it on the sgemm path too). */
 Test(session, short_suffix_on_a_long_prefix)
 {
-	for (size_t mi = 0; mi < 3; mi++) {
+	for (size_t mi = 0; mi < NMODELS; mi++) {
 		struct pfx_model *m = load_fixture_model_bt(models[mi], 16);
 		int V = pfx_model_config(m)->vocab;
 		size_t n = 400, p = 360;

@@ -72,6 +72,41 @@ Test(share, a_second_process_attaches_and_matches_transformers)
 	free(ref);
 }
 
+/* Every other architecture the same way: A publishes 24 tokens in blocks
+ * of 4, B attaches them and computes the rest, which transformers' logits
+ * confirm (mistral-tiny-swa: B's rows see only their window of 16, from
+ * attached blocks and computed ones). */
+Test(share, every_architecture_attaches_and_matches_transformers)
+{
+	static const char *const models[] = { "neox-tiny", "llama3-tiny-ropescaled", "qwen2-tiny",
+					      "mistral-tiny-swa", "phi3-tiny", "gemma-tiny" };
+	char out[PATH_MAX + 32];
+	snprintf(out, sizeof(out), "%s/m.npy", td.dir);
+	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+		size_t n, nl;
+		int32_t *t = expected_i32(models[i], "tokens", &n);
+		char *head = tokens_csv(t, HEAD), *all = tokens_csv(t, n);
+		struct cmd_result a = run("logits --model %s/%s --block-tokens 4 --socket %s --tokens %s --out %s",
+					  fixtures_dir(), models[i], td.sock, head, out);
+		cr_assert_eq(a.status, 0, "%s: %s", models[i], a.out);
+		struct cmd_result b = run("logits --model %s/%s --block-tokens 4 --socket %s --tokens %s --out %s",
+					  fixtures_dir(), models[i], td.sock, all, out);
+		cr_assert_eq(b.status, 0, "%s: %s", models[i], b.out);
+		cr_expect(strstr(b.out, "24 attached from the cache, 24 computed"), "%s: %s", models[i], b.out);
+		float *ref = expected_f32(models[i], "logits_full", &nl);
+		size_t V = nl / n, rows = n - HEAD;
+		float *got = read_npy(out, rows, V);
+		float d = max_abs_diff(got, ref + HEAD * V, rows * V);
+		cr_expect_leq(d, TOL_LOGITS, "%s: attached-prefix logits vs transformers: %g", models[i], d);
+		unlink(out);
+		free(got);
+		free(ref);
+		free(head);
+		free(all);
+		free(t);
+	}
+}
+
 Test(share, other_models_and_salts_never_hit)
 {
 	char out[PATH_MAX + 32];

@@ -21,10 +21,19 @@ extern "C" {
 
 enum pfx_act { PFX_ACT_GELU, PFX_ACT_GELU_TANH, PFX_ACT_SILU };
 enum pfx_norm { PFX_NORM_LAYER, PFX_NORM_RMS };
+/* rope_scaling's rope_type, as transformers computes each (docs/DESIGN.md). */
+enum pfx_rope_type { PFX_ROPE_DEFAULT, PFX_ROPE_LINEAR, PFX_ROPE_DYNAMIC, PFX_ROPE_LLAMA3 };
+
+struct pfx_rope_scaling {
+	enum pfx_rope_type type;
+	float factor;          /* linear, dynamic, llama3 */
+	float low_freq_factor, high_freq_factor; /* llama3 */
+	int original_max_positions; /* llama3: the context it was trained on */
+};
 
 /* Everything read from config.json that shapes the computation. */
 struct pfx_config {
-	const char *arch;      /* "LlamaForCausalLM", "GPTNeoXForCausalLM" */
+	const char *arch;      /* "LlamaForCausalLM", "GPTNeoXForCausalLM", "Qwen2ForCausalLM", ... */
 	int hidden;
 	int n_layers;
 	int n_heads;
@@ -42,6 +51,14 @@ struct pfx_config {
 	bool tied_embeddings;
 	bool attn_bias;        /* q/k/v (and o) projections carry biases */
 	bool mlp_bias;
+	/* Added with Llama 3, Qwen2, Mistral, Phi-3 and Gemma: */
+	bool qkv_bias_only;    /* attn_bias is on q/k/v, not the output projection (Qwen2) */
+	bool fused_qkv;        /* the checkpoint fuses q/k/v and gate/up (Phi-3) */
+	bool gated_mlp;        /* act(gate) * up (SwiGLU, GeGLU), not act(up) */
+	bool norm_plus_one;    /* RMSNorm scales by (1 + weight) (Gemma) */
+	float embed_scale;     /* embeddings are multiplied by it (Gemma: sqrt(hidden)); 0: not scaled */
+	int sliding_window;    /* a position attends to the last this many (itself included); 0: all */
+	struct pfx_rope_scaling rope_scaling;
 };
 
 /* How weight matrices are held. */
@@ -123,6 +140,11 @@ enum pfx_kv_dtype pfx_model_kv_dtype(const struct pfx_model *m);
 const char *pfx_kv_dtype_name(enum pfx_kv_dtype t);
 /* The dtype of such a name: 0, or -EINVAL. */
 int pfx_kv_dtype_parse(const char *name, enum pfx_kv_dtype *out);
+
+/* The architectures pfx_model_load runs (config.json's "architectures"),
+ * ", "-separated into buf of cap bytes (cut short if it is smaller than
+ * 256); returns buf. */
+const char *pfx_architectures(char *buf, size_t cap);
 
 /* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
 const char *pfx_blas_corename(void);

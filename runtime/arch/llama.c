@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* LlamaForCausalLM: RMSNorm, SwiGLU, grouped-query attention, full rotary. */
+/*
+ * LlamaForCausalLM (Llama 1-3): RMSNorm, SwiGLU, grouped-query attention,
+ * full rotary with rope_scaling (linear, dynamic, llama3). Its layout,
+ * binding and block serve Qwen2, Mistral, Phi-3 and Gemma too.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,7 +11,8 @@
 #include "forward.h"
 #include "model_impl.h"
 
-static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *err)
+int llama_parse_layout(json_object *j, struct pfx_config *c, int dflt_head_dim,
+		       struct pfx_error *err)
 {
 	int rc;
 	json_object *hd;
@@ -15,19 +20,18 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 			    !json_object_is_type(hd, json_type_null);
 	if ((rc = cfg_parse_common(j, c, err)) ||
 	    (rc = cfg_int(j, "num_key_value_heads", c->n_heads, 0, &c->n_kv_heads, err)) ||
-	    (rc = cfg_int(j, "head_dim", c->hidden / c->n_heads, 0, &c->head_dim, err)) ||
+	    (rc = cfg_int(j, "head_dim", dflt_head_dim ? dflt_head_dim : c->hidden / c->n_heads, 0,
+			  &c->head_dim, err)) ||
 	    (rc = cfg_float(j, "rms_norm_eps", 1e-6, &c->norm_eps, err)) ||
 	    (rc = cfg_float(j, "rope_theta", 10000.0, &c->rope_base, err)) ||
-	    (rc = cfg_bool(j, "attention_bias", false, &c->attn_bias, err)) ||
-	    (rc = cfg_bool(j, "mlp_bias", false, &c->mlp_bias, err)) ||
-	    (rc = cfg_act(j, "hidden_act", "silu", &c->act, err)))
+	    /* Rotating part of each head (Phi-4-mini, StableLM): not these
+	     * architectures as transformers 4.46 runs them. */
+	    (rc = cfg_reject(j, "partial_rotary_factor", err)))
 		return rc;
-	if (c->act != PFX_ACT_SILU)
-		return pfx_errorf(err, -ENOTSUP, "config.json: Llama with hidden_act other than silu is not supported");
 	/* Without head_dim the head size is hidden_size / num_attention_heads,
 	 * which transformers refuses to floor (LlamaAttention up to 4.4x, and
 	 * LlamaConfig since); an explicit head_dim decouples the two. */
-	if (!head_dim_set && c->hidden % c->n_heads)
+	if (!head_dim_set && !dflt_head_dim && c->hidden % c->n_heads)
 		return pfx_errorf(err, -EINVAL,
 				  "config.json: \"hidden_size\" = %d is not divisible by \"num_attention_heads\" = %d and \"head_dim\" is not set; hidden_size %% num_attention_heads must be 0 (or head_dim given)",
 				  c->hidden, c->n_heads);
@@ -54,37 +58,72 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 	c->norm = PFX_NORM_RMS;
 	c->rotary_dim = c->head_dim;
 	c->parallel_residual = false;
+	c->gated_mlp = true;
 	return 0;
 }
 
-static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
+static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *err)
+{
+	int rc;
+	if ((rc = llama_parse_layout(j, c, 0, err)) ||
+	    (rc = cfg_bool(j, "attention_bias", false, &c->attn_bias, err)) ||
+	    (rc = cfg_bool(j, "mlp_bias", false, &c->mlp_bias, err)) ||
+	    (rc = cfg_act(j, "hidden_act", "silu", &c->act, err)) ||
+	    (rc = cfg_rope_scaling(j, c, err)))
+		return rc;
+	if (c->act != PFX_ACT_SILU)
+		return pfx_errorf(err, -ENOTSUP, "config.json: Llama with hidden_act other than silu is not supported");
+	return 0;
+}
+
+int llama_bind(struct binder *b, const struct pfx_config *c, struct weights *w)
 {
 	char n[128];
 	int64_t H = c->hidden, V = c->vocab, I = c->intermediate;
 	int64_t Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
 	w->embed = bind_matrix(b, "model.embed_tokens.weight", V, H);
-	w->norm_w = bind_tensor(b, "model.norm.weight", 1, H, 0);
+	w->norm_w = c->norm_plus_one ? bind_tensor_plus_one(b, "model.norm.weight", H)
+				     : bind_tensor(b, "model.norm.weight", 1, H, 0);
 	w->lm_head = c->tied_embeddings ? w->embed : bind_matrix(b, "lm_head.weight", V, H);
 	for (int i = 0; i < c->n_layers; i++) {
 		struct layer_weights *l = &w->layers[i];
-#define T(field, suffix, nd, d0, d1) \
-	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), l->field = bind_tensor(b, n, nd, d0, d1))
-#define M(field, suffix, d0, d1) \
-	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), l->field = bind_matrix(b, n, d0, d1))
+#define NAME(suffix) (snprintf(n, sizeof(n), "model.layers.%d.%s", i, suffix), n)
+#define T(field, suffix, nd, d0, d1) (l->field = bind_tensor(b, NAME(suffix), nd, d0, d1))
+#define M(field, suffix, d0, d1) (l->field = bind_matrix(b, NAME(suffix), d0, d1))
 #define OPT(cond, field, suffix, d0) \
 	if (cond) T(field, suffix, 1, d0, 0)
-		T(ln1_w, "input_layernorm.weight", 1, H, 0);
-		T(ln2_w, "post_attention_layernorm.weight", 1, H, 0);
-		M(wq, "self_attn.q_proj.weight", Q, H);
-		M(wk, "self_attn.k_proj.weight", KV, H);
-		M(wv, "self_attn.v_proj.weight", KV, H);
+		if (c->norm_plus_one) {
+			l->ln1_w = bind_tensor_plus_one(b, NAME("input_layernorm.weight"), H);
+			l->ln2_w = bind_tensor_plus_one(b, NAME("post_attention_layernorm.weight"), H);
+		} else {
+			T(ln1_w, "input_layernorm.weight", 1, H, 0);
+			T(ln2_w, "post_attention_layernorm.weight", 1, H, 0);
+		}
+		if (c->fused_qkv) {
+			/* Phi-3: q, k and v are consecutive rows of one matrix,
+			 * gate and up of another: views into them are the
+			 * matrices the block multiplies by. */
+			struct kern_wmat qkv = M(wqkv, "self_attn.qkv_proj.weight", Q + 2 * KV, H);
+			struct kern_wmat gu = bind_matrix(b, NAME("mlp.gate_up_proj.weight"), 2 * I, H);
+			if (qkv.p && gu.p) {
+				l->wq = qkv;
+				l->wk = kern_wmat_at(qkv, (size_t)Q * H);
+				l->wv = kern_wmat_at(qkv, (size_t)(Q + KV) * H);
+				l->w_gate = gu;
+				l->w_up = kern_wmat_at(gu, (size_t)I * H);
+			}
+		} else {
+			M(wq, "self_attn.q_proj.weight", Q, H);
+			M(wk, "self_attn.k_proj.weight", KV, H);
+			M(wv, "self_attn.v_proj.weight", KV, H);
+			M(w_gate, "mlp.gate_proj.weight", I, H);
+			M(w_up, "mlp.up_proj.weight", I, H);
+		}
 		M(wo, "self_attn.o_proj.weight", H, Q);
 		OPT(c->attn_bias, bq, "self_attn.q_proj.bias", Q);
 		OPT(c->attn_bias, bk, "self_attn.k_proj.bias", KV);
 		OPT(c->attn_bias, bv, "self_attn.v_proj.bias", KV);
-		OPT(c->attn_bias, bo, "self_attn.o_proj.bias", H);
-		M(w_gate, "mlp.gate_proj.weight", I, H);
-		M(w_up, "mlp.up_proj.weight", I, H);
+		OPT(c->attn_bias && !c->qkv_bias_only, bo, "self_attn.o_proj.bias", H);
 		M(w_down, "mlp.down_proj.weight", H, I);
 		OPT(c->mlp_bias, b_gate, "mlp.gate_proj.bias", I);
 		OPT(c->mlp_bias, b_up, "mlp.up_proj.bias", I);
@@ -92,10 +131,10 @@ static int bind(struct binder *b, const struct pfx_config *c, struct weights *w)
 #undef OPT
 #undef M
 #undef T
+#undef NAME
 	}
 	return binder_status(b);
 }
-
 
 void block_llama(struct fwd *f, int layer)
 {
@@ -129,22 +168,28 @@ void block_llama(struct fwd *f, int layer)
 	op_matmul(f, f->h1, I, I, &down, 1);
 }
 
-static void write_config(const struct pfx_config *c, json_object *j)
+void llama_write_layout(const struct pfx_config *c, const char *model_type, json_object *j)
 {
-	cfg_write_common(c, "llama", j);
+	cfg_write_common(c, model_type, j);
 	json_object_object_add(j, "num_key_value_heads", json_object_new_int(c->n_kv_heads));
 	/* Only when it is not the default, so a reader without head_dim agrees. */
 	if (!c->n_heads || c->hidden % c->n_heads || c->head_dim != c->hidden / c->n_heads)
 		json_object_object_add(j, "head_dim", json_object_new_int(c->head_dim));
 	json_object_object_add(j, "rms_norm_eps", json_object_new_double(c->norm_eps));
 	json_object_object_add(j, "rope_theta", json_object_new_double(c->rope_base));
+	cfg_write_rope_scaling(c, j);
+}
+
+static void write_config(const struct pfx_config *c, json_object *j)
+{
+	llama_write_layout(c, "llama", j);
 	json_object_object_add(j, "hidden_act", json_object_new_string("silu"));
 }
 
 /* Older transformers saved the rotary frequencies as a buffer with the
  * weights; transformers ignores it on load, and so do we. A tied output
  * head may be stored. */
-static bool may_carry(const struct pfx_config *c, const char *name)
+bool llama_may_carry(const struct pfx_config *c, const char *name)
 {
 	static const char *const legacy[] = { ".self_attn.rotary_emb.inv_freq" };
 	if (c->tied_embeddings && !strcmp(name, "lm_head.weight"))
@@ -155,8 +200,8 @@ static bool may_carry(const struct pfx_config *c, const char *name)
 const struct arch arch_llama = {
 	.name = "LlamaForCausalLM",
 	.parse_config = parse_config,
-	.bind = bind,
+	.bind = llama_bind,
 	.block = block_llama,
 	.write_config = write_config,
-	.may_carry = may_carry,
+	.may_carry = llama_may_carry,
 };

@@ -20,7 +20,8 @@ static int parse_config(json_object *j, struct pfx_config *c, struct pfx_error *
 	    (rc = cfg_float(j, "layer_norm_eps", 1e-5, &c->norm_eps, err)) ||
 	    (rc = cfg_bool(j, "use_parallel_residual", true, &c->parallel_residual, err)) ||
 	    (rc = cfg_bool(j, "attention_bias", true, &c->attn_bias, err)) ||
-	    (rc = cfg_act(j, "hidden_act", "gelu", &c->act, err)))
+	    (rc = cfg_act(j, "hidden_act", "gelu", &c->act, err)) ||
+	    (rc = cfg_reject(j, "rope_scaling", err)))
 		return rc;
 	if (c->act == PFX_ACT_SILU)
 		return pfx_errorf(err, -ENOTSUP, "config.json: GPT-NeoX with hidden_act silu is not supported");

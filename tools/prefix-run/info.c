@@ -42,10 +42,54 @@ static size_t charged(const struct price *p, int tokens)
 	return (size_t)(tokens / p->block_tokens) * p->block_charged;
 }
 
+/* rope_scaling and its parameters, in config.json's words. */
+static const char *rope_scaling(const struct pfx_rope_scaling *s, char *buf, size_t cap)
+{
+	switch (s->type) {
+	case PFX_ROPE_LINEAR:
+		snprintf(buf, cap, "linear scaling (factor %g)", s->factor);
+		break;
+	case PFX_ROPE_DYNAMIC:
+		snprintf(buf, cap, "dynamic (NTK) scaling (factor %g; the plain frequencies up to max positions)",
+			 s->factor);
+		break;
+	case PFX_ROPE_LLAMA3:
+		snprintf(buf, cap,
+			 "llama3 scaling (factor %g, low_freq_factor %g, high_freq_factor %g, original context %d)",
+			 s->factor, s->low_freq_factor, s->high_freq_factor, s->original_max_positions);
+		break;
+	default:
+		snprintf(buf, cap, "no scaling");
+	}
+	return buf;
+}
+
+static const char *biases(const struct pfx_config *c)
+{
+	if (c->attn_bias && c->qkv_bias_only)
+		return c->mlp_bias ? "q/k/v projections and MLP" : "q/k/v projections";
+	if (c->attn_bias)
+		return c->mlp_bias ? "attention (q/k/v and output) and MLP" : "attention (q/k/v and output)";
+	return c->mlp_bias ? "MLP" : "none";
+}
+
+static const char *mlp(const struct pfx_config *c)
+{
+	static const char *const act[] = { "GELU", "tanh GELU", "SiLU" };
+	static char buf[64];
+	if (!c->gated_mlp)
+		snprintf(buf, sizeof(buf), "%s", act[c->act]);
+	else if (c->act == PFX_ACT_SILU)
+		snprintf(buf, sizeof(buf), "SwiGLU: silu(gate) * up");
+	else
+		snprintf(buf, sizeof(buf), "GeGLU: %s(gate) * up", act[c->act]);
+	return buf;
+}
+
 static void print_model(const struct pfx_model *m, const struct price *p)
 {
 	const struct pfx_config *c = pfx_model_config(m);
-	char fp[2 * PFX_FINGERPRINT_BYTES + 1], b[32], ch[32];
+	char fp[2 * PFX_FINGERPRINT_BYTES + 1], b[32], ch[32], rs[192];
 	pfx_model_fingerprint_hex(m, fp);
 	printf("architecture     %s\n", c->arch);
 	printf("weights          %lld parameters, %s in the checkpoint\n",
@@ -62,11 +106,27 @@ static void print_model(const struct pfx_model *m, const struct price *p)
 	printf("intermediate     %d\n", c->intermediate);
 	printf("vocab            %d\n", c->vocab);
 	printf("max positions    %d\n", c->max_positions);
-	printf("rotary           %d of %d dims, base %g\n", c->rotary_dim, c->head_dim, c->rope_base);
-	printf("norm             %s, eps %g\n", c->norm == PFX_NORM_RMS ? "RMSNorm" : "LayerNorm",
-	       c->norm_eps);
+	printf("rotary           %d of %d dims, base %g, %s\n", c->rotary_dim, c->head_dim,
+	       c->rope_base, rope_scaling(&c->rope_scaling, rs, sizeof(rs)));
+	if (c->sliding_window)
+		printf("attention        causal, sliding window: each position sees the last %d\n",
+		       c->sliding_window);
+	else
+		printf("attention        causal, every earlier position\n");
+	printf("norm             %s%s, eps %g\n", c->norm == PFX_NORM_RMS ? "RMSNorm" : "LayerNorm",
+	       c->norm_plus_one ? " scaled by (1 + weight)" : "", c->norm_eps);
+	printf("biases           %s\n", biases(c));
+	printf("MLP              %s\n", mlp(c));
+	if (c->fused_qkv)
+		printf("projections      fused: q/k/v in qkv_proj, gate/up in gate_up_proj\n");
 	printf("residual         %s\n", c->parallel_residual ? "parallel" : "sequential");
-	printf("embeddings       %s\n", c->tied_embeddings ? "tied" : "untied");
+	if (c->embed_scale)
+		printf("embeddings       %s, scaled by %g (sqrt of hidden) on the way in\n",
+		       c->tied_embeddings ? "tied: the output head is the embedding matrix" : "untied",
+		       c->embed_scale);
+	else
+		printf("embeddings       %s\n",
+		       c->tied_embeddings ? "tied: the output head is the embedding matrix" : "untied");
 	printf("fingerprint      %s\n", fp);
 	printf("KV per token     %zu bytes f32, %zu f16 or bf16 (2 x %d layers x %d kv heads x %d dims x 4 or 2)\n",
 	       pfx_kv_bytes_per_token(c, PFX_KV_F32), pfx_kv_bytes_per_token(c, PFX_KV_F16),

@@ -765,7 +765,22 @@ int main(int argc, char **argv)
 	const char *name = argc > 1 ? argv[1 + help] : NULL;
 	if (argc < 2 || (!help && (!strcmp(name, "--help") || !strcmp(name, "-h") ||
 				   !strcmp(name, "help")))) {
-		fputs(usage, argc < 2 ? stderr : stdout);
+		FILE *out = argc < 2 ? stderr : stdout;
+		char archs[256];
+		fputs(usage, out);
+		/* From the runtime, so the list is the one that loads. */
+		fputs("\narchitectures (config.json's \"architectures\"; README lists checkpoints):\n ", out);
+		int col = 1;
+		pfx_architectures(archs, sizeof(archs));
+		for (char *t = strtok(archs, ", "); t;
+		     t = strtok(NULL, ", ")) {
+			if (col + strlen(t) + 2 > 80) {
+				fputs("\n ", out);
+				col = 1;
+			}
+			col += fprintf(out, " %s", t);
+		}
+		fputs("\n", out);
 		return argc < 2 ? 2 : 0;
 	}
 	int cmd = -1;
