@@ -17,6 +17,7 @@
 
 #include "helpers.h"
 #include "kernels.h"
+#include "random_model.h"
 #include "safetensors.h"
 #include "st_write.h"
 
@@ -304,4 +305,42 @@ Test(matmul16, an_unknown_matmul_option_is_refused)
 {
 	struct pfx_model_opts o = { .threads = 1, .matmul = (enum pfx_matmul)7 };
 	expect_opts_refused(&o, "matmul option 7");
+}
+
+/*
+ * Widths where one thread's share of a product spans several panels of W
+ * and no size is a multiple of a block (70 rows, 1000 and 2900 inputs):
+ * the bf16 matmul's logits stay as close to the f32 products' as on the
+ * fixtures, relative to their size. A misplaced panel or row would move
+ * them by as much as they are.
+ */
+Test(matmul16, products_across_panels)
+{
+	struct pfx_config c = {
+		.arch = "LlamaForCausalLM", .hidden = 1000, .n_layers = 1, .n_heads = 10,
+		.n_kv_heads = 5, .head_dim = 100, .intermediate = 2900, .vocab = 301,
+		.max_positions = 256, .rotary_dim = 100, .rope_base = 10000.0f, .norm_eps = 1e-5f,
+		.norm = PFX_NORM_RMS, .act = PFX_ACT_SILU,
+	};
+	char dir[600];
+	struct pfx_error err;
+	snprintf(dir, sizeof(dir), "%s/wide", tmp);
+	cr_assert_eq(pfx_random_checkpoint(dir, &c, "BF16", 5, &err), 0, "%s", err.msg);
+	struct pfx_model *m = load_mm(dir, PFX_MATMUL_BF16), *m32 = load_mm(dir, PFX_MATMUL_F32);
+	enum { N = 70 };
+	int32_t tok[N];
+	for (int i = 0; i < N; i++)
+		tok[i] = (i * 37 + 11) % c.vocab;
+	float *l = logits_uncached(m, tok, N), *l32 = logits_uncached(m32, tok, N);
+	float big = 0;
+	for (size_t i = 0; i < (size_t)N * c.vocab; i++)
+		big = fabsf(l32[i]) > big ? fabsf(l32[i]) : big;
+	float d = max_abs_diff(l, l32, (size_t)N * c.vocab);
+	cr_log_info("wide: bf16 matmul %.3g from f32 products, logits |max| %.3g", d, big);
+	cr_expect(d > 0.0f && d <= 0.02f * big, "bf16 matmul %g from f32 products (|max| %g)", d,
+		  big);
+	free(l);
+	free(l32);
+	pfx_model_free(m);
+	pfx_model_free(m32);
 }
