@@ -8,12 +8,15 @@
  * The checkpoint is loaded twice: as it is (f16 and bf16 matrices held in
  * 16 bits) and upcast to f32 (PFX_WEIGHTS_F32). Both run in the same rounds,
  * back to back, so the speedup of 16-bit weights is measured against the
- * machine's state of the moment rather than against another run.
+ * machine's state of the moment rather than against another run. With
+ * --matmul bf16 the first load also runs prefill on the bf16 matmul
+ * (pfx_model_opts.matmul), so prefill_speedup is that path's against f32.
  *
  * It first checks that OpenBLAS runs the best kernels this CPU supports
  * (blas.h) and measures nothing, exiting 1, when it does not.
  *
- *   forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]
+ *   forward [--model DIR | --dtype bf16|f16|f32] [--matmul f32|bf16] [--threads N]
+ *           [--block-tokens B]
  */
 #include <cblas.h>
 #include <getopt.h>
@@ -214,24 +217,28 @@ static double spread(double *v, int n, double med)
 
 /* Loads dir as it is (NATIVE) and upcast to f32 (UPCAST); 0, or -errno
  * with err saying why. */
-static int load_pair(const char *dir, int threads, int block, struct pfx_model *m[2],
-		     struct pfx_error *err)
+static int load_pair(const char *dir, int threads, int block, enum pfx_matmul mm,
+		     struct pfx_model *m[2], struct pfx_error *err)
 {
-	struct pfx_model_opts mo = { .threads = threads, .block_tokens = block };
+	struct pfx_model_opts mo = { .threads = threads, .block_tokens = block, .matmul = mm };
 	int rc = pfx_model_load(dir, &mo, &m[NATIVE], err);
 	if (rc)
 		return rc;
 	mo.weights = PFX_WEIGHTS_F32;
+	mo.matmul = PFX_MATMUL_F32;
 	if ((rc = pfx_model_load(dir, &mo, &m[UPCAST], err)))
 		pfx_model_free(m[NATIVE]);
 	return rc;
 }
 
 static const char usage[] =
-	"usage: forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]\n"
+	"usage: forward [--model DIR | --dtype bf16|f16|f32] [--matmul f32|bf16] [--threads N]\n"
+	"               [--block-tokens B]\n"
 	"  --model DIR  run the checkpoint in DIR instead of a random SmolLM-135M-shaped one\n"
 	"  --dtype T    the random model's weight dtype (default f32); not with --model,\n"
 	"               whose checkpoint runs in its own dtype\n"
+	"  --matmul M   bf16: prefill the checkpoint as it is on the bf16 matmul (a bf16\n"
+	"               checkpoint only; default f32)\n"
 	"  --as-written run the random model from the page cache its writing left (small\n"
 	"               pages, as a checkpoint downloaded a moment ago) instead of reading\n"
 	"               it in again first (prefix-run recache); a --model checkpoint runs\n"
@@ -243,12 +250,14 @@ int main(int argc, char **argv)
 	const char *model = NULL, *dtype_opt = NULL, *dtype = "F32";
 	int threads = 2, block = 0, c;
 	bool as_written = false;
+	enum pfx_matmul mm = PFX_MATMUL_F32;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "block-tokens", required_argument, NULL, 'b' },
 		{ "as-written", no_argument, NULL, 'w' },
+		{ "matmul", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -263,6 +272,8 @@ int main(int argc, char **argv)
 			block = atoi(optarg);
 		else if (c == 'w')
 			as_written = true;
+		else if (c == 'x' && (!strcmp(optarg, "f32") || !strcmp(optarg, "bf16")))
+			mm = optarg[0] == 'b' ? PFX_MATMUL_BF16 : PFX_MATMUL_F32;
 		else {
 			fputs(usage, c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
@@ -309,7 +320,7 @@ int main(int argc, char **argv)
 		model = tmp;
 	}
 	struct pfx_model *m[2];
-	int rc = load_pair(model, threads, block, m, &err);
+	int rc = load_pair(model, threads, block, mm, m, &err);
 	if (model == tmp) {
 		char p[64];
 		snprintf(p, sizeof(p), "%s/model.safetensors", tmp);
@@ -421,6 +432,7 @@ int main(int argc, char **argv)
 		printf("  \"model\": \"%s\",\n", model);
 	printf("  \"dtype\": \"%s\",\n", pfx_model_weight_dtype(m[NATIVE]));
 	printf("  \"weights_held\": \"%s\",\n", held);
+	printf("  \"matmul\": \"%s\",\n", pfx_model_matmul(m[NATIVE]));
 	printf("  \"params\": %lld,\n", (long long)pfx_model_params(m[NATIVE]));
 	printf("  \"threads\": %d,\n  \"block_tokens\": %d,\n", threads, pfx_model_block_tokens(m[NATIVE]));
 	printf("  \"blas_core\": \"%s\",\n  \"blas_core_expected\": \"%s\",\n", pfx_blas_corename(),
@@ -464,7 +476,8 @@ int main(int argc, char **argv)
 	printf("  \"speedup_note\": \"f32_*: the same checkpoint loaded with its weights upcast to f32, run back to back "
 	       "with the native load in every round (which goes first alternates); *_speedup: medians of per-run "
 	       "ratios native/f32 tok/s, not ratios of the medians; with dtype F32 both loads are f32, so the "
-	       "speedups show the noise around 1\"\n");
+	       "speedups show the noise around 1; matmul: how the native load's prefill multiplies (--matmul), "
+	       "the f32 load's always in f32\"\n");
 	printf("}\n");
 	bw_probe_free(probe);
 	sgemm_ref_release(&ref);
