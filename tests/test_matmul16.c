@@ -9,12 +9,14 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon_util.h"
 #include "helpers.h"
 #include "kernels.h"
 #include "random_model.h"
@@ -343,4 +345,54 @@ Test(matmul16, products_across_panels)
 	free(l32);
 	pfx_model_free(m);
 	pfx_model_free(m32);
+}
+
+/*
+ * Through prefixd: KV prefilled on the bf16 matmul and on f32 products
+ * never attach each other's blocks (a process on the f32 path stays within
+ * its 1e-4), while two processes on the bf16 matmul share theirs, and the
+ * rows computed after the attached prefix equal an uncached bf16 run's.
+ */
+Test(matmul16, processes_share_bf16_matmul_blocks_with_each_other_only)
+{
+	const char *dir = write_bf16("llama-tiny-gqa");
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "32", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&td, args), 0);
+	size_t n;
+	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	char *head = tokens_csv(tok, 32), *all = tokens_csv(tok, n);
+	char out[PATH_MAX + 32];
+	snprintf(out, sizeof(out), "%s/logits.npy", td.dir);
+	struct cmd_result r = run("logits --model %s --block-tokens 32 --socket %s --tokens %s --out %s",
+				  dir, td.sock, head, out);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	r = run("logits --model %s --block-tokens 32 --matmul bf16 --socket %s --tokens %s --out %s",
+		dir, td.sock, all, out);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "0 attached from the cache, 48 computed"),
+		  "the bf16 matmul never attaches f32 blocks: %s", r.out);
+	r = run("logits --model %s --block-tokens 32 --matmul bf16 --socket %s --tokens %s --out %s",
+		dir, td.sock, all, out);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "32 attached from the cache, 16 computed"), "%s", r.out);
+	struct pfx_model_opts o = { .threads = 2, .block_tokens = 32, .matmul = PFX_MATMUL_BF16 };
+	struct pfx_model *m = load_model_opts(dir, &o);
+	size_t V = (size_t)pfx_model_config(m)->vocab, rows = n - 32;
+	float *want = logits_uncached(m, tok, n), *got = read_npy(out, rows, V);
+	float d = max_abs_diff(got, want + 32 * V, rows * V);
+	cr_expect(d <= TOL_SELF, "bf16 matmul KV attached from prefixd vs computed here: %g", d);
+	/* and the f32 path attaches none of the bf16 matmul's */
+	r = run("logits --model %s --block-tokens 32 --socket %s --tokens %s --out %s", dir, td.sock,
+		all, out);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "32 attached from the cache, 16 computed"),
+		  "the f32 path attaches its own block: %s", r.out);
+	free(want);
+	free(got);
+	pfx_model_free(m);
+	free(head);
+	free(all);
+	free(tok);
+	cr_expect_eq(td_stop(&td), 0);
 }
