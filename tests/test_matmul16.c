@@ -396,3 +396,19 @@ Test(matmul16, processes_share_bf16_matmul_blocks_with_each_other_only)
 	free(tok);
 	cr_expect_eq(td_stop(&td), 0);
 }
+
+/* The bf16 matmul's chains take 20 bytes of the salt: a longer salt than
+ * the rest is refused before any daemon is asked. */
+Test(matmul16, a_salt_too_long_for_the_bf16_matmul_is_refused)
+{
+	struct pfx_model_opts o = { .threads = 1, .matmul = PFX_MATMUL_BF16 };
+	struct pfx_model *m = load_model_opts(write_bf16("neox-tiny"), &o);
+	char salt[PREFIXD_MAX_SALT];
+	memset(salt, 's', sizeof(salt));
+	struct pfx_cache *c = NULL;
+	struct pfx_error err = { "" };
+	cr_expect_eq(pfx_cache_open(m, "/nonexistent/sock", salt, 45, &c, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "with the bf16 matmul it may have 44 at most"), "%s", err.msg);
+	cr_expect_null(c);
+	pfx_model_free(m);
+}
