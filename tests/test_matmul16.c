@@ -412,3 +412,26 @@ Test(matmul16, a_salt_too_long_for_the_bf16_matmul_is_refused)
 	cr_expect_null(c);
 	pfx_model_free(m);
 }
+
+/* prefix-run: --matmul parsed, refused where it cannot run, and info
+ * naming the path. */
+Test(matmul16, prefix_run_takes_matmul_and_info_says_which_path_runs)
+{
+	const char *dir = write_bf16("neox-tiny");
+	char want[256];
+	struct cmd_result r = run("info --model %s --matmul bf16 --socket /nonexistent 2>&1", dir);
+	snprintf(want, sizeof(want), "\nmatmul           %s (--matmul)\n", kern_bf16_path_name());
+	cr_expect(strstr(r.out, want), "no '%s' in: %s", want, r.out);
+	r = run("info --model %s/neox-tiny --socket /nonexistent 2>&1", fixtures_dir());
+	snprintf(want, sizeof(want), "\nmatmul           f32 (--matmul; bf16 would run %s)\n",
+		 kern_bf16_path_name() + 6);
+	cr_expect(strstr(r.out, want), "no '%s' in: %s", want, r.out);
+	r = run("info --model %s/neox-tiny --matmul bf16", fixtures_dir());
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "this model holds none (weights F32"), "%s", r.out);
+	r = run("logits --model %s --matmul bf17 --tokens 1 --out /dev/null", dir);
+	cr_expect_eq(r.status, 2, "%s", r.out);
+	cr_expect(strstr(r.out, "--matmul is f32 or bf16, not 'bf17'"), "%s", r.out);
+	r = run("random-model --out %s/x --matmul bf16", tmp);
+	cr_expect_eq(r.status, 2, "random-model loads no model: %s", r.out);
+}
