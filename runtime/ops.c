@@ -3,7 +3,9 @@
  * The operations blocks are made of, each split over the model's worker
  * pool. Matrix products go to OpenBLAS (one BLAS thread per worker, see
  * blas.c) for many rows, and to kern_gemv for a few, where sgemm is ~10x
- * slower and sgemv does not reach the memory bandwidth.
+ * slower and sgemv does not reach the memory bandwidth. With --matmul bf16,
+ * products of more rows than decode's with bf16 weights go to the bf16
+ * kernels instead (kernels.h).
  */
 #include <cblas.h>
 #include <math.h>
@@ -304,7 +306,7 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 		return;
 	}
 	struct mm_ctx c = { .f = f, .in = in, .rows = f->T, .jobs = jobs };
-	if (f->m->matmul_bf16)
+	if (f->m->matmul_bf16 && f->T > GEMV_MAX_T)
 		c.bf16 = bf16_input(f, &x, &ldx, in, jobs, njobs, &c);
 	c.x = x;
 	c.ldx = ldx;

@@ -435,3 +435,22 @@ Test(matmul16, prefix_run_takes_matmul_and_info_says_which_path_runs)
 	r = run("random-model --out %s/x --matmul bf16", tmp);
 	cr_expect_eq(r.status, 2, "random-model loads no model: %s", r.out);
 }
+
+/* Decode steps and prompts of up to 4 tokens run the f32 products either
+ * way: their logits equal the f32 matmul's up to summation order. */
+Test(matmul16, a_few_rows_stay_f32)
+{
+	const char *dir = write_bf16("llama-tiny-gqa");
+	struct pfx_model *m = load_mm(dir, PFX_MATMUL_BF16), *m32 = load_mm(dir, PFX_MATMUL_F32);
+	size_t n;
+	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	float *l = logits_uncached(m, tok, 4), *l32 = logits_uncached(m32, tok, 4);
+	size_t V = (size_t)pfx_model_config(m)->vocab;
+	float d = max_abs_diff(l, l32, 4 * V);
+	cr_expect(d <= 1e-5, "4 tokens: the bf16 matmul's logits %g from the f32 products'", d);
+	free(l);
+	free(l32);
+	free(tok);
+	pfx_model_free(m);
+	pfx_model_free(m32);
+}
