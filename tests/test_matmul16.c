@@ -14,8 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "daemon_util.h"
 #include "helpers.h"
 #include "kernels.h"
@@ -158,6 +165,39 @@ Test(bf16_kernels, the_switches_choose_the_path)
 	if (p == KERN_BF16_SGEMM && avx512 && set("PFX_NO_AVX512_BF16") &&
 	    kern_bf16_can(KERN_BF16_AVX512))
 		cr_assert(strstr(name, "PFX_NO_AVX512_BF16 is set"), "%s", name);
+}
+
+/*
+ * A kernel that refuses the tile state (older than 5.16, or a sandbox):
+ * ARCH_REQ_XCOMP_PERM fails here by a seccomp filter, before this test's
+ * process first asks, and the AVX512-BF16 path runs instead, saying why.
+ */
+Test(bf16_kernels, a_refused_tile_state_falls_back_to_avx512_bf16)
+{
+	if (!kern_cpu_avx512() || !kern_bf16_can(KERN_BF16_AVX512) || set("PFX_NO_AMX") ||
+	    set("PFX_NO_AVX512_BF16"))
+		cr_skip_test("no AVX512-BF16 path to fall back to here");
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_arch_prctl, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+	cr_assert(!kern_bf16_can(KERN_BF16_AMX), "tiles used without the kernel's leave");
+	cr_assert_eq(kern_bf16_path(), KERN_BF16_AVX512);
+	const char *name = kern_bf16_path_name();
+	struct kern_cpu_isa isa;
+	kern_cpu_isa_probe(&isa);
+	if (isa.amx_bf16)
+		cr_expect(strstr(name, "Linux did not grant the AMX tile state"), "%s", name);
 }
 
 /* ==== Models ==== */
