@@ -162,15 +162,19 @@ const char *kern_bf16_path_name(void)
 	case KERN_BF16_AVX512:
 		if (!cpu_bf16(KERN_BF16_AMX))
 			return "bf16, AVX512-BF16 (no AMX-BF16 on this CPU)";
-		if (!kern_cpu_avx512() || turned_off("PFX_NO_AMX"))
+		if (turned_off("PFX_NO_AMX"))
 			return "bf16, AVX512-BF16 (PFX_NO_AMX is set)";
 		return "bf16, AVX512-BF16 (Linux did not grant the AMX tile state)";
 	default:
 		if (!kern_cpu_avx512())
-			return cpu_avx512() ? "bf16, as f32 products of bf16-rounded activations (PFX_NO_AVX512 is set)"
-					    : "bf16, as f32 products of bf16-rounded activations (no AVX-512 on this CPU)";
+			return cpu_avx512() ? "bf16, as f32 products of bf16-rounded activations "
+					      "(PFX_NO_AVX512 is set)"
+					    : "bf16, as f32 products of bf16-rounded activations "
+					      "(no AVX-512 on this CPU)";
 		if (cpu_bf16(KERN_BF16_AVX512) && turned_off("PFX_NO_AVX512_BF16"))
-			return "bf16, as f32 products of bf16-rounded activations (PFX_NO_AVX512_BF16 is set)";
-		return "bf16, as f32 products of bf16-rounded activations (no AVX512-BF16 on this CPU)";
+			return "bf16, as f32 products of bf16-rounded activations "
+			       "(PFX_NO_AVX512_BF16 is set)";
+		return "bf16, as f32 products of bf16-rounded activations "
+		       "(no AVX512-BF16 on this CPU)";
 	}
 }
