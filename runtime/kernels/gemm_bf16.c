@@ -36,7 +36,8 @@ round16(__m512 v)
 {
 	__m512i u = _mm512_castps_si512(v);
 	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+	__m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
 	__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
 						 _mm512_set1_epi32(0x7f800000));
 	r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
