@@ -8,12 +8,15 @@
  * The checkpoint is loaded twice: as it is (f16 and bf16 matrices held in
  * 16 bits) and upcast to f32 (PFX_WEIGHTS_F32). Both run in the same rounds,
  * back to back, so the speedup of 16-bit weights is measured against the
- * machine's state of the moment rather than against another run.
+ * machine's state of the moment rather than against another run. With
+ * --matmul bf16 the first load also runs prefill on the bf16 matmul
+ * (pfx_model_opts.matmul), so prefill_speedup is that path's against f32.
  *
  * It first checks that OpenBLAS runs the best kernels this CPU supports
  * (blas.h) and measures nothing, exiting 1, when it does not.
  *
- *   forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]
+ *   forward [--model DIR | --dtype bf16|f16|f32] [--matmul f32|bf16] [--threads N]
+ *           [--block-tokens B]
  */
 #include <cblas.h>
 #include <getopt.h>
@@ -217,24 +220,28 @@ static double spread(double *v, int n, double med)
 
 /* Loads dir as it is (NATIVE) and upcast to f32 (UPCAST); 0, or -errno
  * with err saying why. */
-static int load_pair(const char *dir, int threads, int block, struct pfx_model *m[2],
-		     struct pfx_error *err)
+static int load_pair(const char *dir, int threads, int block, enum pfx_matmul mm,
+		     struct pfx_model *m[2], struct pfx_error *err)
 {
-	struct pfx_model_opts mo = { .threads = threads, .block_tokens = block };
+	struct pfx_model_opts mo = { .threads = threads, .block_tokens = block, .matmul = mm };
 	int rc = pfx_model_load(dir, &mo, &m[NATIVE], err);
 	if (rc)
 		return rc;
 	mo.weights = PFX_WEIGHTS_F32;
+	mo.matmul = PFX_MATMUL_F32;
 	if ((rc = pfx_model_load(dir, &mo, &m[UPCAST], err)))
 		pfx_model_free(m[NATIVE]);
 	return rc;
 }
 
 static const char usage[] =
-	"usage: forward [--model DIR | --dtype bf16|f16|f32] [--threads N] [--block-tokens B]\n"
+	"usage: forward [--model DIR | --dtype bf16|f16|f32] [--matmul f32|bf16] [--threads N]\n"
+	"               [--block-tokens B]\n"
 	"  --model DIR  run the checkpoint in DIR instead of a random SmolLM-135M-shaped one\n"
 	"  --dtype T    the random model's weight dtype (default f32); not with --model,\n"
 	"               whose checkpoint runs in its own dtype\n"
+	"  --matmul M   bf16: prefill the checkpoint as it is on the bf16 matmul (a bf16\n"
+	"               checkpoint only; default f32)\n"
 	"  --as-written run the random model from the page cache its writing left (small\n"
 	"               pages, as a checkpoint downloaded a moment ago) instead of reading\n"
 	"               it in again first (prefix-run recache); a --model checkpoint runs\n"
@@ -246,12 +253,14 @@ int main(int argc, char **argv)
 	const char *model = NULL, *dtype_opt = NULL, *dtype = "F32";
 	int threads = 2, block = 0, c;
 	bool as_written = false;
+	enum pfx_matmul mm = PFX_MATMUL_F32;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "block-tokens", required_argument, NULL, 'b' },
 		{ "as-written", no_argument, NULL, 'w' },
+		{ "matmul", required_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -266,7 +275,12 @@ int main(int argc, char **argv)
 			block = opt_int(NAME, "block-tokens", optarg, 1, 65536);
 		else if (c == 'w')
 			as_written = true;
-		else {
+		else if (c == 'x' && (!strcmp(optarg, "f32") || !strcmp(optarg, "bf16")))
+			mm = optarg[0] == 'b' ? PFX_MATMUL_BF16 : PFX_MATMUL_F32;
+		else if (c == 'x') {
+			fprintf(stderr, "forward: --matmul must be f32 or bf16, not '%s'\n", optarg);
+			return 2;
+		} else {
 			fputs(usage, c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
 		}
@@ -312,7 +326,7 @@ int main(int argc, char **argv)
 		model = tmp;
 	}
 	struct pfx_model *m[2];
-	int rc = load_pair(model, threads, block, m, &err);
+	int rc = load_pair(model, threads, block, mm, m, &err);
 	if (model == tmp) {
 		char p[64];
 		snprintf(p, sizeof(p), "%s/model.safetensors", tmp);
@@ -424,6 +438,7 @@ int main(int argc, char **argv)
 		report_str("model", "%s", model);
 	report_str("dtype", "%s", pfx_model_weight_dtype(m[NATIVE]));
 	report_str("weights_held", "%s", held);
+	report_str("matmul", "%s", pfx_model_matmul(m[NATIVE]));
 	report_fmt("params", "%lld", (long long)pfx_model_params(m[NATIVE]));
 	report_fmt("threads", "%d", threads);
 	report_fmt("block_tokens", "%d", pfx_model_block_tokens(m[NATIVE]));

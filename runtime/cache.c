@@ -51,6 +51,23 @@ int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *sa
 {
 	if (flags & ~(unsigned)PFX_CACHE_SHARED)
 		return pfx_errorf(err, -EINVAL, "unknown cache flags %#x", flags);
+	/* KV computed on the bf16 matmul is off the f32 products' by more than
+	 * the f32 path's fidelity: its chains are kept apart by a salt of their
+	 * own, so that neither kind of process attaches the other's blocks. */
+	static const char bf16_tag[] = "prefixd matmul bf16"; /* with its NUL */
+	uint8_t tagged[PREFIXD_MAX_SALT];
+	if (m->matmul_bf16) {
+		if (salt_len > sizeof(tagged) - sizeof(bf16_tag))
+			return pfx_errorf(err, -EINVAL,
+					  "a salt of %zu bytes is too long: with the bf16 matmul it "
+					  "may have %zu at most",
+					  salt_len, sizeof(tagged) - sizeof(bf16_tag));
+		memcpy(tagged, bf16_tag, sizeof(bf16_tag));
+		if (salt_len)
+			memcpy(tagged + sizeof(bf16_tag), salt, salt_len);
+		salt = tagged;
+		salt_len += sizeof(bf16_tag);
+	}
 	struct prefixd_layout l = {
 		.block_tokens = (uint32_t)pfx_model_block_tokens(m),
 		.block_bytes = kv_block_bytes(m),

@@ -40,6 +40,7 @@ void fwd_scratch_free(struct fwd *f)
 	free(f->xt);
 	free(f->xt_call);
 	free(f->wpanel);
+	free(f->xbf);
 	free(f);
 }
 
@@ -101,8 +102,22 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 		size_t in = H > qd ? H : qd;
 		in = in > I ? in : I;
 		f->wpanel_floats = in > WPANEL_FLOATS ? in : WPANEL_FLOATS;
+		/* The bf16 panels: 32 rows of W at least, an AMX block. */
+		if (f->m->matmul_bf16 && f->wpanel_floats < kern_bf16_panel_elems(32, (int)in) / 2)
+			f->wpanel_floats = kern_bf16_panel_elems(32, (int)in) / 2;
 		if (grow_lines(&f->wpanel, threads * f->wpanel_floats * 4))
 			return -ENOMEM;
+	}
+	if (f->m->matmul_bf16) { /* ops.c's packed or rounded x: the larger of both */
+		size_t in = H > qd ? H : qd;
+		in = in > I ? in : I;
+		size_t packed = (size_t)kern_bf16_rows(T) * (size_t)kern_bf16_lda((int)in) * 2;
+		size_t bytes = packed > t * in * 4 ? packed : t * in * 4;
+		if (bytes > f->cap_xbf) {
+			if (grow_lines(&f->xbf, bytes))
+				return -ENOMEM;
+			f->cap_xbf = bytes;
+		}
 	}
 	if ((size_t)nitems > f->cap_items) {
 		if (grow(&f->item_row, (size_t)nitems * sizeof(int)))

@@ -48,6 +48,8 @@ struct fwd {
 	float *wpanel;         /* per thread, wpanel_floats each: 16-bit weights as f32 (ops.c) */
 	size_t wpanel_floats;
 	unsigned mm_calls;
+	void *xbf;             /* --matmul bf16: x packed, or rounded as f32 (ops.c) */
+	size_t cap_xbf;        /* its bytes */
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
 	/* capacities of the buffers above, to reuse them across passes */

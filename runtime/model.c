@@ -241,6 +241,7 @@ struct kern_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int
 		}
 		m->weight_bytes += t->nbytes;
 		m->held16 = true;
+		m->held_bf16 |= w.type == KERN_W_BF16;
 		note_dtype(m->weight_held, sizeof(m->weight_held), t->dtype_name);
 		return w;
 	}
@@ -472,6 +473,9 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	enum pfx_kv_dtype kvt = opts ? opts->kv_dtype : PFX_KV_F32;
 	if (kvt != PFX_KV_F32 && kvt != PFX_KV_F16 && kvt != PFX_KV_BF16)
 		return pfx_errorf(err, -EINVAL, "KV dtype %d is not f32, f16 or bf16", (int)kvt);
+	enum pfx_matmul mm = opts ? opts->matmul : PFX_MATMUL_F32;
+	if (mm != PFX_MATMUL_F32 && mm != PFX_MATMUL_BF16)
+		return pfx_errorf(err, -EINVAL, "matmul option %d is neither f32 nor bf16", (int)mm);
 	if (bt & (bt - 1) || bt > PFX_MAX_BLOCK_TOKENS)
 		return pfx_errorf(err, -EINVAL, "block size %d is not a power of two up to %d", bt,
 				  PFX_MAX_BLOCK_TOKENS);
@@ -510,6 +514,15 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 		goto fail;
 	if ((rc = fingerprint(m, &b, err)))
 		goto fail;
+	m->matmul_bf16 = mm == PFX_MATMUL_BF16;
+	if (m->matmul_bf16 && !m->held_bf16) {
+		rc = pfx_errorf(err, -EINVAL,
+				"the bf16 matmul multiplies bf16 weights as stored, and this model "
+				"holds none (weights %s, held as %s): use a bf16 checkpoint with "
+				"native weights",
+				m->weight_dtype, m->weight_held);
+		goto fail;
+	}
 	free(b.bound);
 	*out = m;
 	return 0;
@@ -615,4 +628,9 @@ int pfx_kv_dtype_parse(const char *name, enum pfx_kv_dtype *out)
 			return 0;
 		}
 	return -EINVAL;
+}
+
+const char *pfx_model_matmul(const struct pfx_model *m)
+{
+	return m->matmul_bf16 ? kern_bf16_path_name() : "f32";
 }

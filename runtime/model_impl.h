@@ -141,6 +141,8 @@ struct pfx_model {
 	char weight_dtype[32];        /* as stored */
 	char weight_held[32];         /* the matrices' as held */
 	bool held16;                  /* some matrix is held in 16 bits */
+	bool held_bf16;               /* some matrix is held in bf16 */
+	bool matmul_bf16;             /* pfx_model_opts.matmul: PFX_MATMUL_BF16 */
 	enum kern_wtype kv_type;       /* of the KV blocks' elements */
 	uint8_t fingerprint[PFX_FINGERPRINT_BYTES];
 	int block_tokens;

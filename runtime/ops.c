@@ -3,7 +3,9 @@
  * The operations blocks are made of, each split over the model's worker
  * pool. Matrix products go to OpenBLAS (one BLAS thread per worker, see
  * blas.c) for many rows, and to kern_gemv for a few, where sgemm is ~10x
- * slower and sgemv does not reach the memory bandwidth.
+ * slower and sgemv does not reach the memory bandwidth. With --matmul bf16,
+ * products of more rows than decode's with bf16 weights go to the bf16
+ * kernels instead (kernels.h).
  */
 #include <cblas.h>
 #include <math.h>
@@ -18,6 +20,8 @@
 #define MAX_PIECES 512
 #define ROWS_PER_TASK 16
 
+static int row_tasks(const struct fwd *f);
+
 /* ==== Matrix products ==== */
 
 struct mm_piece {
@@ -28,6 +32,8 @@ struct mm_ctx {
 	struct fwd *f;
 	const float *x;
 	bool few;        /* by kern_gemm_few */
+	enum kern_bf16_path bf16; /* AMX or AVX512: by kern_gemm_bf16 from packed x */
+	const uint16_t *xbf;      /* x packed by kern_bf16_pack_a */
 	int ldx, in, rows;
 	const struct mm_job *jobs;
 	struct mm_piece pieces[MAX_PIECES];
@@ -89,13 +95,36 @@ static void mm_rows(struct mm_ctx *c, int thread, const struct mm_job *j, int o0
 	}
 }
 
+/*
+ * The same on the bf16 paths: W's bf16 rows packed a panel at a time into
+ * this thread's buffer (sized for L2, as above), each panel multiplied by
+ * all the rows of the packed x.
+ */
+static void mm_bf16(struct mm_ctx *c, int thread, const struct mm_job *j, int o0, int n, float *y)
+{
+	struct fwd *f = c->f;
+	const uint16_t *w = (const uint16_t *)j->w.p + (size_t)o0 * c->in;
+	uint16_t *panel = (uint16_t *)(f->wpanel + (size_t)thread * f->wpanel_floats);
+	size_t per16 = kern_bf16_panel_elems(16, c->in);
+	int step = (int)(f->wpanel_floats * 2 / per16) * 16;
+	if (step >= 32)
+		step &= ~31; /* whole AMX blocks */
+	for (int i = 0; i < n; i += step) {
+		int cols = n - i < step ? n - i : step;
+		kern_bf16_pack_b(cols, c->in, w + (size_t)i * c->in, panel);
+		kern_gemm_bf16(c->bf16, c->rows, cols, c->in, c->xbf, panel, j->beta, y + i, j->ldy);
+	}
+}
+
 static void mm_task(void *ctx, int t, int thread)
 {
 	struct mm_ctx *c = ctx;
 	const struct mm_piece *p = &c->pieces[t];
 	const struct mm_job *j = &c->jobs[p->job];
 	float *y = j->y + p->o0;
-	if (c->rows <= GEMV_MAX_T)
+	if (c->bf16 != KERN_BF16_SGEMM)
+		mm_bf16(c, thread, j, p->o0, p->n, y);
+	else if (c->rows <= GEMV_MAX_T)
 		kern_gemv(c->rows, p->n, c->in, kern_wmat_at(j->w, (size_t)p->o0 * c->in), c->x, c->ldx,
 			 j->beta, y, j->ldy);
 	else
@@ -226,14 +255,62 @@ static void matmul_decode(struct fwd *f, const float *x, int ldx, int in, const 
 	pfx_pool_run(f->m->pool, steal_task, &c, c.nshares);
 }
 
+struct pack_ctx {
+	const float *x;
+	int ldx, in, rows;
+	uint16_t *a;
+};
+
+static void pack_task(void *ctx, int t, int thread)
+{
+	struct pack_ctx *c = ctx;
+	kern_bf16_pack_a(32 * t, 32 * t + 32, c->rows, c->in, c->x, c->ldx, c->a);
+}
+
+static void round_task(void *ctx, int t, int thread)
+{
+	struct pack_ctx *c = ctx;
+	int r1 = (t + 1) * ROWS_PER_TASK < c->rows ? (t + 1) * ROWS_PER_TASK : c->rows;
+	for (int r = t * ROWS_PER_TASK; r < r1; r++)
+		kern_bf16_round(c->x + (size_t)r * c->ldx, (size_t)c->in,
+				(float *)c->a + (size_t)r * c->in);
+}
+
+/* With --matmul bf16, products of more rows than decode's whose weights
+ * are all bf16 take x rounded to bf16: packed for the bf16 kernels, or as
+ * f32 values for the f32 ones (KERN_BF16_SGEMM). Returns the path, *x and
+ * *ldx replaced in the latter case. */
+static enum kern_bf16_path bf16_input(struct fwd *f, const float **x, int *ldx, int in,
+				      const struct mm_job *jobs, int njobs, struct mm_ctx *c)
+{
+	for (int j = 0; j < njobs; j++)
+		if (jobs[j].w.type != KERN_W_BF16)
+			return KERN_BF16_SGEMM;
+	struct pack_ctx p = { .x = *x, .ldx = *ldx, .in = in, .rows = f->T, .a = f->xbf };
+	enum kern_bf16_path path = kern_bf16_path();
+	if (path == KERN_BF16_SGEMM) {
+		pfx_pool_run(f->m->pool, round_task, &p, row_tasks(f));
+		*x = (const float *)f->xbf;
+		*ldx = in;
+	} else {
+		pfx_pool_run(f->m->pool, pack_task, &p, kern_bf16_rows(f->T) / 32);
+		c->xbf = f->xbf;
+	}
+	return path;
+}
+
 void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs, int njobs)
 {
 	if (f->T <= GEMV_MAX_T && njobs <= MAX_STEAL_JOBS) {
 		matmul_decode(f, x, ldx, in, jobs, njobs);
 		return;
 	}
-	struct mm_ctx c = { .f = f, .x = x, .ldx = ldx, .in = in, .rows = f->T, .jobs = jobs };
-	if (f->T <= GEMM_FEW_MAX_T && kern_gemm_few_ok()) {
+	struct mm_ctx c = { .f = f, .in = in, .rows = f->T, .jobs = jobs };
+	if (f->m->matmul_bf16 && f->T > GEMV_MAX_T)
+		c.bf16 = bf16_input(f, &x, &ldx, in, jobs, njobs, &c);
+	c.x = x;
+	c.ldx = ldx;
+	if (c.bf16 == KERN_BF16_SGEMM && f->T <= GEMM_FEW_MAX_T && kern_gemm_few_ok()) {
 		c.few = true;
 		if (++f->mm_calls == 0) { /* wrapped: 0 must not match a stale xt */
 			memset(f->xt_call, 0, (size_t)pfx_pool_threads(f->m->pool) * sizeof(*f->xt_call));

@@ -18,6 +18,7 @@ static const struct refusal cases[] = {
 	{ "forward", "--threads 2x", "--threads must be a whole number from 1 to 64, not '2x'" },
 	{ "forward", "--threads 0", "--threads must be a whole number from 1 to 64, not '0'" },
 	{ "forward", "--block-tokens ''", "--block-tokens must be a whole number" },
+	{ "forward", "--matmul f8", "--matmul must be f32 or bf16, not 'f8'" },
 	{ "daemon", "--clients eight", "--clients must be a whole number from 1 to 64, not 'eight'" },
 	{ "daemon", "--seconds 1e9", "--seconds must be a number from 0.1 to 60, not '1e9'" },
 	{ "daemon", "--seconds nan", "--seconds must be a number from 0.1 to 60, not 'nan'" },

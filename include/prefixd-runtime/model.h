@@ -78,11 +78,27 @@ enum pfx_kv_dtype {
 	PFX_KV_BF16,
 };
 
+/*
+ * How the layer products of prefill (more than a few rows at once) multiply.
+ * PFX_MATMUL_BF16 rounds their input activations to bf16 for the product
+ * alone and multiplies them with the bf16 weights as stored, summing in
+ * f32 (AMX tiles or AVX512-BF16 where the CPU has them, else f32 products
+ * of the rounded values): several times faster prefill at an error
+ * docs/DESIGN.md states. Needs weight matrices held in bf16 (a bf16
+ * checkpoint, weights native); products of other weights stay f32, and so
+ * does every decode step.
+ */
+enum pfx_matmul {
+	PFX_MATMUL_F32,        /* the default, faithful to the reference */
+	PFX_MATMUL_BF16,
+};
+
 struct pfx_model_opts {
 	int threads;           /* worker threads incl. the caller; 0: all CPUs */
 	int block_tokens;      /* KV block size (power of two); 0: default */
 	enum pfx_weights weights; /* 0: native */
 	enum pfx_kv_dtype kv_dtype; /* of every session's KV; 0: f32 */
+	enum pfx_matmul matmul; /* 0: f32 */
 };
 
 /* prefixd's: blocks are shared only with a daemon that uses the same size. */
@@ -145,6 +161,9 @@ int pfx_kv_dtype_parse(const char *name, enum pfx_kv_dtype *out);
  * ", "-separated into buf of cap bytes (cut short if it is smaller than
  * 256); returns buf. */
 const char *pfx_architectures(char *buf, size_t cap);
+/* How the model's prefill products run: "f32", or "bf16, " and the path
+ * (e.g. "bf16, AMX-BF16 tiles"; "bf16, AVX512-BF16 (PFX_NO_AMX is set)"). */
+const char *pfx_model_matmul(const struct pfx_model *m);
 
 /* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
 const char *pfx_blas_corename(void);

@@ -113,3 +113,68 @@ const char *kern_cpu_kernels(void)
 		return "portable, plain C (no AVX2 with F16C, or PFX_NO_AVX2 is set)";
 	return cpu_avx512() ? "AVX2 (PFX_NO_AVX512 is set)" : "AVX2 (no AVX-512 on this CPU)";
 }
+
+/* ==== bf16 products ==== */
+
+/* Both paths pack with AVX-512 (F and BW). */
+static bool cpu_bf16(enum kern_bf16_path p)
+{
+	struct kern_cpu_isa isa;
+	kern_cpu_isa_probe(&isa);
+	if (!isa.avx512f || !isa.avx512bw)
+		return false;
+	if (p == KERN_BF16_AVX512)
+		return isa.avx512_bf16;
+	return p == KERN_BF16_AMX && isa.amx_bf16;
+}
+
+bool kern_bf16_can(enum kern_bf16_path p)
+{
+	if (p == KERN_BF16_SGEMM)
+		return true;
+	return cpu_bf16(p) && (p != KERN_BF16_AMX || kern_amx_granted());
+}
+
+static bool bf16_amx(void)
+{
+	return kern_cpu_avx512() && !turned_off("PFX_NO_AMX") && kern_bf16_can(KERN_BF16_AMX);
+}
+
+static bool bf16_dp(void)
+{
+	return kern_cpu_avx512() && !turned_off("PFX_NO_AVX512_BF16") &&
+	       kern_bf16_can(KERN_BF16_AVX512);
+}
+
+enum kern_bf16_path kern_bf16_path(void)
+{
+	static _Atomic int amx = -1, dp = -1;
+	if (once(&amx, bf16_amx))
+		return KERN_BF16_AMX;
+	return once(&dp, bf16_dp) ? KERN_BF16_AVX512 : KERN_BF16_SGEMM;
+}
+
+const char *kern_bf16_path_name(void)
+{
+	switch (kern_bf16_path()) {
+	case KERN_BF16_AMX:
+		return "bf16, AMX-BF16 tiles";
+	case KERN_BF16_AVX512:
+		if (!cpu_bf16(KERN_BF16_AMX))
+			return "bf16, AVX512-BF16 (no AMX-BF16 on this CPU)";
+		if (turned_off("PFX_NO_AMX"))
+			return "bf16, AVX512-BF16 (PFX_NO_AMX is set)";
+		return "bf16, AVX512-BF16 (Linux did not grant the AMX tile state)";
+	default:
+		if (!kern_cpu_avx512())
+			return cpu_avx512() ? "bf16, as f32 products of bf16-rounded activations "
+					      "(PFX_NO_AVX512 is set)"
+					    : "bf16, as f32 products of bf16-rounded activations "
+					      "(no AVX-512 on this CPU)";
+		if (cpu_bf16(KERN_BF16_AVX512) && turned_off("PFX_NO_AVX512_BF16"))
+			return "bf16, as f32 products of bf16-rounded activations "
+			       "(PFX_NO_AVX512_BF16 is set)";
+		return "bf16, as f32 products of bf16-rounded activations "
+		       "(no AVX512-BF16 on this CPU)";
+	}
+}

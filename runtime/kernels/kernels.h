@@ -190,4 +190,67 @@ void kern_gemm_few(int T, int n, int k, const float *xT, const float *W, float b
 void kern_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int sn, int sk,
 		     float beta, float *yT, int ldy);
 
+/* ==== bf16 products for prefill (gemm_bf16.c, gemm_amx.c) ==== */
+
+/*
+ * y = x W^T with W held in bf16 and x rounded to bf16 for the product
+ * alone, every product summed in f32: what --matmul bf16 runs for the
+ * layer products of more than GEMV_MAX_T rows. Three ways, one result up
+ * to the order of the f32 sums:
+ *   KERN_BF16_AMX: AMX tiles (TDPBF16PS), where the CPU has AMX-BF16 and
+ *     the kernel grants the process its tile state (ARCH_REQ_XCOMP_PERM);
+ *   KERN_BF16_AVX512: AVX512-BF16 dot products (VDPBF16PS);
+ *   KERN_BF16_SGEMM: neither (or turned off): the caller rounds x
+ *     (kern_bf16_round) and runs its f32 products on W's f32 values, at
+ *     the speed of the f32 path.
+ * Both dot-product paths read the same packed operands: x as bf16 rows
+ * (kern_bf16_pack_a) and W in panels of 16 columns, pairs of consecutive
+ * inputs side by side (kern_bf16_pack_b), the layout both instructions take.
+ */
+enum kern_bf16_path { KERN_BF16_SGEMM, KERN_BF16_AVX512, KERN_BF16_AMX };
+
+/* Whether this CPU and OS can run path (AMX: asks for the tile state once).
+ * Ignores the switches below, so that tests run every path there is. */
+bool kern_bf16_can(enum kern_bf16_path p);
+/*
+ * The path --matmul bf16 runs, decided once: AMX, else AVX512-BF16, else
+ * SGEMM. PFX_NO_AMX turns AMX off and PFX_NO_AVX512_BF16 the dot products
+ * (set as PFX_NO_AVX512 is); PFX_NO_AVX512 turns both off, as on a CPU
+ * without AVX-512, since their packing is AVX-512 code.
+ */
+enum kern_bf16_path kern_bf16_path(void);
+/* "bf16, AMX-BF16 tiles", "bf16, AVX512-BF16 (why not AMX)", or why
+ * neither runs, for humans (pfx_model_matmul). */
+const char *kern_bf16_path_name(void);
+
+/* Rows of packed x for m rows (a multiple of 32, the AMX block), and the
+ * elements between its rows for k inputs (k rounded up to 32, and never a
+ * multiple of 64 so that the rows of a tile fall in different cache sets). */
+int kern_bf16_rows(int m);
+int kern_bf16_lda(int k);
+/* Rows [r0, r1) of packed x: a[r * lda + p] = bf16(x[r * ldx + p]) for
+ * p < k, rounded to nearest even, 0 for p >= k and for rows r >= m. */
+void kern_bf16_pack_a(int r0, int r1, int m, int k, const float *x, int ldx, uint16_t *a);
+/* Elements of a panel of n rows of W (n rounded up to 16). */
+size_t kern_bf16_panel_elems(int n, int k);
+/* W's rows [0, n) (row-major, k elements each) as a panel: block b of 16
+ * rows holds, for each pair q of inputs, W[16 b + i][2q], W[16 b + i][2q + 1]
+ * for i < 16 at panel[(b * kp / 2 + q) * 32 + 2 i], kp = k rounded up to 32;
+ * zero past n and k. */
+void kern_bf16_pack_b(int n, int k, const uint16_t *w, uint16_t *panel);
+/* y[i * ldy + j] = sum_p a[i][p] * W[j][p] (+ beta y) for i < m, j < n, from
+ * packed a (kern_bf16_rows(m) rows) and a panel of W, on path p (AMX or
+ * AVX512, and kern_bf16_can(p)). */
+void kern_gemm_bf16(enum kern_bf16_path p, int m, int n, int k, const uint16_t *a,
+		   const uint16_t *panel, float beta, float *y, int ldy);
+/* dst[i] = src[i] rounded to the nearest bf16 (even on ties), as f32: the
+ * SGEMM path's x, the values the other paths multiply. */
+void kern_bf16_round(const float *src, size_t n, float *dst);
+
+/* gemm_amx.c, for gemm_bf16.c: whether the process may use tiles (asked
+ * once), and the product on them. */
+bool kern_amx_granted(void);
+void kern_gemm_amx(int m, int n, int k, const uint16_t *a, const uint16_t *panel, float beta,
+		  float *y, int ldy);
+
 #endif

@@ -148,6 +148,11 @@ static void print_model(const struct pfx_model *m, const struct price *p)
 		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n",
 		       pfx_blas_corename(), kern_blas_expected_core(), why);
 	printf("own kernels      %s\n", kern_cpu_kernels());
+	/* What --matmul bf16 runs here, whether or not this load asked for it. */
+	if (strcmp(pfx_model_matmul(m), "f32"))
+		printf("matmul           %s (--matmul)\n", pfx_model_matmul(m));
+	else
+		printf("matmul           f32 (--matmul; bf16 would run %s)\n", kern_bf16_path_name() + 6);
 }
 
 /* How many prefixes of `tokens` fit in limit; "-" when it has no full block. */

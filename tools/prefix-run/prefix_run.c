@@ -34,7 +34,12 @@
 	"  --kv-dtype f32|f16|bf16\n" \
 	"                     how the KV cache holds keys and values (default f32, the\n" \
 	"                     faithful one; f16 halves the KV's memory and what prefixd\n" \
-	"                     shares, within 5e-2 of the logits; see the README)\n"
+	"                     shares, within 5e-2 of the logits; see the README)\n" \
+	"  --matmul f32|bf16  how prefill multiplies (default f32, the faithful one; bf16\n" \
+	"                     rounds the activations to bf16 for the products with bf16\n" \
+	"                     weights as stored, on AMX or AVX512-BF16 where the CPU has\n" \
+	"                     them: several times faster, logits within 0.5; needs a bf16\n" \
+	"                     checkpoint; info says which path runs)\n"
 #define IDS_HELP \
 	"\n" \
 	"IDS: token ids separated by commas and/or white space (\"1,2,3\"), or @FILE to\n" \
@@ -93,7 +98,7 @@ static const char usage[] =
 
 static const char help_info[] =
 	"usage: prefix-run info --model DIR [--socket PATH] [--block-tokens B]\n"
-	"                       [--kv-dtype f32|f16|bf16] [--threads N]\n"
+	"                       [--kv-dtype f32|f16|bf16] [--matmul f32|bf16] [--threads N]\n"
 	"\n"
 	"Prints the checkpoint's architecture, shapes, parameter count, fingerprint,\n"
 	"KV bytes per token and per block, what prompts of 512, 2048 and 8192 tokens\n"
@@ -230,11 +235,11 @@ enum opt {
 	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
 	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
 	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21, O_WEIGHTS = 1 << 22, O_DTYPE = 1 << 23,
-	O_KV_DTYPE = 1 << 24, O_SHARED = 1 << 25,
+	O_KV_DTYPE = 1 << 24, O_SHARED = 1 << 25, O_MATMUL = 1 << 26,
 	O_LAST = O_SHARED,
 };
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED)
-#define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE) /* every command that loads a model */
+#define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE | O_MATMUL) /* every command that loads a model */
 
 static const struct option longopts[] = {
 	{ "model", required_argument, NULL, O_MODEL },
@@ -263,6 +268,7 @@ static const struct option longopts[] = {
 	{ "weights", required_argument, NULL, O_WEIGHTS },
 	{ "dtype", required_argument, NULL, O_DTYPE },
 	{ "kv-dtype", required_argument, NULL, O_KV_DTYPE },
+	{ "matmul", required_argument, NULL, O_MATMUL },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -304,7 +310,8 @@ static const char *opt_name(int bit)
 int load_model(const struct run_args *a, struct pfx_model **m)
 {
 	struct pfx_model_opts o = { .threads = a->threads, .block_tokens = a->block_tokens,
-				    .weights = a->weights, .kv_dtype = a->kv_dtype };
+				    .weights = a->weights, .kv_dtype = a->kv_dtype,
+				    .matmul = a->matmul };
 	struct pfx_error err = { "" };
 	struct stat st;
 	if (!stat(a->model, &st) && !S_ISDIR(st.st_mode)) {
@@ -870,6 +877,14 @@ int main(int argc, char **argv)
 		case O_KV_DTYPE:
 			if (pfx_kv_dtype_parse(optarg, &a.kv_dtype)) {
 				fprintf(stderr, "prefix-run: --kv-dtype is f32, f16 or bf16, not '%s'\n", optarg);
+				bad = -1;
+			}
+			break;
+		case O_MATMUL:
+			if (!strcmp(optarg, "f32") || !strcmp(optarg, "bf16")) {
+				a.matmul = optarg[0] == 'b' ? PFX_MATMUL_BF16 : PFX_MATMUL_F32;
+			} else {
+				fprintf(stderr, "prefix-run: --matmul is f32 or bf16, not '%s'\n", optarg);
 				bad = -1;
 			}
 			break;

@@ -26,6 +26,7 @@ struct run_args {
 	const char *dtype;          /* random-model: "f32", "f16" or "bf16" */
 	enum pfx_weights weights;
 	enum pfx_kv_dtype kv_dtype;
+	enum pfx_matmul matmul;
 	int no_cache;
 	int shared;                 /* --shared: the daemon's shared namespace too */
 	int pin;
