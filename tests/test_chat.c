@@ -138,3 +138,33 @@ Test(chat, every_case_renders_byte_identical)
 	cr_expect_eq(same, n, "%zu of %zu cases identical", same, n);
 	json_object_put(j);
 }
+
+/* Each construct the interpreter supports, against Python Jinja2's output
+ * in transformers' environment (features.json, from gen_features.py). */
+Test(chat, features_render_as_python_jinja2)
+{
+	struct json_object *j = json_object_from_file(CHAT_DIR "/features.json"), *cases;
+	cr_assert(j, "cannot read features.json");
+	cr_assert(json_object_object_get_ex(j, "cases", &cases));
+	size_t n = json_object_array_length(cases), same = 0;
+	cr_assert_gt(n, 60);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *c = json_object_array_get_idx(cases, i);
+		const char *name = json_object_get_string(json_object_object_get(c, "name"));
+		struct json_object *src = json_object_object_get(c, "template");
+		struct json_object *want = json_object_object_get(c, "rendered");
+		struct rendered r = render_lim(json_object_get_string(src),
+					       (size_t)json_object_get_string_len(src),
+					       json_object_object_get(c, "context"), &lim);
+		cr_expect_eq(r.rc, 0, "%s: %s", name, r.err.msg);
+		size_t wl = (size_t)json_object_get_string_len(want);
+		if (!r.rc && r.len == wl && !memcmp(r.text, json_object_get_string(want), wl))
+			same++;
+		else if (!r.rc)
+			cr_expect_fail("%s: got \"%s\", want \"%s\"", name, r.text,
+				       json_object_get_string(want));
+		done(&r);
+	}
+	cr_expect_eq(same, n, "%zu of %zu features identical", same, n);
+	json_object_put(j);
+}

@@ -87,15 +87,21 @@ struct jv {
 	const char *name; /* JV_UNDEF: the missing name, for errors (may be NULL) */
 };
 
+/* Containers nest at most this deep (jl_push and jd_set refuse more), so
+ * printing, comparing and serialising them cannot exhaust the stack. */
+#define JV_MAX_NESTING 64
+
 struct jlist {
 	size_t n, cap;
 	struct jv *v;
+	int depth; /* of nesting below it */
 };
 
 struct jdict {
 	size_t n, cap;
 	struct jstr *k;
 	struct jv *v;
+	int depth;
 };
 
 struct jloop {
@@ -128,12 +134,15 @@ static inline struct jv jv_str(struct jstr s)
 	return (struct jv){ .t = JV_STR, .u.s = s };
 }
 
-/* Constructors return NULL (or a string with s NULL) past the arena limit. */
+/* Constructors return NULL (or a string with s NULL) past the arena limit;
+ * jl_push and jd_set -1 there and past JV_MAX_NESTING. */
 struct jlist *jl_new(struct jarena *a);
 int jl_push(struct jarena *a, struct jlist *l, struct jv v);
 struct jdict *jd_new(struct jarena *a);
 /* Sets key to v, replacing an existing key; keeps insertion order. */
 int jd_set(struct jarena *a, struct jdict *d, struct jstr key, struct jv v);
+/* Whether v holds d (a namespace about to take v: no cycles). */
+bool jv_reaches(const struct jv *v, const struct jdict *d, int depth);
 /* The value of key, or NULL. */
 struct jv *jd_get(const struct jdict *d, const char *key, size_t n);
 struct jstr js_dup(struct jarena *a, const char *s, size_t n, bool taint);

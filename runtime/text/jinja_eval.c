@@ -59,8 +59,9 @@ size_t jr_max_output(struct jrender *r)
 
 static void oom(struct jrender *r, int line)
 {
-	jr_fail(r, -E2BIG, line, "the render needs more than %zu MiB (the limit)",
-		r->lim->max_memory >> 20);
+	jr_fail(r, -E2BIG, line,
+		"the render needs more than %zu MiB or nests values more than %d deep (the limits)",
+		r->lim->max_memory >> 20, JV_MAX_NESTING);
 }
 
 static void enter(struct jrender *r, int line)
@@ -763,6 +764,9 @@ static void assign(struct jrender *r, const struct jnode *target, struct jv v, i
 		struct jv ns = lookup(r, target->a->name);
 		if (ns.t != JV_NS)
 			jr_fail(r, -EINVAL, line, "cannot set '%s.%s': '%s' is not a namespace()",
+				target->a->name, target->name, target->a->name);
+		if (jv_reaches(&v, ns.u.d, 0))
+			jr_fail(r, -EINVAL, line, "cannot set '%s.%s' to a value that holds %s itself",
 				target->a->name, target->name, target->a->name);
 		if (jd_set(r->a, ns.u.d, js_cstr(target->name), v))
 			oom(r, line);

@@ -529,6 +529,8 @@ bool jf_test(struct jrender *r, const char *name, const struct jv *v, const stru
 		int64_t x = v->t == JV_INT ? v->u.i : v->u.b;
 		return (x % 2 != 0) == (name[0] == 'o');
 	}
+	if (!strcmp(name, "lower") || !strcmp(name, "upper"))
+		return str_case_test(v, name[0] == 'u');
 	if (!o)
 		jr_fail(r, -EINVAL, line, "test '%s' needs an argument", name);
 	if (!strcmp(name, "divisibleby")) {
@@ -562,8 +564,6 @@ bool jf_test(struct jrender *r, const char *name, const struct jv *v, const stru
 			return v->t == JV_STR && jd_get(o->u.d, v->u.s.s, v->u.s.n);
 		jr_fail(r, -EINVAL, line, "test 'in': '%s' is not a container", jv_type_name(o));
 	}
-	if (!strcmp(name, "lower") || !strcmp(name, "upper"))
-		return str_case_test(v, name[0] == 'u');
 	if (jf_test_known(name))
 		return cmp_test(r, name, v, o, line);
 	jr_fail(r, -ENOTSUP, line, "unknown test '%s'", name);

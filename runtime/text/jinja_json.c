@@ -143,7 +143,7 @@ static int write_json(struct jbuf *b, const struct jv *v, int indent, bool sort,
 	case JV_TUPLE: {
 		const struct jlist *l = v->u.l;
 		jb_puts(b, "[");
-		for (size_t i = 0; i < l->n; i++) {
+		for (size_t i = 0; i < l->n && !b->full; i++) {
 			if (i)
 				jb_puts(b, indent >= 0 ? "," : ", ");
 			if (indent >= 0)
@@ -168,7 +168,7 @@ static int write_json(struct jbuf *b, const struct jv *v, int indent, bool sort,
 		if (sort)
 			qsort(order, d->n, sizeof(*order), cmp_keys);
 		jb_puts(b, "{");
-		for (size_t i = 0; i < d->n; i++) {
+		for (size_t i = 0; i < d->n && !b->full; i++) {
 			size_t k = (size_t)(order[i] - d->k);
 			if (i)
 				jb_puts(b, indent >= 0 ? "," : ", ");

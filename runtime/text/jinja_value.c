@@ -16,8 +16,46 @@ struct jlist *jl_new(struct jarena *a)
 	return ja_alloc(a, sizeof(struct jlist));
 }
 
+static int depth_of(const struct jv *v)
+{
+	if (v->t == JV_LIST || v->t == JV_TUPLE)
+		return v->u.l->depth + 1;
+	if (v->t == JV_DICT || v->t == JV_NS)
+		return v->u.d->depth + 1;
+	return 0;
+}
+
+static bool reaches(const struct jv *v, const struct jdict *d, int depth, long *budget)
+{
+	if (depth > JV_MAX_NESTING + 1 || --*budget < 0)
+		return true; /* too big to tell: taken as a cycle, refused */
+	if (v->t == JV_LIST || v->t == JV_TUPLE) {
+		for (size_t i = 0; i < v->u.l->n; i++)
+			if (reaches(&v->u.l->v[i], d, depth + 1, budget))
+				return true;
+	} else if (v->t == JV_DICT || v->t == JV_NS) {
+		if (v->u.d == d)
+			return true;
+		for (size_t i = 0; i < v->u.d->n; i++)
+			if (reaches(&v->u.d->v[i], d, depth + 1, budget))
+				return true;
+	}
+	return false;
+}
+
+bool jv_reaches(const struct jv *v, const struct jdict *d, int depth)
+{
+	long budget = 1000000;
+	return reaches(v, d, depth, &budget);
+}
+
 int jl_push(struct jarena *a, struct jlist *l, struct jv v)
 {
+	int d = depth_of(&v);
+	if (d > JV_MAX_NESTING)
+		return -1;
+	if (d > l->depth)
+		l->depth = d;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 4;
 		struct jv *nv = ja_alloc(a, cap * sizeof(*nv));
@@ -47,6 +85,11 @@ struct jv *jd_get(const struct jdict *d, const char *key, size_t n)
 
 int jd_set(struct jarena *a, struct jdict *d, struct jstr key, struct jv v)
 {
+	int dv = depth_of(&v);
+	if (dv > JV_MAX_NESTING)
+		return -1;
+	if (dv > d->depth)
+		d->depth = dv;
 	struct jv *old = jd_get(d, key.s, key.n);
 	if (old) {
 		*old = v;
@@ -286,7 +329,7 @@ static void write_str_repr(struct jbuf *b, struct jstr s)
 
 static void write_items(struct jbuf *b, const struct jv *v, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !b->full; i++) {
 		if (i)
 			jb_puts(b, ", ");
 		jv_write_repr(b, &v[i]);
@@ -315,7 +358,7 @@ void jv_write_repr(struct jbuf *b, const struct jv *v)
 		/* fall through */
 	case JV_DICT:
 		jb_puts(b, "{");
-		for (size_t i = 0; i < v->u.d->n; i++) {
+		for (size_t i = 0; i < v->u.d->n && !b->full; i++) {
 			if (i)
 				jb_puts(b, ", ");
 			write_str_repr(b, v->u.d->k[i]);
@@ -402,8 +445,22 @@ static int64_t inum(const struct jv *v)
 	return v->t == JV_INT ? v->u.i : v->u.b;
 }
 
+/* Shared sublists make a value a DAG that can hold 2^64 paths in 64
+ * levels: comparisons give up (unequal) after this many. */
+#define EQUAL_BUDGET 100000
+
+static bool equal(const struct jv *x, const struct jv *y, long *budget);
+
 bool jv_equal(const struct jv *x, const struct jv *y)
 {
+	long budget = EQUAL_BUDGET;
+	return equal(x, y, &budget);
+}
+
+static bool equal(const struct jv *x, const struct jv *y, long *budget)
+{
+	if (--*budget < 0)
+		return false;
 	if (is_num(x) && is_num(y)) {
 		if (x->t != JV_FLOAT && y->t != JV_FLOAT)
 			return inum(x) == inum(y);
@@ -419,10 +476,12 @@ bool jv_equal(const struct jv *x, const struct jv *y)
 		return x->u.s.n == y->u.s.n && !memcmp(x->u.s.s, y->u.s.s, x->u.s.n);
 	case JV_LIST:
 	case JV_TUPLE:
+		if (x->u.l == y->u.l)
+			return true;
 		if (x->u.l->n != y->u.l->n)
 			return false;
 		for (size_t i = 0; i < x->u.l->n; i++)
-			if (!jv_equal(&x->u.l->v[i], &y->u.l->v[i]))
+			if (!equal(&x->u.l->v[i], &y->u.l->v[i], budget))
 				return false;
 		return true;
 	case JV_DICT:
@@ -431,7 +490,7 @@ bool jv_equal(const struct jv *x, const struct jv *y)
 			return false;
 		for (size_t i = 0; i < x->u.d->n; i++) {
 			struct jv *o = jd_get(y->u.d, x->u.d->k[i].s, x->u.d->k[i].n);
-			if (!o || !jv_equal(&x->u.d->v[i], o))
+			if (!o || !equal(&x->u.d->v[i], o, budget))
 				return false;
 		}
 		return true;
