@@ -466,7 +466,7 @@ static int load_post(struct pfx_tokenizer *t, json_object *o, struct pfx_error *
 static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t n)
 {
 	if ((size_t)id >= t->nid) {
-		size_t nid = (size_t)id + 1, cap = t->nid;
+		size_t nid = (size_t)id + 1, cap = t->piece_cap;
 		if (nid > cap) {
 			cap = cap ? cap : 1024;
 			while (cap < nid)
@@ -474,8 +474,9 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
 			char **p = realloc(t->piece, cap * sizeof(*p));
 			if (!p)
 				return -ENOMEM;
-			memset(p + t->nid, 0, (cap - t->nid) * sizeof(*p));
+			memset(p + t->piece_cap, 0, (cap - t->piece_cap) * sizeof(*p));
 			t->piece = p;
+			t->piece_cap = cap;
 		}
 		t->nid = nid;
 	}

@@ -120,7 +120,7 @@ struct pfx_tokenizer {
 	struct strmap vocab; /* the model's vocabulary */
 	struct merge_map merges;
 	char **piece; /* id -> string (model and added) */
-	size_t nid;
+	size_t nid, piece_cap;
 	bool *special; /* id -> special added token */
 	int32_t unk_id; /* -1 none */
 	bool fuse_unk, byte_fallback, ignore_merges;

@@ -278,7 +278,7 @@ pcre2_code *regex_compile(const char *pat, size_t len, bool literal, struct pfx_
 	int ecode;
 	PCRE2_SIZE eoff;
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len,
-				       PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0),
+				       literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP,
 				       &ecode, &eoff, NULL);
 	if (!re) {
 		PCRE2_UCHAR msg[160];
