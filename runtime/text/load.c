@@ -292,7 +292,8 @@ static int load_pretok(struct pfx_tokenizer *t, json_object *o, struct pfx_error
 			return pfx_errorf(err, -ENOTSUP, "tokenizer.json: Metaspace prepend_scheme %s", s);
 	} else if (!strcmp(type, "Whitespace")) {
 		p->kind = P_WHITESPACE;
-		if (!(p->re = regex_compile("\\w+|[^\\w\\s]+", 13, false, err)))
+		static const char ws_re[] = "\\w+|[^\\w\\s]+";
+		if (!(p->re = regex_compile(ws_re, sizeof(ws_re) - 1, false, err)))
 			return -EINVAL;
 	} else if (!strcmp(type, "WhitespaceSplit")) {
 		p->kind = P_WSSPLIT;
