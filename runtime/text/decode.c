@@ -291,12 +291,14 @@ int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool
 	return r;
 }
 
-/* transformers' clean_up_tokenization, in its order. */
+const char *const cleanup_from[CLEANUP_N] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're" };
+const char *const cleanup_to[CLEANUP_N] = { ".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re" };
+
+/* transformers' clean_up_tokenization: one str.replace after another. */
 size_t cleanup_spaces(char *s, size_t n)
 {
-	static const char *const from[] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're" };
-	static const char *const to[] = { ".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re" };
-	for (size_t k = 0; k < sizeof(from) / sizeof(*from); k++) {
+	const char *const *from = cleanup_from, *const *to = cleanup_to;
+	for (size_t k = 0; k < CLEANUP_N; k++) {
 		size_t fl = strlen(from[k]), tl = strlen(to[k]), w = 0;
 		for (size_t i = 0; i < n;) {
 			if (n - i >= fl && !memcmp(s + i, from[k], fl)) {

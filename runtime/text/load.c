@@ -80,16 +80,6 @@ static bool jbool(json_object *o, const char *key, bool dflt)
 	return json_object_get_boolean(v);
 }
 
-static char *dupn(const char *s, size_t n)
-{
-	char *p = malloc(n + 1);
-	if (p) {
-		memcpy(p, s, n);
-		p[n] = 0;
-	}
-	return p;
-}
-
 /* Onig (Rust tokenizers' engine) and PCRE2 differ in one way real patterns
  * notice: onig's (?i:'s|'t|...) matches ASCII letters only, PCRE2 with UCP
  * case-folds ſ (U+017F) to s and K (U+212A) to k. So a (?i: group made of
@@ -481,7 +471,7 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
 		}
 		t->nid = nid;
 	}
-	if (!t->piece[id] && !(t->piece[id] = dupn(s, n)))
+	if (!t->piece[id] && !(t->piece[id] = arena_dup(&t->arena, s, n)))
 		return -ENOMEM;
 	return 0;
 }
@@ -844,8 +834,7 @@ void pfx_tokenizer_free(struct pfx_tokenizer *t)
 		return;
 	strmap_free(&t->vocab);
 	merges_free(&t->merges);
-	for (size_t i = 0; i < t->nid; i++)
-		free(t->piece[i]);
+	arena_free(t->arena);
 	free(t->piece);
 	free(t->special);
 	free(t->prefix);
