@@ -24,6 +24,7 @@ struct pfx_detok_stream {
 	size_t emitted; /* bytes of the window's text already given out */
 	struct tbuf text, out;
 	struct tbuf held[CLEANUP_N]; /* a partial match of each clean-up pattern */
+	struct tbuf in[CLEANUP_N], next[CLEANUP_N]; /* each stage's scratch, kept */
 };
 
 int pfx_detok_stream_new(const struct pfx_tokenizer *t, unsigned flags,
@@ -79,7 +80,11 @@ static int clean(struct pfx_detok_stream *s, int k, const char *d, size_t n, boo
 {
 	if (k == CLEANUP_N || !s->t->cleanup)
 		return tbuf_put(&s->out, d, n);
-	struct tbuf *h = &s->held[k], buf = { 0 }, next = { 0 };
+	struct tbuf *h = &s->held[k];
+	if (!h->n && !memchr(d, ' ', n)) /* every pattern starts with a space */
+		return clean(s, k + 1, d, n, flush);
+	struct tbuf buf = s->in[k], next = s->next[k];
+	buf.n = next.n = 0;
 	int r = tbuf_put(&buf, h->p, h->n) | tbuf_put(&buf, d, n);
 	h->n = 0;
 	const char *pat = cleanup_from[k], *rep = cleanup_to[k];
@@ -101,10 +106,10 @@ static int clean(struct pfx_detok_stream *s, int k, const char *d, size_t n, boo
 		r |= tbuf_put(&next, buf.p + seg, i - seg);
 		r |= tbuf_put(h, buf.p + i, buf.n - i);
 	}
+	s->in[k] = buf;
+	s->next[k] = next;
 	if (!r)
 		r = clean(s, k + 1, next.p ? next.p : "", next.n, flush);
-	tbuf_free(&buf);
-	tbuf_free(&next);
 	return r ? -ENOMEM : 0;
 }
 
@@ -167,7 +172,10 @@ void pfx_detok_stream_free(struct pfx_detok_stream *s)
 	free(s->win.p);
 	tbuf_free(&s->text);
 	tbuf_free(&s->out);
-	for (int k = 0; k < CLEANUP_N; k++)
+	for (int k = 0; k < CLEANUP_N; k++) {
 		tbuf_free(&s->held[k]);
+		tbuf_free(&s->in[k]);
+		tbuf_free(&s->next[k]);
+	}
 	free(s);
 }
