@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <json-c/json.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -487,4 +488,78 @@ Test(tokenizer, config_files)
 	cr_expect_eq(pfx_tokenizer_load(dir, &t, &err), -EINVAL);
 	cr_expect(strstr(err.msg, "generation_config.json"), "%s", err.msg);
 	remove_dir(dir);
+}
+
+/* One tokenizer, several threads encoding and decoding at once: the same
+ * ids and text as one thread alone (text.h: a loaded tokenizer is
+ * immutable). */
+struct par {
+	const struct pfx_tokenizer *t;
+	json_object *lines;
+	int32_t **ids;
+	size_t *n;
+	int bad;
+};
+
+static void *par_run(void *arg)
+{
+	struct par *p = arg;
+	for (int round = 0; round < 3; round++)
+		for (size_t i = 0; i < json_object_array_length(p->lines); i++) {
+			json_object *s = json_object_array_get_idx(p->lines, i);
+			int32_t *ids;
+			size_t n;
+			struct pfx_error err;
+			if (pfx_tokenize(p->t, json_object_get_string(s), (size_t)json_object_get_string_len(s),
+					 PFX_TEXT_PARSE_SPECIAL, &ids, &n, &err) ||
+			    n != p->n[i] || memcmp(ids, p->ids[i], n * sizeof(*ids)))
+				p->bad++;
+			char *d;
+			size_t dl;
+			if (!pfx_detokenize(p->t, ids, n, 0, &d, &dl, &err))
+				free(d);
+			else
+				p->bad++;
+			free(ids);
+		}
+	return NULL;
+}
+
+Test(tokenizer, threads_share_a_tokenizer)
+{
+	struct pfx_tokenizer *t = load("qwen3");
+	json_object *lines = json_object_new_array();
+	FILE *c = fopen(TOKDIR "/corpus.jsonl", "r");
+	cr_assert(c);
+	char *buf = NULL;
+	size_t cap = 0;
+	while (getline(&buf, &cap, c) > 0)
+		json_object_array_add(lines, json_tokener_parse(buf));
+	fclose(c);
+	free(buf);
+	size_t nl = json_object_array_length(lines);
+	int32_t **ids = calloc(nl, sizeof(*ids));
+	size_t *n = calloc(nl, sizeof(*n));
+	struct pfx_error err;
+	for (size_t i = 0; i < nl; i++) {
+		json_object *s = json_object_array_get_idx(lines, i);
+		cr_assert_eq(pfx_tokenize(t, json_object_get_string(s), (size_t)json_object_get_string_len(s),
+					  PFX_TEXT_PARSE_SPECIAL, &ids[i], &n[i], &err), 0);
+	}
+	struct par p[4];
+	pthread_t th[4];
+	for (int k = 0; k < 4; k++) {
+		p[k] = (struct par){ t, lines, ids, n, 0 };
+		cr_assert_eq(pthread_create(&th[k], NULL, par_run, &p[k]), 0);
+	}
+	for (int k = 0; k < 4; k++) {
+		pthread_join(th[k], NULL);
+		cr_expect_eq(p[k].bad, 0, "thread %d: %d encodes differed", k, p[k].bad);
+	}
+	for (size_t i = 0; i < nl; i++)
+		free(ids[i]);
+	free(ids);
+	free(n);
+	json_object_put(lines);
+	pfx_tokenizer_free(t);
 }
