@@ -606,6 +606,10 @@ static int load_added(struct pfx_tokenizer *t, json_object *list, struct pfx_err
 			return pfx_errorf(err, -EINVAL, "tokenizer.json: added token %zu needs content and an id", i);
 		struct added *a = &t->added[t->nadded++];
 		a->len = strlen(c);
+		/* As tokenizers: a token the vocabulary has keeps the vocabulary's id. */
+		int32_t vid = strmap_get(&t->vocab, c, a->len);
+		if (vid >= 0)
+			id = vid;
 		a->id = (int32_t)id;
 		a->special = jbool(o, "special", false);
 		a->lstrip = jbool(o, "lstrip", false);

@@ -123,7 +123,10 @@ int normalize_one(const struct norm *nm, struct tok_scratch *s, struct tbuf *io)
 		for (size_t i = 0, l; i < io->n; i += l) {
 			char u[4];
 			int32_t c = utf8_get(io->p + i, &l);
-			r |= tbuf_put(&out, u, utf8_put(u, utf8proc_tolower(c)));
+			if (c == 0x130) /* İ: Rust's char::to_lowercase gives two characters */
+				r |= tbuf_put(&out, "i\xcc\x87", 3);
+			else
+				r |= tbuf_put(&out, u, utf8_put(u, utf8proc_tolower(c)));
 		}
 		if (r) {
 			tbuf_free(&out);
