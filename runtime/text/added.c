@@ -10,12 +10,11 @@
 #include <string.h>
 #include <utf8proc.h>
 
-static const struct pfx_tokenizer *sort_t;
-
-static int by_first_then_longest(const void *x, const void *y)
+static int by_first_then_longest(const void *x, const void *y, void *arg)
 {
-	const struct added *a = &sort_t->added[*(const uint32_t *)x];
-	const struct added *b = &sort_t->added[*(const uint32_t *)y];
+	const struct pfx_tokenizer *t = arg;
+	const struct added *a = &t->added[*(const uint32_t *)x];
+	const struct added *b = &t->added[*(const uint32_t *)y];
 	unsigned char ca = (unsigned char)a->content[0], cb = (unsigned char)b->content[0];
 	if (ca != cb)
 		return ca < cb ? -1 : 1;
@@ -33,9 +32,7 @@ static int build_set(struct pfx_tokenizer *t, struct added_set *set, bool normal
 	for (size_t i = 0; i < t->nadded; i++)
 		if (t->added[i].normalized == normalized)
 			set->idx[set->n++] = (uint32_t)i;
-	/* qsort needs the table; load is single-threaded. */
-	sort_t = t;
-	qsort(set->idx, set->n, sizeof(*set->idx), by_first_then_longest);
+	qsort_r(set->idx, set->n, sizeof(*set->idx), by_first_then_longest, t);
 	size_t k = 0;
 	for (int c = 0; c <= 256; c++) {
 		while (c < 256 && k < set->n && (unsigned char)t->added[set->idx[k]].content[0] < c)

@@ -19,27 +19,23 @@
  * the others for 256 + their rank among the others. */
 int32_t bytelevel_char(unsigned char b)
 {
-	if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae)
-		return b;
-	int n = 0;
-	for (int c = 0; c < b; c++)
-		if (!((c >= '!' && c <= '~') || (c >= 0xa1 && c <= 0xac) || c >= 0xae))
-			n++;
-	return 256 + n;
+	if (b <= ' ')
+		return 256 + b; /* 0..32 are the first 33 others */
+	if (b >= 0x7f && b <= 0xa0)
+		return b + 162; /* 127..160: the next 34 */
+	if (b == 0xad)
+		return 323; /* the last */
+	return b;
 }
 
 int bytelevel_byte(int32_t cp)
 {
 	if ((cp >= '!' && cp <= '~') || (cp >= 0xa1 && cp <= 0xac) || (cp >= 0xae && cp <= 0xff))
 		return cp;
-	if (cp < 256 || cp >= 256 + 68)
+	int n = cp - 256;
+	if (n < 0 || n > 67)
 		return -1;
-	int n = 0;
-	for (int c = 0; c < 256; c++)
-		if (!((c >= '!' && c <= '~') || (c >= 0xa1 && c <= 0xac) || c >= 0xae))
-			if (n++ == cp - 256)
-				return c;
-	return -1;
+	return n <= 32 ? n : n <= 66 ? n + 94 : 0xad;
 }
 
 struct sym {

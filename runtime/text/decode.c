@@ -113,8 +113,10 @@ static int replace_all(const struct decoder *d, pcre2_match_data *md, const char
 	int r = 0;
 	while (pos < n) {
 		int rc = pcre2_match(d->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-		if (rc < 0)
+		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
+		if (rc < 0)
+			return -EOVERFLOW;
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 		if (ov[0] == ov[1]) {
 			size_t l = utf8_len((unsigned char)s[ov[0]]);
@@ -291,12 +293,14 @@ int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool
 	return r;
 }
 
-/* transformers' clean_up_tokenization, in its order. */
+const char *const cleanup_from[CLEANUP_N] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're" };
+const char *const cleanup_to[CLEANUP_N] = { ".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re" };
+
+/* transformers' clean_up_tokenization: one str.replace after another. */
 size_t cleanup_spaces(char *s, size_t n)
 {
-	static const char *const from[] = { " .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're" };
-	static const char *const to[] = { ".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re" };
-	for (size_t k = 0; k < sizeof(from) / sizeof(*from); k++) {
+	const char *const *from = cleanup_from, *const *to = cleanup_to;
+	for (size_t k = 0; k < CLEANUP_N; k++) {
 		size_t fl = strlen(from[k]), tl = strlen(to[k]), w = 0;
 		for (size_t i = 0; i < n;) {
 			if (n - i >= fl && !memcmp(s + i, from[k], fl)) {
@@ -329,7 +333,7 @@ int pfx_detokenize(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, 
 		r = tbuf_put(&out, "", 0);
 	if (r) {
 		tbuf_free(&out);
-		return pfx_errorf(err, r, "detokenize: out of memory");
+		return pfx_errorf(err, r, "detokenize: %s", r == -ENOMEM ? "out of memory" : "a Replace regex failed to match (PCRE2 limit)");
 	}
 	if (t->cleanup)
 		out.n = cleanup_spaces(out.p, out.n);

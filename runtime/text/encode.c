@@ -101,7 +101,9 @@ int pfx_tokenize_spans(const struct pfx_tokenizer *t, const char *text, size_t l
 	scratch_free(&e.s);
 	if (r) {
 		free(e.out.p);
-		return pfx_errorf(err, r, "tokenize: %s", r == -ENOMEM ? "out of memory" : "failed");
+		return pfx_errorf(err, r, "tokenize: %s", r == -ENOMEM ? "out of memory"
+						  : r == -EOVERFLOW ? "a regex of the tokenizer hit a PCRE2 limit on this text"
+								    : "failed");
 	}
 	if (!e.out.p && !(e.out.p = malloc(sizeof(int32_t)))) /* *ids is never NULL on success */
 		return pfx_errorf(err, -ENOMEM, "tokenize: out of memory");

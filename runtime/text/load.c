@@ -80,16 +80,6 @@ static bool jbool(json_object *o, const char *key, bool dflt)
 	return json_object_get_boolean(v);
 }
 
-static char *dupn(const char *s, size_t n)
-{
-	char *p = malloc(n + 1);
-	if (p) {
-		memcpy(p, s, n);
-		p[n] = 0;
-	}
-	return p;
-}
-
 /* Onig (Rust tokenizers' engine) and PCRE2 differ in one way real patterns
  * notice: onig's (?i:'s|'t|...) matches ASCII letters only, PCRE2 with UCP
  * case-folds ſ (U+017F) to s and K (U+212A) to k. So a (?i: group made of
@@ -292,7 +282,8 @@ static int load_pretok(struct pfx_tokenizer *t, json_object *o, struct pfx_error
 			return pfx_errorf(err, -ENOTSUP, "tokenizer.json: Metaspace prepend_scheme %s", s);
 	} else if (!strcmp(type, "Whitespace")) {
 		p->kind = P_WHITESPACE;
-		if (!(p->re = regex_compile("\\w+|[^\\w\\s]+", 13, false, err)))
+		static const char ws_re[] = "\\w+|[^\\w\\s]+";
+		if (!(p->re = regex_compile(ws_re, sizeof(ws_re) - 1, false, err)))
 			return -EINVAL;
 	} else if (!strcmp(type, "WhitespaceSplit")) {
 		p->kind = P_WSSPLIT;
@@ -466,7 +457,7 @@ static int load_post(struct pfx_tokenizer *t, json_object *o, struct pfx_error *
 static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t n)
 {
 	if ((size_t)id >= t->nid) {
-		size_t nid = (size_t)id + 1, cap = t->nid;
+		size_t nid = (size_t)id + 1, cap = t->piece_cap;
 		if (nid > cap) {
 			cap = cap ? cap : 1024;
 			while (cap < nid)
@@ -474,12 +465,13 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
 			char **p = realloc(t->piece, cap * sizeof(*p));
 			if (!p)
 				return -ENOMEM;
-			memset(p + t->nid, 0, (cap - t->nid) * sizeof(*p));
+			memset(p + t->piece_cap, 0, (cap - t->piece_cap) * sizeof(*p));
 			t->piece = p;
+			t->piece_cap = cap;
 		}
 		t->nid = nid;
 	}
-	if (!t->piece[id] && !(t->piece[id] = dupn(s, n)))
+	if (!t->piece[id] && !(t->piece[id] = arena_dup(&t->arena, s, n)))
 		return -ENOMEM;
 	return 0;
 }
@@ -614,6 +606,10 @@ static int load_added(struct pfx_tokenizer *t, json_object *list, struct pfx_err
 			return pfx_errorf(err, -EINVAL, "tokenizer.json: added token %zu needs content and an id", i);
 		struct added *a = &t->added[t->nadded++];
 		a->len = strlen(c);
+		/* As tokenizers: a token the vocabulary has keeps the vocabulary's id. */
+		int32_t vid = strmap_get(&t->vocab, c, a->len);
+		if (vid >= 0)
+			id = vid;
 		a->id = (int32_t)id;
 		a->special = jbool(o, "special", false);
 		a->lstrip = jbool(o, "lstrip", false);
@@ -842,8 +838,7 @@ void pfx_tokenizer_free(struct pfx_tokenizer *t)
 		return;
 	strmap_free(&t->vocab);
 	merges_free(&t->merges);
-	for (size_t i = 0; i < t->nid; i++)
-		free(t->piece[i]);
+	arena_free(t->arena);
 	free(t->piece);
 	free(t->special);
 	free(t->prefix);

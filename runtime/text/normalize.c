@@ -33,8 +33,12 @@ static int replace(const struct norm *nm, struct tok_scratch *s, struct tbuf *io
 		return -ENOMEM;
 	while (pos <= io->n) {
 		int rc = pcre2_match(nm->re, (PCRE2_SPTR)io->p, io->n, pos, PCRE2_NO_UTF_CHECK, s->md, NULL);
-		if (rc < 0)
+		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
+		if (rc < 0) {
+			tbuf_free(&out);
+			return -EOVERFLOW;
+		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
 		if (ov[1] == ov[0]) { /* an empty match replaces nothing */
 			if (ov[0] >= io->n)
@@ -119,7 +123,10 @@ int normalize_one(const struct norm *nm, struct tok_scratch *s, struct tbuf *io)
 		for (size_t i = 0, l; i < io->n; i += l) {
 			char u[4];
 			int32_t c = utf8_get(io->p + i, &l);
-			r |= tbuf_put(&out, u, utf8_put(u, utf8proc_tolower(c)));
+			if (c == 0x130) /* İ: Rust's char::to_lowercase gives two characters */
+				r |= tbuf_put(&out, "i\xcc\x87", 3);
+			else
+				r |= tbuf_put(&out, u, utf8_put(u, utf8proc_tolower(c)));
 		}
 		if (r) {
 			tbuf_free(&out);

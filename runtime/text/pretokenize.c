@@ -69,8 +69,10 @@ static int regex_matches(const pcre2_code *re, struct tok_scratch *s, const char
 		return -ENOMEM;
 	while (pos < n) {
 		int rc = pcre2_match(re, (PCRE2_SPTR)str, n, pos, PCRE2_NO_UTF_CHECK, s->md, NULL);
-		if (rc < 0)
+		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
+		if (rc < 0)
+			return -EOVERFLOW; /* e.g. the JIT's stack: never a silent short split */
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
 		if (ov[1] == ov[0]) {
 			pos = ov[0] + utf8_len((unsigned char)str[ov[0]]);

@@ -3,12 +3,13 @@
  * Streaming decode. The ids since the last boundary (the window) are decoded
  * again at each push, and what cannot change any more is emitted: not a
  * trailing U+FFFD (an incomplete UTF-8 sequence may complete), not a
- * trailing run of <0xHH> byte tokens (ByteFallback judges a run whole), not
- * a space near the end when clean_up_tokenization_spaces may eat it. When
+ * trailing run of <0xHH> byte tokens (ByteFallback judges a run whole). When
  * all of a non-empty window is final, a boundary is set: the next window
  * decodes as a continuation (no sequence-start Strip or Metaspace). So the
  * work per token is bounded by the window, and the text at the end is the
- * whole decode's.
+ * whole decode's. clean_up_tokenization_spaces, when the config asks for
+ * it, runs on what is final as a chain of streaming replacements, one a
+ * pattern in transformers' order, each holding back only a partial match.
  */
 #include "tokenizer.h"
 
@@ -21,7 +22,9 @@ struct pfx_detok_stream {
 	bool skip, at_start, spent, fallback;
 	struct tids win;
 	size_t emitted; /* bytes of the window's text already given out */
-	struct tbuf text;
+	struct tbuf text, out;
+	struct tbuf held[CLEANUP_N]; /* a partial match of each clean-up pattern */
+	struct tbuf in[CLEANUP_N], next[CLEANUP_N]; /* each stage's scratch, kept */
 };
 
 int pfx_detok_stream_new(const struct pfx_tokenizer *t, unsigned flags,
@@ -45,8 +48,6 @@ static int window_text(struct pfx_detok_stream *s)
 	int r = decode_ids(s->t, s->win.p, s->win.n, s->skip, s->at_start, &s->text);
 	if (!r && !s->text.p)
 		r = tbuf_put(&s->text, "", 0);
-	if (!r && s->t->cleanup)
-		s->text.n = cleanup_spaces(s->text.p, s->text.n);
 	return r;
 }
 
@@ -69,15 +70,47 @@ static size_t final_len(struct pfx_detok_stream *s)
 	}
 	while (n >= 3 && !memcmp(w + n - 3, "\xef\xbf\xbd", 3))
 		n -= 3;
-	if (s->t->cleanup)
-		for (size_t i = n > 5 ? n - 5 : 0; i < n; i++)
-			if (w[i] == ' ') {
-				n = i;
-				break;
-			}
 	while (n > 0 && n < s->text.n && ((unsigned char)w[n] & 0xc0) == 0x80)
 		n--;
 	return n;
+}
+
+/* Stage k of the clean-up on d[0, n) (final text), into s->out. */
+static int clean(struct pfx_detok_stream *s, int k, const char *d, size_t n, bool flush)
+{
+	if (k == CLEANUP_N || !s->t->cleanup)
+		return tbuf_put(&s->out, d, n);
+	struct tbuf *h = &s->held[k];
+	if (!h->n && !memchr(d, ' ', n)) /* every pattern starts with a space */
+		return clean(s, k + 1, d, n, flush);
+	struct tbuf buf = s->in[k], next = s->next[k];
+	buf.n = next.n = 0;
+	int r = tbuf_put(&buf, h->p, h->n) | tbuf_put(&buf, d, n);
+	h->n = 0;
+	const char *pat = cleanup_from[k], *rep = cleanup_to[k];
+	size_t pl = strlen(pat), seg = 0, i = 0;
+	while (!r && i < buf.n) {
+		if (buf.n - i >= pl) {
+			if (!memcmp(buf.p + i, pat, pl)) {
+				r |= tbuf_put(&next, buf.p + seg, i - seg) | tbuf_put(&next, rep, strlen(rep));
+				i += pl;
+				seg = i;
+				continue;
+			}
+		} else if (!flush && !memcmp(buf.p + i, pat, buf.n - i)) {
+			break; /* may match when more text comes */
+		}
+		i++;
+	}
+	if (!r) {
+		r |= tbuf_put(&next, buf.p + seg, i - seg);
+		r |= tbuf_put(h, buf.p + i, buf.n - i);
+	}
+	s->in[k] = buf;
+	s->next[k] = next;
+	if (!r)
+		r = clean(s, k + 1, next.p ? next.p : "", next.n, flush);
+	return r ? -ENOMEM : 0;
 }
 
 int pfx_detok_stream_push(struct pfx_detok_stream *s, int32_t id, const char **piece, size_t *len,
@@ -93,14 +126,18 @@ int pfx_detok_stream_push(struct pfx_detok_stream *s, int32_t id, const char **p
 	if (tids_put(&s->win, id) || window_text(s))
 		return pfx_errorf(err, -ENOMEM, "detokenize stream: out of memory");
 	size_t n = final_len(s);
+	s->out.n = 0;
 	if (n > s->emitted) {
-		*piece = s->text.p + s->emitted;
-		*len = n - s->emitted;
+		if (clean(s, 0, s->text.p + s->emitted, n - s->emitted, false))
+			return pfx_errorf(err, -ENOMEM, "detokenize stream: out of memory");
 		s->emitted = n;
 	}
+	if (s->out.n) {
+		*piece = s->out.p;
+		*len = s->out.n;
+	}
 	if (n == s->text.n && n > 0) {
-		/* All final: the next window continues from here. The text
-		 * stays valid until the next call, which overwrites it. */
+		/* All final: the next window continues from here. */
 		s->win.n = 0;
 		s->emitted = 0;
 		s->at_start = false;
@@ -118,9 +155,12 @@ int pfx_detok_stream_finish(struct pfx_detok_stream *s, const char **piece, size
 	s->spent = true;
 	if (window_text(s))
 		return pfx_errorf(err, -ENOMEM, "detokenize stream: out of memory");
-	if (s->text.n > s->emitted) {
-		*piece = s->text.p + s->emitted;
-		*len = s->text.n - s->emitted;
+	s->out.n = 0;
+	if (clean(s, 0, s->text.p + s->emitted, s->text.n - s->emitted, true))
+		return pfx_errorf(err, -ENOMEM, "detokenize stream: out of memory");
+	if (s->out.n) {
+		*piece = s->out.p;
+		*len = s->out.n;
 	}
 	return 0;
 }
@@ -131,5 +171,11 @@ void pfx_detok_stream_free(struct pfx_detok_stream *s)
 		return;
 	free(s->win.p);
 	tbuf_free(&s->text);
+	tbuf_free(&s->out);
+	for (int k = 0; k < CLEANUP_N; k++) {
+		tbuf_free(&s->held[k]);
+		tbuf_free(&s->in[k]);
+		tbuf_free(&s->next[k]);
+	}
 	free(s);
 }

@@ -40,6 +40,16 @@ size_t utf8_put(char *out, int32_t cp);
 /* Offset of the first invalid byte of s[0, n), or n. */
 size_t utf8_invalid_at(const char *s, size_t n);
 
+/* ---- strings that live as long as the tokenizer, without a malloc each ---- */
+struct arena_block {
+	struct arena_block *next;
+	size_t used, cap;
+	char data[];
+};
+/* A NUL-terminated copy of s[0, n) in *a; NULL out of memory. */
+char *arena_dup(struct arena_block **a, const char *s, size_t n);
+void arena_free(struct arena_block *a);
+
 /* ---- string -> id hash (util.c) ---- */
 struct strmap {
 	uint32_t *slot; /* index+1 into keys, 0 empty */
@@ -119,8 +129,9 @@ struct pfx_tokenizer {
 	/* the model */
 	struct strmap vocab; /* the model's vocabulary */
 	struct merge_map merges;
-	char **piece; /* id -> string (model and added) */
-	size_t nid;
+	char **piece; /* id -> string (model and added), in the arena */
+	struct arena_block *arena; /* the pieces' bytes, in blocks that never move */
+	size_t nid, piece_cap;
 	bool *special; /* id -> special added token */
 	int32_t unk_id; /* -1 none */
 	bool fuse_unk, byte_fallback, ignore_merges;
@@ -192,8 +203,11 @@ bool added_next(const struct pfx_tokenizer *t, const struct added_set *set, cons
  * whether ids[0] begins the sequence (Strip, Metaspace treat it apart). */
 int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
 	       bool at_start, struct tbuf *out);
-/* transformers' clean_up_tokenization (in place). */
+/* transformers' clean_up_tokenization (in place): replacing each
+ * cleanup_from[k] by cleanup_to[k], k in order. */
 size_t cleanup_spaces(char *s, size_t n);
+#define CLEANUP_N 10
+extern const char *const cleanup_from[CLEANUP_N], *const cleanup_to[CLEANUP_N];
 /* Whether id is a <0xHH> byte token of ByteFallback. */
 bool is_byte_token(const struct pfx_tokenizer *t, int32_t id);
 /* pcre2 helpers (util.c) */

@@ -233,7 +233,7 @@ static size_t merge_slot(uint64_t key, size_t mask)
 
 int merges_put(struct merge_map *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
 {
-	if (!m->key || (m->n + 1) * 2 > m->mask + 1) {
+	if (!m->key || (m->n + 1) * 4 > (m->mask + 1) * 3) {
 		size_t ns = m->key ? (m->mask + 1) * 2 : 4096;
 		uint64_t *key = calloc(ns, sizeof(*key));
 		uint32_t *rk = malloc(ns * sizeof(*rk));
@@ -278,7 +278,7 @@ pcre2_code *regex_compile(const char *pat, size_t len, bool literal, struct pfx_
 	int ecode;
 	PCRE2_SIZE eoff;
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len,
-				       PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0),
+				       literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP,
 				       &ecode, &eoff, NULL);
 	if (!re) {
 		PCRE2_UCHAR msg[160];
@@ -301,4 +301,33 @@ void scratch_free(struct tok_scratch *s)
 	tbuf_free(&s->c);
 	free(s->cuts);
 	free(s->bpe);
+}
+
+char *arena_dup(struct arena_block **a, const char *s, size_t n)
+{
+	struct arena_block *b = *a;
+	if (!b || b->cap - b->used < n + 1) {
+		size_t cap = n + 1 > (1u << 20) ? n + 1 : (1u << 20);
+		b = malloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->next = *a;
+		b->used = 0;
+		b->cap = cap;
+		*a = b;
+	}
+	char *p = b->data + b->used;
+	memcpy(p, s, n);
+	p[n] = 0;
+	b->used += n + 1;
+	return p;
+}
+
+void arena_free(struct arena_block *a)
+{
+	while (a) {
+		struct arena_block *next = a->next;
+		free(a);
+		a = next;
+	}
 }
