@@ -223,6 +223,7 @@ static struct json_object *input_messages(struct json_object *lists, const char 
 			return json_object_object_get(l, "messages");
 	}
 	cr_assert_fail("no message list %s in messages.json", name);
+	return NULL;
 }
 
 /* Every case's ids (Rust encode of the render, special tokens parsed as
@@ -415,4 +416,121 @@ Test(chat, render_spans_are_the_contents)
 	cr_expect_eq(chat_render_with(t, src, bad, 1, true, &text, &len, NULL, NULL, &err), -EILSEQ);
 	cr_expect(strstr(err.msg, "byte offset 3"), "%s", err.msg);
 	pfx_tokenizer_free(t);
+}
+
+/* ---- errors: named, with the template line ---- */
+
+static void expect_error(const char *src, int code, const char *what, const char *line)
+{
+	struct rendered r = render(src, "{\"messages\": []}");
+	cr_expect_eq(r.rc, code, "%s: rc %d (%s), want %d", src, r.rc, r.err.msg, code);
+	cr_expect(strstr(r.err.msg, what), "%s: message \"%s\" lacks \"%s\"", src, r.err.msg, what);
+	cr_expect(strstr(r.err.msg, line), "%s: message \"%s\" lacks \"%s\"", src, r.err.msg, line);
+	done(&r);
+}
+
+Test(chat, what_is_missing_is_named_with_its_line)
+{
+	expect_error("a\n{{ x | nope }}", -ENOTSUP, "unknown filter 'nope'", "line 2");
+	expect_error("a\n\n{% if x is weird %}{% endif %}", -ENOTSUP, "unknown test 'weird'", "line 3");
+	expect_error("{% include 'x' %}", -ENOTSUP, "unsupported tag 'include'", "line 1");
+	expect_error("{% for x in y recursive %}{% endfor %}", -ENOTSUP, "recursive", "line 1");
+	expect_error("\n{{ 'a'.zfill(3) }}", -ENOTSUP, "str method 'zfill'", "line 2");
+	expect_error("{{ strftime_later() }}", -ENOTSUP, "unknown function 'strftime_later'", "line 1");
+	expect_error("{{ '%s' % 1 }}", -ENOTSUP, "formatting", "line 1");
+}
+
+Test(chat, raise_exception_is_einval_with_its_message)
+{
+	expect_error("{% if messages|length == 0 %}\n{{ raise_exception('Conversation roles must "
+		     "alternate user/assistant') }}{% endif %}",
+		     -EINVAL, "Conversation roles must alternate user/assistant", "line 2");
+}
+
+Test(chat, syntax_errors_are_einval_with_their_line)
+{
+	expect_error("ok\n{{ x ", -EINVAL, "unterminated '{{'", "line 2");
+	expect_error("{% if x %}\n{% for a in b %", -EINVAL, "unterminated '{%'", "line 2");
+	expect_error("a {# never closed", -EINVAL, "unterminated comment", "line 1");
+	expect_error("\n{% if x %}never closed", -EINVAL, "unclosed 'if'", "line 2");
+	expect_error("{% endfor %}", -EINVAL, "unexpected 'endfor'", "line 1");
+	expect_error("{{ 'abc }}", -EINVAL, "unterminated string", "line 1");
+	expect_error("{{ (1 }}", -EINVAL, "unexpected", "line 1");
+	expect_error("{% break %}", -EINVAL, "outside a for loop", "line 1");
+	expect_error("{{ x.y }}", -EINVAL, "'x' is undefined", "line 1");
+	expect_error("{{ 'a' + 1 }}", -EINVAL, "'str' and 'int'", "line 1");
+	expect_error("{% set d = {} %}{{ d.update({}) }}", -EINVAL, "modify", "line 1");
+	const char bad[] = "{{ 'a\xff' }}";
+	struct rendered r = render(bad, NULL);
+	cr_expect_eq(r.rc, -EINVAL);
+	cr_expect(strstr(r.err.msg, "not UTF-8 (byte 5)"), "%s", r.err.msg);
+	done(&r);
+}
+
+/* ---- limits: a hostile template ends with -E2BIG, quickly ---- */
+
+Test(chat, hostile_templates_hit_the_limits)
+{
+	/* steps: 9 * 10^6 iterations, the test's limit is 10^6 steps */
+	expect_error("{% set xs = range(3000) %}{% for a in xs %}{% for b in xs %}{% endfor %}{% endfor %}",
+		     -E2BIG, "steps", "line 1");
+	/* depth: a macro calling itself */
+	expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}", -E2BIG, "nests more than",
+		     "line");
+	/* output: doubling text */
+	expect_error("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(100) %}{% set ns.s = ns.s "
+		     "+ ns.s %}{% endfor %}",
+		     -E2BIG, "limit", "line 1");
+	expect_error("{{ 'x' * 100000000 }}", -E2BIG, "limit", "line 1");
+	expect_error("{% for i in range(100000) %}{{ 'abcdefghijklmnopqrstuvwxyz' }}{% endfor %}", -E2BIG,
+		     "output passes", "line 1");
+	/* memory: a list of 10^9 */
+	expect_error("{{ range(1000000000)|length }}", -E2BIG, "MiB", "line 1");
+	/* values nested without end, and a namespace holding itself */
+	expect_error("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}"
+		     "{% endfor %}",
+		     -E2BIG, "nests values", "line 1");
+	expect_error("{% set ns = namespace() %}{% set ns.me = [ns] %}", -EINVAL, "holds ns itself",
+		     "line 1");
+	/* a parse nested too deep */
+	char deep[2000];
+	size_t k = 0;
+	k += (size_t)sprintf(deep + k, "{{ ");
+	for (int i = 0; i < 600; i++)
+		deep[k++] = '(';
+	deep[k++] = '1';
+	for (int i = 0; i < 600; i++)
+		deep[k++] = ')';
+	sprintf(deep + k, " }}");
+	expect_error(deep, -E2BIG, "nest", "line 1");
+}
+
+/* Within the limits, the same constructs work. */
+Test(chat, what_is_within_the_limits_renders)
+{
+	struct rendered r = render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }}"
+				   "{% endmacro %}{{ f(20) }}|{{ 'ab' * 3 }}|{{ range(100000)|length }}",
+				   NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err.msg);
+	cr_expect_str_eq(r.text, "01234567891011121314151617181920|ababab|100000");
+	done(&r);
+}
+
+/* Taint follows the bytes through filters, methods and slicing. */
+Test(chat, provenance_survives_filters_and_slicing)
+{
+	struct rendered r = render("<{{ messages[0].content|trim|upper }}|{{ messages[0].content[1:3] }}"
+				   "|{{ messages[0].content.split(' ')[-1] }}|{{ messages[0]|tojson }}>",
+				   "{\"messages\": [{\"role\": \"user\", \"content\": \" ab cd \"}]}");
+	cr_assert_eq(r.rc, 0, "%s", r.err.msg);
+	const char *want = "<AB CD|ab||{\"role\": \"user\", \"content\": \" ab cd \"}>";
+	cr_assert_str_eq(r.text, want);
+	cr_assert(r.taint);
+	/* tainted: "AB CD", "ab", "" (the last word is empty) and " ab cd " inside the JSON */
+	size_t json = (size_t)(strstr(want, " ab cd ") - want);
+	for (size_t i = 0; i < r.len; i++) {
+		bool t = (i >= 1 && i < 6) || (i >= 7 && i < 9) || (i >= json && i < json + 7);
+		cr_expect_eq(r.taint[i] != 0, t, "byte %zu ('%c') tainted %d", i, want[i], r.taint[i]);
+	}
+	done(&r);
 }

@@ -321,6 +321,8 @@ struct jinja_template {
 struct jrender;
 _Noreturn void jr_fail(struct jrender *r, int code, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* -E2BIG: the arena's limit (or JV_MAX_NESTING) passed. */
+_Noreturn void jr_oom(struct jrender *r, int line);
 struct jarena *jr_arena(struct jrender *r);
 size_t jr_max_output(struct jrender *r);
 /* obj[key] as Jinja's getitem: the item, else the attribute named key. */

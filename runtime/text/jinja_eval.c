@@ -57,7 +57,9 @@ size_t jr_max_output(struct jrender *r)
 	return r->lim->max_output;
 }
 
-static void oom(struct jrender *r, int line)
+#define oom jr_oom
+
+_Noreturn void jr_oom(struct jrender *r, int line)
 {
 	jr_fail(r, -E2BIG, line,
 		"the render needs more than %zu MiB or nests values more than %d deep (the limits)",
@@ -841,6 +843,8 @@ static void exec_for(struct jrender *r, const struct jnode *n)
 		oom(r, n->line);
 	loop->items = items;
 	for (size_t i = 0; i < items->n; i++) {
+		enter(r, n->line); /* an iteration is a step, its body empty or not */
+		r->depth--;
 		loop->i = i;
 		set_var(r, r->scope, "loop", (struct jv){ .t = JV_LOOP, .u.loop = loop }, n->line);
 		assign(r, n->a, items->v[i], n->line);

@@ -33,10 +33,7 @@ static const struct jv *arg(const struct fargs *a, size_t i, const char *name)
 	return NULL;
 }
 
-static void oom(struct jrender *r, int line)
-{
-	jr_fail(r, -E2BIG, line, "the render needs more memory than its limit");
-}
+#define oom jr_oom
 
 static struct jstr to_str(struct jrender *r, const struct jv *v, int line)
 {

@@ -54,10 +54,7 @@ bool jf_has_method(const struct jv *v, const char *name)
 	return false;
 }
 
-static void oom(struct jrender *r, int line)
-{
-	jr_fail(r, -E2BIG, line, "the render needs more memory than its limit");
-}
+#define oom jr_oom
 
 static const struct jv *arg(const struct jv *args, size_t n, const char *const *kwn,
 			    const struct jv *kwv, size_t nkw, size_t i, const char *name)
