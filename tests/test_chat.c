@@ -455,6 +455,9 @@ Test(chat, syntax_errors_are_einval_with_their_line)
 	expect_error("\n{% if x %}never closed", -EINVAL, "unclosed 'if'", "line 2");
 	expect_error("{% endfor %}", -EINVAL, "unexpected 'endfor'", "line 1");
 	expect_error("{{ 'abc }}", -EINVAL, "unterminated string", "line 1");
+	/* found by fuzz-template: eight hex digits overflowed the escape's value */
+	expect_error("{{ '\\U90001F60' }}", -EINVAL, "no code point", "line 1");
+	expect_error("{{ '\\ud800' }}", -EINVAL, "surrogate", "line 1");
 	expect_error("{{ (1 }}", -EINVAL, "unexpected", "line 1");
 	expect_error("{% break %}", -EINVAL, "outside a for loop", "line 1");
 	expect_error("{{ x.y }}", -EINVAL, "'x' is undefined", "line 1");

@@ -130,16 +130,16 @@ static bool starts(const struct lexer *L, size_t i, const char *w)
 
 static int hexval(const char *s, int k, int32_t *out)
 {
-	int32_t v = 0;
+	uint32_t v = 0; /* 8 digits fit; the caller refuses what is past U+10FFFF */
 	for (int i = 0; i < k; i++) {
 		char c = s[i];
 		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
 			c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 		if (d < 0)
 			return -1;
-		v = v * 16 + d;
+		v = v * 16 + (uint32_t)d;
 	}
-	*out = v;
+	*out = v > 0x10ffff ? 0x110000 : (int32_t)v;
 	return 0;
 }
 
