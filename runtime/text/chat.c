@@ -123,7 +123,7 @@ int chat_render_with(const struct pfx_tokenizer *t, const char *src,
 		jinja_template_free(tmpl);
 		return pfx_errorf(err, -ENOMEM, "chat: out of memory");
 	}
-	struct jdict *ctx;
+	struct jdict *ctx = NULL;
 	uint8_t *taint = NULL;
 	rc = context(t, a, m, n, add_generation_prompt, &ctx, err);
 	if (!rc)
