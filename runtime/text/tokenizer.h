@@ -169,6 +169,17 @@ struct tok_scratch {
 	size_t ncuts, capcuts;
 	void *bpe; /* bpe.c's symbol and heap arrays */
 	size_t bpecap;
+	/* bpe.c's cache of short words' ids for the length of a call: text
+	 * repeats its words, and a lookup costs less than the merges. */
+	uint32_t *cslot; /* entry + 1, 0 empty */
+	struct cache_ent {
+		uint64_t hash;
+		uint32_t key, klen, ids, nids; /* offsets into ckeys / cids */
+	} *cent;
+	size_t ncent;
+	struct tbuf ckeys;
+	struct tids cids;
+	size_t words; /* words seen, the cache starts after a few */
 };
 void scratch_free(struct tok_scratch *s);
 

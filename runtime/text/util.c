@@ -301,6 +301,10 @@ void scratch_free(struct tok_scratch *s)
 	tbuf_free(&s->c);
 	free(s->cuts);
 	free(s->bpe);
+	free(s->cslot);
+	free(s->cent);
+	tbuf_free(&s->ckeys);
+	free(s->cids.p);
 }
 
 char *arena_dup(struct arena_block **a, const char *s, size_t n)
