@@ -52,11 +52,13 @@ void arena_free(struct arena_block *a);
 
 /* ---- string -> id hash (util.c) ---- */
 struct strmap {
-	uint32_t *slot; /* index+1 into keys, 0 empty */
+	uint64_t *slot; /* hash's high 32 bits << 32 | entry + 1; 0 empty */
 	size_t mask;
-	const char **key;
-	uint32_t *klen;
-	int32_t *val;
+	struct strmap_ent {
+		const char *key;
+		uint32_t klen;
+		int32_t val;
+	} *ent;
 	size_t n, cap;
 };
 int strmap_put(struct strmap *m, const char *k, size_t klen, int32_t v);
