@@ -212,10 +212,11 @@ struct added_match {
 bool added_next(const struct pfx_tokenizer *t, const struct added_set *set, const char *s,
 		size_t n, size_t from, size_t prev_end, const struct pfx_text_span *plain,
 		size_t nplain, size_t base, bool parse_special, struct added_match *m);
-/* decode.c: ids [0, n) -> text, skipping special when asked; at_start says
- * whether ids[0] begins the sequence (Strip, Metaspace treat it apart). */
+/* decode.c: ids [0, n) -> text, skipping special when asked; at_start and
+ * at_end say whether ids begin and end the sequence (a streaming window may
+ * do neither: Strip and Metaspace treat the ends apart). */
 int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-	       bool at_start, struct tbuf *out);
+	       bool at_start, bool at_end, struct tbuf *out);
 /* transformers' clean_up_tokenization (in place): replacing each
  * cleanup_from[k] by cleanup_to[k], k in order. */
 size_t cleanup_spaces(char *s, size_t n);
