@@ -435,6 +435,9 @@ Test(tokenizer, refused_at_load)
 		{ "{" MINI_MODEL ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}}",
 		  "regex", -EINVAL },
 		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a c\"]}}", "merge 0", -EINVAL },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1000000000},\"merges\":[]}}", "2^24", -EINVAL },
+		{ "{" MINI_MODEL ",\"added_tokens\":[{\"id\":-1,\"content\":\"x\"}]}", "added token 0", -EINVAL },
+		{ "{" MINI_MODEL ",\"truncation\":{\"max_length\":8}}", "truncation", -ENOTSUP },
 		{ "{" MINI_MODEL ",", "tokenizer.json", -EINVAL },
 		{ "[1]", "tokenizer.json", -EINVAL },
 	};

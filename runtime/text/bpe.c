@@ -179,11 +179,78 @@ static int char_symbols(const struct pfx_tokenizer *t, struct tok_scratch *s, co
 	return 0;
 }
 
+#define CACHE_SLOTS 8192 /* a power of two */
+#define CACHE_MAX 4096	  /* entries, so slots stay half empty */
+#define CACHE_KEY 48	  /* longer words are rare and not worth it */
+#define CACHE_AFTER 32	  /* words before a call bothers with a cache */
+
+static uint64_t word_hash(const char *w, size_t n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)w[i]) * 0x100000001b3ull;
+	return h ^ (h >> 31);
+}
+
+/* The cached ids of w, or NULL; *slot is where it would go. */
+static const struct cache_ent *cache_find(const struct tok_scratch *s, const char *w, size_t n,
+					  uint64_t h, size_t *slot)
+{
+	size_t i = (size_t)h & (CACHE_SLOTS - 1);
+	while (s->cslot[i]) {
+		const struct cache_ent *e = &s->cent[s->cslot[i] - 1];
+		if (e->hash == h && e->klen == n && !memcmp(s->ckeys.p + e->key, w, n))
+			return e;
+		i = (i + 1) & (CACHE_SLOTS - 1);
+	}
+	*slot = i;
+	return NULL;
+}
+
+static int bpe_merge(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *w, size_t n,
+		     struct tids *out);
+
 int bpe_word(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *w, size_t n,
 	     struct tids *out)
 {
 	if (!n)
 		return 0;
+	if (n > CACHE_KEY || ++s->words < CACHE_AFTER)
+		return bpe_merge(t, s, w, n, out);
+	if (!s->cslot) {
+		s->cslot = calloc(CACHE_SLOTS, sizeof(*s->cslot));
+		s->cent = malloc(CACHE_MAX * sizeof(*s->cent));
+		if (!s->cslot || !s->cent)
+			return -ENOMEM;
+	}
+	uint64_t h = word_hash(w, n);
+	size_t slot;
+	const struct cache_ent *e = cache_find(s, w, n, h, &slot);
+	if (e) {
+		for (uint32_t i = 0; i < e->nids; i++)
+			if (tids_put(out, s->cids.p[e->ids + i]))
+				return -ENOMEM;
+		return 0;
+	}
+	size_t first = out->n;
+	int r = bpe_merge(t, s, w, n, out);
+	if (r || s->ncent == CACHE_MAX)
+		return r;
+	struct cache_ent ne = { h, (uint32_t)s->ckeys.n, (uint32_t)n, (uint32_t)s->cids.n,
+				(uint32_t)(out->n - first) };
+	if (tbuf_put(&s->ckeys, w, n))
+		return -ENOMEM;
+	for (size_t i = first; i < out->n; i++)
+		if (tids_put(&s->cids, out->p[i]))
+			return -ENOMEM;
+	s->cent[s->ncent++] = ne;
+	s->cslot[slot] = (uint32_t)s->ncent;
+	return 0;
+}
+
+static int bpe_merge(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *w, size_t n,
+		     struct tids *out)
+{
 	bool plain_bytes = t->byte_level && !t->prefix && !t->suffix;
 	if (t->byte_level && (t->ignore_merges || !plain_bytes)) {
 		/* The word as the vocabulary spells it. */

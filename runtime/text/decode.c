@@ -133,11 +133,11 @@ static int replace_all(const struct decoder *d, pcre2_match_data *md, const char
 	return r ? -ENOMEM : 0;
 }
 
-/* One decoder: in -> out. at_start: in begins the sequence (a streaming
- * decode's later windows do not); joined: in is one string, all the text,
- * so Strip's start belongs to the sequence's start alone. */
+/* One decoder: in -> out. at_start / at_end: in begins / ends the sequence
+ * (a streaming decode's windows may not); joined: in is one string, all the
+ * text, so Strip's start and stop belong to the sequence's ends alone. */
 static int apply(const struct decoder *d, pcre2_match_data *md, struct slist *in, struct slist *o,
-		 bool at_start, bool joined)
+		 bool at_start, bool at_end, bool joined)
 {
 	int r = 0;
 	switch (d->kind) {
@@ -213,13 +213,12 @@ static int apply(const struct decoder *d, pcre2_match_data *md, struct slist *in
 		for (size_t i = 0; i < in->n && !r; i++) {
 			const char *s = S(in, i);
 			size_t a = 0, b = in->len[i];
-			for (unsigned k = 0; k < d->start && b - a >= cl && !memcmp(s + a, d->a, cl); k++)
+			unsigned start = joined && !at_start ? 0 : d->start;
+			unsigned stop = joined && !at_end ? 0 : d->stop;
+			for (unsigned k = 0; k < start && b - a >= cl && !memcmp(s + a, d->a, cl); k++)
 				a += cl;
-			for (unsigned k = 0; k < d->stop && b - a >= cl && !memcmp(s + b - cl, d->a, cl); k++)
+			for (unsigned k = 0; k < stop && b - a >= cl && !memcmp(s + b - cl, d->a, cl); k++)
 				b -= cl;
-			/* A continuation of a decode (streaming) is not its start. */
-			if (joined && !at_start)
-				a = 0;
 			r = sl_add(o, s + a, b - a);
 		}
 		return r;
@@ -249,7 +248,7 @@ static int apply(const struct decoder *d, pcre2_match_data *md, struct slist *in
 }
 
 int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-	       bool at_start, struct tbuf *out)
+	       bool at_start, bool at_end, struct tbuf *out)
 {
 	struct slist a = { 0 }, b = { 0 };
 	int r = 0;
@@ -278,7 +277,7 @@ int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool
 		}
 		b.n = 0;
 		b.text.n = 0;
-		r = apply(&t->dec[k], md, &a, &b, at_start, joined);
+		r = apply(&t->dec[k], md, &a, &b, at_start, at_end, joined);
 		joined |= t->dec[k].kind == D_FUSE || t->dec[k].kind == D_BYTELEVEL;
 		struct slist x = a;
 		a = b;
@@ -328,7 +327,7 @@ int pfx_detokenize(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, 
 			return pfx_errorf(err, -EINVAL, "detokenize: id %d (at %zu) is not a token (vocabulary of %zu)",
 					  ids[i], i, t->nid);
 	struct tbuf out = { 0 };
-	int r = decode_ids(t, ids, n, flags & PFX_TEXT_SKIP_SPECIAL, true, &out);
+	int r = decode_ids(t, ids, n, flags & PFX_TEXT_SKIP_SPECIAL, true, true, &out);
 	if (!r && !out.p)
 		r = tbuf_put(&out, "", 0);
 	if (r) {

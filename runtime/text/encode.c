@@ -67,8 +67,8 @@ int pfx_tokenize_spans(const struct pfx_tokenizer *t, const char *text, size_t l
 {
 	*ids = NULL;
 	*n = 0;
-	if (!text && len)
-		return pfx_errorf(err, -EINVAL, "tokenize: no text");
+	if ((!text && len) || (!plain && nplain))
+		return pfx_errorf(err, -EINVAL, "tokenize: no text, or no spans");
 	size_t bad = utf8_invalid_at(text, len);
 	if (bad < len)
 		return pfx_errorf(err, -EILSEQ, "tokenize: invalid UTF-8 at byte offset %zu (0x%02x)", bad,

@@ -17,6 +17,9 @@
 #include "load/json_buf.h"
 
 #define MAX_FILE (1u << 30)
+/* Ids index flat tables: real vocabularies stay under 2^18, so 2^24 is
+ * room enough and refuses a file whose one huge id would size them. */
+#define MAX_ID (1 << 24)
 
 /* Reads dir/name whole; -ENOENT quietly when it is not there. */
 static int read_file(const char *dir, const char *name, char **buf, size_t *len,
@@ -540,8 +543,8 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error 
 		return pfx_errorf(err, -EINVAL, "tokenizer.json: BPE model without vocab or merges");
 	json_object_object_foreach(vocab, key, val) {
 		int64_t id = json_object_get_int64(val);
-		if (!json_object_is_type(val, json_type_int) || id < 0 || id >= INT32_MAX / 2)
-			return pfx_errorf(err, -EINVAL, "tokenizer.json: vocab entry \"%.80s\" has id %lld", key,
+		if (!json_object_is_type(val, json_type_int) || id < 0 || id >= MAX_ID)
+			return pfx_errorf(err, -EINVAL, "tokenizer.json: vocab entry \"%.80s\" has id %lld (0 to 2^24 - 1)", key,
 					  (long long)id);
 		int r = set_piece(t, id, key, strlen(key));
 		if (!r)
@@ -602,7 +605,7 @@ static int load_added(struct pfx_tokenizer *t, json_object *list, struct pfx_err
 		json_object *o = json_object_array_get_idx(list, i), *idv = jget(o, "id");
 		const char *c = jstr(o, "content");
 		int64_t id = json_object_get_int64(idv);
-		if (!c || !*c || !json_object_is_type(idv, json_type_int) || id < 0 || id >= INT32_MAX / 2)
+		if (!c || !*c || !json_object_is_type(idv, json_type_int) || id < 0 || id >= MAX_ID)
 			return pfx_errorf(err, -EINVAL, "tokenizer.json: added token %zu needs content and an id", i);
 		struct added *a = &t->added[t->nadded++];
 		a->len = strlen(c);

@@ -3,7 +3,8 @@
  * Streaming decode. The ids since the last boundary (the window) are decoded
  * again at each push, and what cannot change any more is emitted: not a
  * trailing U+FFFD (an incomplete UTF-8 sequence may complete), not a
- * trailing run of <0xHH> byte tokens (ByteFallback judges a run whole). When
+ * trailing run of <0xHH> byte tokens (ByteFallback judges a run whole), not
+ * what a Strip decoder's stop would remove at the end. When
  * all of a non-empty window is final, a boundary is set: the next window
  * decodes as a continuation (no sequence-start Strip or Metaspace). So the
  * work per token is bounded by the window, and the text at the end is the
@@ -42,10 +43,10 @@ int pfx_detok_stream_new(const struct pfx_tokenizer *t, unsigned flags,
 	return 0;
 }
 
-static int window_text(struct pfx_detok_stream *s)
+static int window_text(struct pfx_detok_stream *s, bool at_end)
 {
 	s->text.n = 0;
-	int r = decode_ids(s->t, s->win.p, s->win.n, s->skip, s->at_start, &s->text);
+	int r = decode_ids(s->t, s->win.p, s->win.n, s->skip, s->at_start, at_end, &s->text);
 	if (!r && !s->text.p)
 		r = tbuf_put(&s->text, "", 0);
 	return r;
@@ -70,6 +71,13 @@ static size_t final_len(struct pfx_detok_stream *s)
 	}
 	while (n >= 3 && !memcmp(w + n - 3, "\xef\xbf\xbd", 3))
 		n -= 3;
+	/* What a Strip's stop would take off at the sequence's end. */
+	for (size_t k = 0; k < s->t->ndec; k++) {
+		const struct decoder *d = &s->t->dec[k];
+		size_t cl = d->kind == D_STRIP ? strlen(d->a) : 0;
+		for (unsigned i = 0; cl && i < d->stop && n >= cl && !memcmp(w + n - cl, d->a, cl); i++)
+			n -= cl;
+	}
 	while (n > 0 && n < s->text.n && ((unsigned char)w[n] & 0xc0) == 0x80)
 		n--;
 	return n;
@@ -123,7 +131,7 @@ int pfx_detok_stream_push(struct pfx_detok_stream *s, int32_t id, const char **p
 	if (id < 0 || (size_t)id >= s->t->nid || !s->t->piece[id])
 		return pfx_errorf(err, -EINVAL, "detokenize stream: id %d is not a token (vocabulary of %zu)", id,
 				  s->t->nid);
-	if (tids_put(&s->win, id) || window_text(s))
+	if (tids_put(&s->win, id) || window_text(s, false))
 		return pfx_errorf(err, -ENOMEM, "detokenize stream: out of memory");
 	size_t n = final_len(s);
 	s->out.n = 0;
@@ -153,7 +161,7 @@ int pfx_detok_stream_finish(struct pfx_detok_stream *s, const char **piece, size
 	if (s->spent)
 		return pfx_errorf(err, -EINVAL, "detokenize stream: finished twice");
 	s->spent = true;
-	if (window_text(s))
+	if (window_text(s, true))
 		return pfx_errorf(err, -ENOMEM, "detokenize stream: out of memory");
 	s->out.n = 0;
 	if (clean(s, 0, s->text.p + s->emitted, s->text.n - s->emitted, true))

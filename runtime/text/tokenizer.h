@@ -52,11 +52,13 @@ void arena_free(struct arena_block *a);
 
 /* ---- string -> id hash (util.c) ---- */
 struct strmap {
-	uint32_t *slot; /* index+1 into keys, 0 empty */
+	uint64_t *slot; /* hash's high 32 bits << 32 | entry + 1; 0 empty */
 	size_t mask;
-	const char **key;
-	uint32_t *klen;
-	int32_t *val;
+	struct strmap_ent {
+		const char *key;
+		uint32_t klen;
+		int32_t val;
+	} *ent;
 	size_t n, cap;
 };
 int strmap_put(struct strmap *m, const char *k, size_t klen, int32_t v);
@@ -169,6 +171,17 @@ struct tok_scratch {
 	size_t ncuts, capcuts;
 	void *bpe; /* bpe.c's symbol and heap arrays */
 	size_t bpecap;
+	/* bpe.c's cache of short words' ids for the length of a call: text
+	 * repeats its words, and a lookup costs less than the merges. */
+	uint32_t *cslot; /* entry + 1, 0 empty */
+	struct cache_ent {
+		uint64_t hash;
+		uint32_t key, klen, ids, nids; /* offsets into ckeys / cids */
+	} *cent;
+	size_t ncent;
+	struct tbuf ckeys;
+	struct tids cids;
+	size_t words; /* words seen, the cache starts after a few */
 };
 void scratch_free(struct tok_scratch *s);
 
@@ -199,10 +212,11 @@ struct added_match {
 bool added_next(const struct pfx_tokenizer *t, const struct added_set *set, const char *s,
 		size_t n, size_t from, size_t prev_end, const struct pfx_text_span *plain,
 		size_t nplain, size_t base, bool parse_special, struct added_match *m);
-/* decode.c: ids [0, n) -> text, skipping special when asked; at_start says
- * whether ids[0] begins the sequence (Strip, Metaspace treat it apart). */
+/* decode.c: ids [0, n) -> text, skipping special when asked; at_start and
+ * at_end say whether ids begin and end the sequence (a streaming window may
+ * do neither: Strip and Metaspace treat the ends apart). */
 int decode_ids(const struct pfx_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-	       bool at_start, struct tbuf *out);
+	       bool at_start, bool at_end, struct tbuf *out);
 /* transformers' clean_up_tokenization (in place): replacing each
  * cleanup_from[k] by cleanup_to[k], k in order. */
 size_t cleanup_spaces(char *s, size_t n);

@@ -144,19 +144,22 @@ static uint64_t hash_bytes(const char *k, size_t n)
 	return h ^ (h >> 29);
 }
 
+/* A slot holds the hash's high half as a tag, so a probe past other keys
+ * rarely has to look at their entries. */
 static int strmap_grow(struct strmap *m)
 {
 	size_t nslots = (m->mask + 1) * 2;
 	if (nslots < 1024)
 		nslots = 1024;
-	uint32_t *slot = calloc(nslots, sizeof(*slot));
+	uint64_t *slot = calloc(nslots, sizeof(*slot));
 	if (!slot)
 		return -ENOMEM;
 	for (size_t i = 0; i < m->n; i++) {
-		size_t h = hash_bytes(m->key[i], m->klen[i]) & (nslots - 1);
-		while (slot[h])
-			h = (h + 1) & (nslots - 1);
-		slot[h] = (uint32_t)i + 1;
+		uint64_t h = hash_bytes(m->ent[i].key, m->ent[i].klen);
+		size_t j = h & (nslots - 1);
+		while (slot[j])
+			j = (j + 1) & (nslots - 1);
+		slot[j] = (h & 0xffffffff00000000ull) | (i + 1);
 	}
 	free(m->slot);
 	m->slot = slot;
@@ -171,34 +174,28 @@ int strmap_put(struct strmap *m, const char *k, size_t klen, int32_t v)
 		if (r)
 			return r;
 	}
-	size_t h = hash_bytes(k, klen) & m->mask;
-	while (m->slot[h]) {
-		uint32_t i = m->slot[h] - 1;
-		if (m->klen[i] == klen && !memcmp(m->key[i], k, klen)) {
-			m->val[i] = v; /* a later entry wins, as a Rust HashMap's collect */
-			return 0;
+	uint64_t h = hash_bytes(k, klen), tag = h & 0xffffffff00000000ull;
+	size_t j = h & m->mask;
+	while (m->slot[j]) {
+		if ((m->slot[j] & 0xffffffff00000000ull) == tag) {
+			struct strmap_ent *e = &m->ent[(m->slot[j] & 0xffffffff) - 1];
+			if (e->klen == klen && !memcmp(e->key, k, klen)) {
+				e->val = v; /* a later entry wins, as a Rust HashMap's collect */
+				return 0;
+			}
 		}
-		h = (h + 1) & m->mask;
+		j = (j + 1) & m->mask;
 	}
 	if (m->n == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 1024;
-		const char **key = realloc(m->key, cap * sizeof(*key));
-		if (key)
-			m->key = key;
-		uint32_t *kl = realloc(m->klen, cap * sizeof(*kl));
-		if (kl)
-			m->klen = kl;
-		int32_t *val = realloc(m->val, cap * sizeof(*val));
-		if (val)
-			m->val = val;
-		if (!key || !kl || !val)
+		struct strmap_ent *e = realloc(m->ent, cap * sizeof(*e));
+		if (!e)
 			return -ENOMEM;
+		m->ent = e;
 		m->cap = cap;
 	}
-	m->key[m->n] = k;
-	m->klen[m->n] = (uint32_t)klen;
-	m->val[m->n] = v;
-	m->slot[h] = (uint32_t)++m->n;
+	m->ent[m->n] = (struct strmap_ent){ k, (uint32_t)klen, v };
+	m->slot[j] = tag | ++m->n;
 	return 0;
 }
 
@@ -206,12 +203,15 @@ int32_t strmap_get(const struct strmap *m, const char *k, size_t klen)
 {
 	if (!m->slot)
 		return -1;
-	size_t h = hash_bytes(k, klen) & m->mask;
-	while (m->slot[h]) {
-		uint32_t i = m->slot[h] - 1;
-		if (m->klen[i] == klen && !memcmp(m->key[i], k, klen))
-			return m->val[i];
-		h = (h + 1) & m->mask;
+	uint64_t h = hash_bytes(k, klen), tag = h & 0xffffffff00000000ull;
+	size_t j = h & m->mask;
+	while (m->slot[j]) {
+		if ((m->slot[j] & 0xffffffff00000000ull) == tag) {
+			const struct strmap_ent *e = &m->ent[(m->slot[j] & 0xffffffff) - 1];
+			if (e->klen == klen && !memcmp(e->key, k, klen))
+				return e->val;
+		}
+		j = (j + 1) & m->mask;
 	}
 	return -1;
 }
@@ -219,9 +219,7 @@ int32_t strmap_get(const struct strmap *m, const char *k, size_t klen)
 void strmap_free(struct strmap *m)
 {
 	free(m->slot);
-	free(m->key);
-	free(m->klen);
-	free(m->val);
+	free(m->ent);
 	*m = (struct strmap){ 0 };
 }
 
@@ -301,6 +299,10 @@ void scratch_free(struct tok_scratch *s)
 	tbuf_free(&s->c);
 	free(s->cuts);
 	free(s->bpe);
+	free(s->cslot);
+	free(s->cent);
+	tbuf_free(&s->ckeys);
+	free(s->cids.p);
 }
 
 char *arena_dup(struct arena_block **a, const char *s, size_t n)
