@@ -12,6 +12,7 @@
 #include "prefixd.h"
 #include "sample.h"
 #include "session.h"
+#include "text.h"
 
 int main(void)
 {
@@ -23,6 +24,8 @@ int main(void)
 	struct pfx_error err;
 	ok = ok && pfx_model_load("/nonexistent/model", NULL, &m, &err) != 0 && err.msg[0];
 	ok = ok && pfx_blas_corename() != NULL;
+	struct pfx_tokenizer *tok = NULL;
+	ok = ok && pfx_tokenizer_load("/nonexistent/model", &tok, &err) != 0 && !tok && err.msg[0];
 #ifdef __cplusplus
 	const char *lang = "C++";
 #else

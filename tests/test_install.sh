@@ -105,7 +105,8 @@ fi
 # Headers and pkg-config files. define-variable moves the prefix to the
 # staged tree (the files name the final one).
 for h in prefixd.h prefixd_proto.h prefixd-runtime/model.h prefixd-runtime/session.h \
-	prefixd-runtime/cache.h prefixd-runtime/sample.h prefixd-runtime/pfx_error.h; do
+	prefixd-runtime/cache.h prefixd-runtime/sample.h prefixd-runtime/pfx_error.h \
+	prefixd-runtime/text.h; do
 	[ -f "$inc/$h" ] || fail "$PFX_INCLUDEDIR/$h is not installed"
 done
 # Every function the runtime's headers declare is exported (its version

@@ -107,6 +107,17 @@ struct pfx_chat_message {
 	const char *content; /* UTF-8, NUL-terminated */
 };
 
+/* A chat template renders within bounds, so a hostile one cannot hang or
+ * exhaust memory: past any of them the render fails with -E2BIG naming
+ * the limit and the template line. Steps are statements and expressions
+ * evaluated; depth is their nesting, macro calls included; memory is all
+ * the render allocates (the messages' copies included). Containers nest
+ * at most 64 deep. */
+#define PFX_CHAT_MAX_OUTPUT (64u << 20)	 /* bytes of rendered text */
+#define PFX_CHAT_MAX_MEMORY (256u << 20) /* bytes */
+#define PFX_CHAT_MAX_STEPS 10000000u
+#define PFX_CHAT_MAX_DEPTH 500
+
 /* Whether the tokenizer folder has a chat template. */
 bool pfx_tokenizer_has_chat_template(const struct pfx_tokenizer *t);
 

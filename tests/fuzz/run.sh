@@ -19,7 +19,7 @@ set -u
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-30}
 dir=${FUZZ_BUILD:-build-fuzz}
-names=${*:-wire safetensors config record}
+names=${*:-wire safetensors config record template}
 out=$dir/fuzz
 results=$out/results.tap
 mkdir -p "$out"

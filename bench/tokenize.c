@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench/tokenize: the tokenizer (text.h) on about 1 MB of mixed text built
+ * from tests/tokenizers/corpus.jsonl (prose, code, digits, emoji, CJK, RTL,
+ * whitespace runs), for each of the five tokenizers in tests/tokenizers/,
+ * one thread:
+ *   - load time of the folder (tokenizer.json and config), best of 3;
+ *   - encode throughput in MB/s (the whole text in one call, Hugging Face's
+ *     parse-special behaviour, best of 3);
+ *   - streaming decode, ns per token, over the ids of that encode;
+ *   - for llama3, heap bytes held by the loaded tokenizer against its
+ *     tokenizer.json size (target <= 2x).
+ * When node and the npm package @anush008/tokenizers (Rust tokenizers
+ * 0.22.2, the reference) can be found (TOKREF_DIR = a directory with
+ * node_modules/@anush008/tokenizers, else node's own search from the current
+ * directory), the same text is encoded by it in the same way and the ratio
+ * printed (target: ours >= 2x its throughput, load <= 0.5x its time).
+ * TinyLlama's original file is one Rust refuses (legacy merges with
+ * spaces); the reference run skips it.
+ *
+ *   tokenize [--mb N] [--only NAME]
+ *
+ * Prints one JSON object.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "text.h"
+
+static const char *const names[] = { "neox", "smollm", "tinyllama", "llama3", "qwen3" };
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The corpus lines, joined by newlines, repeated up to mb megabytes. */
+static char *build_text(double mb, size_t *len)
+{
+	FILE *f = fopen(TOKDIR "/corpus.jsonl", "r");
+	if (!f) {
+		fprintf(stderr, "tokenize: %s/corpus.jsonl: %s\n", TOKDIR, strerror(errno));
+		exit(1);
+	}
+	size_t want = (size_t)(mb * 1e6), n = 0;
+	char *line = NULL, *out = malloc(want + 65536);
+	size_t cap = 0;
+	json_object *lines = json_object_new_array();
+	while (getline(&line, &cap, f) > 0)
+		json_object_array_add(lines, json_tokener_parse(line));
+	fclose(f);
+	free(line);
+	size_t nl = json_object_array_length(lines);
+	for (size_t i = 0; nl && n < want; i++) {
+		json_object *s = json_object_array_get_idx(lines, i % nl);
+		size_t l = (size_t)json_object_get_string_len(s);
+		if (n + l + 1 > want + 65536)
+			break;
+		memcpy(out + n, json_object_get_string(s), l);
+		n += l;
+		out[n++] = '\n';
+	}
+	json_object_put(lines);
+	*len = n;
+	return out;
+}
+
+/* The reference's figures for one tokenizer, by running node; 0 on success. */
+static int reference(const char *name, const char *textfile, double *load_s, double *mbps)
+{
+	char script[] = "/tmp/pfx-tokref-XXXXXX.cjs";
+	int fd = mkstemps(script, 4);
+	if (fd < 0)
+		return -1;
+	FILE *f = fdopen(fd, "w");
+	fprintf(f,
+		"const path = require('path');\n"
+		"let T;\n"
+		"const d = process.env.TOKREF_DIR;\n"
+		"try { T = require(d ? path.join(d, 'node_modules', '@anush008/tokenizers')\n"
+		"                    : '@anush008/tokenizers'); } catch (e) { process.exit(3); }\n"
+		"const fs = require('fs');\n"
+		"const text = fs.readFileSync(process.argv[3], 'utf8');\n"
+		"(async () => {\n"
+		"  let best = 1e9, tok;\n"
+		"  for (let i = 0; i < 3; i++) { const t0 = process.hrtime.bigint();\n"
+		"    tok = T.Tokenizer.fromFile(process.argv[2]);\n"
+		"    best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9); }\n"
+		"  let enc = 1e9;\n"
+		"  for (let i = 0; i < 3; i++) { const t0 = process.hrtime.bigint();\n"
+		"    await tok.encode(text, null, { addSpecialTokens: false });\n"
+		"    enc = Math.min(enc, Number(process.hrtime.bigint() - t0) / 1e9); }\n"
+		"  console.log(best + ' ' + (Buffer.byteLength(text) / 1e6 / enc));\n"
+		"})();\n");
+	fclose(f);
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "node '%s' '%s/%s/tokenizer.json' '%s' 2>/dev/null", script, TOKDIR, name,
+		 textfile);
+	FILE *p = popen(cmd, "r");
+	int r = -1;
+	if (p) {
+		if (fscanf(p, "%lf %lf", load_s, mbps) == 2)
+			r = 0;
+		pclose(p);
+	}
+	unlink(script);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	double mb = 1.0;
+	const char *only = NULL;
+	static const struct option opts[] = { { "mb", required_argument, 0, 'm' },
+					      { "only", required_argument, 0, 'o' },
+					      { 0, 0, 0, 0 } };
+	for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+		if (c == 'm' && atof(optarg) > 0)
+			mb = atof(optarg);
+		else if (c == 'o')
+			only = optarg;
+		else {
+			fprintf(stderr, "usage: tokenize [--mb N] [--only NAME]\n");
+			return 2;
+		}
+	}
+	size_t len;
+	char *text = build_text(mb, &len);
+	char textfile[] = "/tmp/pfx-toktext-XXXXXX";
+	int fd = mkstemp(textfile);
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
+		fprintf(stderr, "tokenize: cannot write the text to /tmp\n");
+		return 1;
+	}
+	close(fd);
+	int fails = 0;
+	printf("{\n  \"bench\": \"tokenize\",\n  \"text_bytes\": %zu,\n  \"tokenizers\": {", len);
+	const char *sep = "";
+	for (size_t k = 0; k < sizeof(names) / sizeof(*names); k++) {
+		if (only && strcmp(only, names[k]))
+			continue;
+		char dir[512];
+		snprintf(dir, sizeof(dir), "%s/%s", TOKDIR, names[k]);
+		struct pfx_tokenizer *t = NULL;
+		struct pfx_error err;
+		double load = 1e9;
+		size_t held = 0;
+		for (int i = 0; i < 3; i++) {
+			pfx_tokenizer_free(t);
+			struct mallinfo2 before = mallinfo2();
+			double t0 = now();
+			if (pfx_tokenizer_load(dir, &t, &err)) {
+				fprintf(stderr, "tokenize: %s\n", err.msg);
+				return 1;
+			}
+			double dt = now() - t0;
+			load = dt < load ? dt : load;
+			held = mallinfo2().uordblks - before.uordblks;
+		}
+		int32_t *ids = NULL;
+		size_t n = 0;
+		double enc = 1e9;
+		for (int i = 0; i < 3; i++) {
+			free(ids);
+			double t0 = now();
+			if (pfx_tokenize(t, text, len, PFX_TEXT_PARSE_SPECIAL, &ids, &n, &err)) {
+				fprintf(stderr, "tokenize: %s: %s\n", names[k], err.msg);
+				return 1;
+			}
+			double dt = now() - t0;
+			enc = dt < enc ? dt : enc;
+		}
+		struct pfx_detok_stream *s;
+		double t0 = now();
+		size_t out = 0;
+		if (pfx_detok_stream_new(t, 0, &s, &err))
+			return 1;
+		for (size_t i = 0; i < n; i++) {
+			const char *p;
+			size_t l;
+			if (pfx_detok_stream_push(s, ids[i], &p, &l, &err)) {
+				fprintf(stderr, "tokenize: %s: %s\n", names[k], err.msg);
+				return 1;
+			}
+			out += l;
+		}
+		const char *p;
+		size_t l;
+		pfx_detok_stream_finish(s, &p, &l, &err);
+		out += l;
+		double dec = now() - t0;
+		pfx_detok_stream_free(s);
+		printf("%s\n    \"%s\": { \"load_s\": %.4f, \"encode_mb_s\": %.2f, \"tokens\": %zu, "
+		       "\"stream_decode_ns_per_token\": %.1f, \"decoded_bytes\": %zu",
+		       sep, names[k], load, (double)len / 1e6 / enc, n, n ? dec * 1e9 / (double)n : 0.0, out);
+		if (!strcmp(names[k], "llama3")) {
+			char file[600];
+			struct stat st;
+			snprintf(file, sizeof(file), "%s/tokenizer.json", dir);
+			if (!stat(file, &st))
+				printf(", \"heap_bytes\": %zu, \"file_bytes\": %lld, \"heap_vs_file\": %.2f", held,
+				       (long long)st.st_size, (double)held / (double)st.st_size);
+		}
+		double rl, rmbps;
+		if (strcmp(names[k], "tinyllama") && !reference(names[k], textfile, &rl, &rmbps))
+			printf(", \"rust_load_s\": %.4f, \"rust_encode_mb_s\": %.2f, \"encode_vs_rust\": %.2f, "
+			       "\"load_vs_rust\": %.2f",
+			       rl, rmbps, (double)len / 1e6 / enc / rmbps, load / rl);
+		printf(" }");
+		sep = ",";
+		free(ids);
+		pfx_tokenizer_free(t);
+	}
+	printf("\n  }\n}\n");
+	unlink(textfile);
+	free(text);
+	return fails ? 1 : 0;
+}
