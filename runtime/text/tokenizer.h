@@ -166,9 +166,7 @@ struct pfx_tokenizer {
 /* Per-call scratch, so the tokenizer itself stays read-only. */
 struct tok_scratch {
 	pcre2_match_data *md;
-	struct tbuf a, b, c; /* normalised text, a piece, a mapped word */
-	size_t *cuts; /* pre-tokenized piece boundaries */
-	size_t ncuts, capcuts;
+	struct tbuf b, c; /* scratch strings: a mapped word, a rewritten piece */
 	void *bpe; /* bpe.c's symbol and heap arrays */
 	size_t bpecap;
 	/* bpe.c's cache of short words' ids for the length of a call: text
@@ -188,7 +186,6 @@ void scratch_free(struct tok_scratch *s);
 /* normalize.c: in -> out (replaced). */
 int normalize(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *in, size_t n,
 	      struct tbuf *out);
-int normalize_one(const struct norm *nm, struct tok_scratch *s, struct tbuf *io);
 /* pretokenize.c: cuts text into pieces, calls bpe on each. */
 int pretokenize_encode(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *text,
 		       size_t n, bool at_start, struct tids *out);

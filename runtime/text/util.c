@@ -294,10 +294,8 @@ void scratch_free(struct tok_scratch *s)
 {
 	if (s->md)
 		pcre2_match_data_free(s->md);
-	tbuf_free(&s->a);
 	tbuf_free(&s->b);
 	tbuf_free(&s->c);
-	free(s->cuts);
 	free(s->bpe);
 	free(s->cslot);
 	free(s->cent);
