@@ -541,6 +541,9 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error 
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: BPE dropout is not implemented");
 	if (!json_object_is_type(vocab, json_type_object) || !json_object_is_type(merges, json_type_array))
 		return pfx_errorf(err, -EINVAL, "tokenizer.json: BPE model without vocab or merges");
+	if (strmap_reserve(&t->vocab, (size_t)json_object_object_length(vocab)) ||
+	    merges_reserve(&t->merges, json_object_array_length(merges)))
+		return pfx_errorf(err, -ENOMEM, "out of memory");
 	json_object_object_foreach(vocab, key, val) {
 		int64_t id = json_object_get_int64(val);
 		if (!json_object_is_type(val, json_type_int) || id < 0 || id >= MAX_ID)

@@ -62,6 +62,8 @@ struct strmap {
 	size_t n, cap;
 };
 int strmap_put(struct strmap *m, const char *k, size_t klen, int32_t v);
+/* Room for n entries without rehashing. */
+int strmap_reserve(struct strmap *m, size_t n);
 /* -1 when absent. */
 int32_t strmap_get(const struct strmap *m, const char *k, size_t klen);
 void strmap_free(struct strmap *m);
@@ -193,6 +195,7 @@ int pretokenize_encode(const struct pfx_tokenizer *t, struct tok_scratch *s, con
 int bpe_word(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *w, size_t n,
 	     struct tids *out);
 int merges_put(struct merge_map *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+int merges_reserve(struct merge_map *m, size_t n);
 void merges_free(struct merge_map *m);
 /* ByteLevel's byte -> code point table. */
 int32_t bytelevel_char(unsigned char b);
