@@ -210,7 +210,11 @@ static int load_pretok(struct pfx_tokenizer *t, json_object *o, struct pfx_error
 			return pfx_errorf(err, -ENOTSUP, "tokenizer.json: Metaspace prepend_scheme %s", s);
 	} else if (!strcmp(type, "Whitespace")) {
 		p->kind = P_WHITESPACE;
-		static const char ws_re[] = "\\w+|[^\\w\\s]+";
+		/* \w+|[^\w\s]+ in Rust's regex crate, whose \w (Alphabetic,
+		 * marks, Nd, Pc, joiners) is not PCRE2's (L, N, _). */
+		static const char ws_re[] =
+			"[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]+"
+			"|[^\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}\\s]+";
 		if (!(p->re = regex_compile(ws_re, sizeof(ws_re) - 1, false, err)))
 			return -EINVAL;
 	} else if (!strcmp(type, "WhitespaceSplit")) {
