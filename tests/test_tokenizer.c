@@ -566,3 +566,30 @@ Test(tokenizer, threads_share_a_tokenizer)
 	json_object_put(lines);
 	pfx_tokenizer_free(t);
 }
+
+/* ByteFallback judges a run of byte tokens whole: 20 valid emoji then one
+ * stray continuation byte make 81 U+FFFD, and a stream must not have let
+ * the emoji out before it knew. */
+Test(tokenizer, stream_holds_byte_runs)
+{
+	struct pfx_tokenizer *t = load("tinyllama");
+	cr_assert_str_eq(pfx_tokenizer_piece(t, 3 + 0xf0), "<0xF0>");
+	int32_t ids[100];
+	size_t n = 0;
+	ids[n++] = 15043; /* "▁Hello" */
+	for (int i = 0; i < 20; i++) {
+		ids[n++] = 3 + 0xf0, ids[n++] = 3 + 0x9f, ids[n++] = 3 + 0x98, ids[n++] = 3 + 0x82;
+	}
+	struct pfx_error err;
+	char *d;
+	size_t dl;
+	for (int bad = 0; bad < 2; bad++) {
+		if (bad)
+			ids[n++] = 3 + 0x80;
+		cr_assert_eq(pfx_detokenize(t, ids, n, 0, &d, &dl, &err), 0);
+		cr_assert_eq(dl, bad ? 5 + 81 * 3 : 5 + 20 * 4, "%zu bytes: %s", dl, d);
+		stream_equals(t, ids, n, 0, d, dl, bad ? "80 bytes and a stray one" : "20 emoji");
+		free(d);
+	}
+	pfx_tokenizer_free(t);
+}

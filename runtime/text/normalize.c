@@ -66,7 +66,7 @@ static int replace(const struct norm *nm, struct tok_scratch *s, struct tbuf *io
 	return 0;
 }
 
-int normalize_one(const struct norm *nm, struct tok_scratch *s, struct tbuf *io)
+static int normalize_one(const struct norm *nm, struct tok_scratch *s, struct tbuf *io)
 {
 	switch (nm->kind) {
 	case N_NFC:

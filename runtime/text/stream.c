@@ -23,7 +23,7 @@ struct pfx_detok_stream {
 	bool skip, at_start, spent, fallback;
 	struct tids win;
 	size_t emitted; /* bytes of the window's text already given out */
-	struct tbuf text, out;
+	struct tbuf text, out, run;
 	struct tbuf held[CLEANUP_N]; /* a partial match of each clean-up pattern */
 	struct tbuf in[CLEANUP_N], next[CLEANUP_N]; /* each stage's scratch, kept */
 };
@@ -58,15 +58,19 @@ static size_t final_len(struct pfx_detok_stream *s)
 	const char *w = s->text.p;
 	size_t n = s->text.n;
 	if (s->fallback) {
-		size_t k = s->win.n, bytes = 0;
-		char run[64];
-		while (k > 0 && is_byte_token(s->t, s->win.p[k - 1]) && bytes < sizeof(run))
-			k--, bytes++;
-		for (size_t i = 0; i < bytes; i++) {
-			const char *p = s->t->piece[s->win.p[k + i]];
-			run[i] = (char)strtol(p + 3, NULL, 16);
+		/* The trailing run of byte tokens, whole: ByteFallback gives its
+		 * bytes if they are valid UTF-8, else a U+FFFD each. */
+		size_t k = s->win.n;
+		while (k > 0 && is_byte_token(s->t, s->win.p[k - 1]))
+			k--;
+		s->run.n = 0;
+		for (size_t i = k; i < s->win.n; i++) {
+			char b = (char)strtol(s->t->piece[s->win.p[i]] + 3, NULL, 16);
+			if (tbuf_putc(&s->run, b))
+				return 0; /* out of memory: hold everything back */
 		}
-		size_t out = utf8_invalid_at(run, bytes) == bytes ? bytes : 3 * bytes;
+		size_t bytes = s->run.n;
+		size_t out = bytes && utf8_invalid_at(s->run.p, bytes) == bytes ? bytes : 3 * bytes;
 		n = n > out ? n - out : 0;
 	}
 	while (n >= 3 && !memcmp(w + n - 3, "\xef\xbf\xbd", 3))
@@ -180,6 +184,7 @@ void pfx_detok_stream_free(struct pfx_detok_stream *s)
 	free(s->win.p);
 	tbuf_free(&s->text);
 	tbuf_free(&s->out);
+	tbuf_free(&s->run);
 	for (int k = 0; k < CLEANUP_N; k++) {
 		tbuf_free(&s->held[k]);
 		tbuf_free(&s->in[k]);

@@ -62,6 +62,8 @@ struct strmap {
 	size_t n, cap;
 };
 int strmap_put(struct strmap *m, const char *k, size_t klen, int32_t v);
+/* Room for n entries without rehashing. */
+int strmap_reserve(struct strmap *m, size_t n);
 /* -1 when absent. */
 int32_t strmap_get(const struct strmap *m, const char *k, size_t klen);
 void strmap_free(struct strmap *m);
@@ -166,9 +168,7 @@ struct pfx_tokenizer {
 /* Per-call scratch, so the tokenizer itself stays read-only. */
 struct tok_scratch {
 	pcre2_match_data *md;
-	struct tbuf a, b, c; /* normalised text, a piece, a mapped word */
-	size_t *cuts; /* pre-tokenized piece boundaries */
-	size_t ncuts, capcuts;
+	struct tbuf b, c; /* scratch strings: a mapped word, a rewritten piece */
 	void *bpe; /* bpe.c's symbol and heap arrays */
 	size_t bpecap;
 	/* bpe.c's cache of short words' ids for the length of a call: text
@@ -188,7 +188,6 @@ void scratch_free(struct tok_scratch *s);
 /* normalize.c: in -> out (replaced). */
 int normalize(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *in, size_t n,
 	      struct tbuf *out);
-int normalize_one(const struct norm *nm, struct tok_scratch *s, struct tbuf *io);
 /* pretokenize.c: cuts text into pieces, calls bpe on each. */
 int pretokenize_encode(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *text,
 		       size_t n, bool at_start, struct tids *out);
@@ -196,6 +195,7 @@ int pretokenize_encode(const struct pfx_tokenizer *t, struct tok_scratch *s, con
 int bpe_word(const struct pfx_tokenizer *t, struct tok_scratch *s, const char *w, size_t n,
 	     struct tids *out);
 int merges_put(struct merge_map *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+int merges_reserve(struct merge_map *m, size_t n);
 void merges_free(struct merge_map *m);
 /* ByteLevel's byte -> code point table. */
 int32_t bytelevel_char(unsigned char b);

@@ -146,11 +146,8 @@ static uint64_t hash_bytes(const char *k, size_t n)
 
 /* A slot holds the hash's high half as a tag, so a probe past other keys
  * rarely has to look at their entries. */
-static int strmap_grow(struct strmap *m)
+static int strmap_resize(struct strmap *m, size_t nslots)
 {
-	size_t nslots = (m->mask + 1) * 2;
-	if (nslots < 1024)
-		nslots = 1024;
 	uint64_t *slot = calloc(nslots, sizeof(*slot));
 	if (!slot)
 		return -ENOMEM;
@@ -167,10 +164,26 @@ static int strmap_grow(struct strmap *m)
 	return 0;
 }
 
+int strmap_reserve(struct strmap *m, size_t n)
+{
+	size_t nslots = 1024;
+	while (nslots < 2 * (n + 1))
+		nslots *= 2;
+	if (m->slot && nslots <= m->mask + 1)
+		return 0;
+	struct strmap_ent *e = realloc(m->ent, (n > m->cap ? n : m->cap) * sizeof(*e) + sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	m->ent = e;
+	if (n > m->cap)
+		m->cap = n;
+	return strmap_resize(m, nslots);
+}
+
 int strmap_put(struct strmap *m, const char *k, size_t klen, int32_t v)
 {
 	if (!m->slot || (m->n + 1) * 2 > m->mask + 1) {
-		int r = strmap_grow(m);
+		int r = strmap_resize(m, m->slot ? (m->mask + 1) * 2 : 1024);
 		if (r)
 			return r;
 	}
@@ -229,29 +242,44 @@ static size_t merge_slot(uint64_t key, size_t mask)
 	return (size_t)(key >> 20) & mask;
 }
 
+static int merges_resize(struct merge_map *m, size_t ns)
+{
+	uint64_t *key = calloc(ns, sizeof(*key));
+	uint32_t *rk = malloc(ns * sizeof(*rk));
+	int32_t *nid = malloc(ns * sizeof(*nid));
+	if (!key || !rk || !nid) {
+		free(key), free(rk), free(nid);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; m->key && i <= m->mask; i++) {
+		if (!m->key[i])
+			continue;
+		size_t h = merge_slot(m->key[i], ns - 1);
+		while (key[h])
+			h = (h + 1) & (ns - 1);
+		key[h] = m->key[i], rk[h] = m->rank[i], nid[h] = m->id[i];
+	}
+	merges_free(m);
+	m->key = key, m->rank = rk, m->id = nid, m->mask = ns - 1;
+	for (size_t i = 0; i < ns; i++)
+		m->n += key[i] != 0;
+	return 0;
+}
+
+int merges_reserve(struct merge_map *m, size_t n)
+{
+	size_t ns = 4096;
+	while ((n + 1) * 4 > ns * 3)
+		ns *= 2;
+	return m->key && ns <= m->mask + 1 ? 0 : merges_resize(m, ns);
+}
+
 int merges_put(struct merge_map *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
 {
 	if (!m->key || (m->n + 1) * 4 > (m->mask + 1) * 3) {
-		size_t ns = m->key ? (m->mask + 1) * 2 : 4096;
-		uint64_t *key = calloc(ns, sizeof(*key));
-		uint32_t *rk = malloc(ns * sizeof(*rk));
-		int32_t *nid = malloc(ns * sizeof(*nid));
-		if (!key || !rk || !nid) {
-			free(key), free(rk), free(nid);
-			return -ENOMEM;
-		}
-		for (size_t i = 0; m->key && i <= m->mask; i++) {
-			if (!m->key[i])
-				continue;
-			size_t h = merge_slot(m->key[i], ns - 1);
-			while (key[h])
-				h = (h + 1) & (ns - 1);
-			key[h] = m->key[i], rk[h] = m->rank[i], nid[h] = m->id[i];
-		}
-		merges_free(m);
-		m->key = key, m->rank = rk, m->id = nid, m->mask = ns - 1;
-		for (size_t i = 0; i < ns; i++)
-			m->n += key[i] != 0;
+		int r = merges_resize(m, m->key ? (m->mask + 1) * 2 : 4096);
+		if (r)
+			return r;
 	}
 	uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
 	size_t h = merge_slot(k, m->mask);
@@ -294,10 +322,8 @@ void scratch_free(struct tok_scratch *s)
 {
 	if (s->md)
 		pcre2_match_data_free(s->md);
-	tbuf_free(&s->a);
 	tbuf_free(&s->b);
 	tbuf_free(&s->c);
-	free(s->cuts);
 	free(s->bpe);
 	free(s->cslot);
 	free(s->cent);

@@ -19,7 +19,8 @@ function model(extra = {}) {
   const pre = extra.continuing_subword_prefix || '', suf = extra.end_of_word_suffix || '';
   for (const c of chars) { add(c); if (pre) add(pre + c); if (suf) { add(c + suf); if (pre) add(pre + c + suf); } }
   const merges = [];
-  const words = ['he', 'll', 'hel', 'hell', 'hello', 'wo', 'wor', 'world', 'ca', 'caf', 'th', 'the', '12', '123'];
+  const words = ['he', 'll', 'hel', 'hell', 'hello', 'wo', 'wor', 'world', 'ca', 'caf', 'th', 'the', '12', '123',
+    ...(extra.words || [])];
   for (const w of words) {
     // left = w minus last char, right = last char (prefixed when there is a prefix)
     const l = w.slice(0, -1), r = (pre ? pre : '') + w.slice(-1);
@@ -29,6 +30,7 @@ function model(extra = {}) {
   }
   if (suf) { add('hello' + suf); merges.push(['hell', (pre || '') + 'o' + suf]); }
   for (const b of [0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x99, 0x82]) add('<0x' + b.toString(16).toUpperCase().padStart(2, '0') + '>');
+  delete extra.words;
   return { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: null,
            fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges, ...extra };
 }
@@ -47,6 +49,8 @@ const tokenizers = {
     pre_tokenizer: { type: 'Whitespace' }, model: model({ fuse_unk: true }) }),
   norm_nfd_replace_regex: tok({ normalizer: { type: 'Sequence', normalizers: [{ type: 'NFD' }, { type: 'Replace', pattern: { Regex: '\\s+' }, content: ' ' }] },
     pre_tokenizer: { type: 'WhitespaceSplit' }, decoder: { type: 'Fuse' } }),
+  // Whitespace's \\w is the regex crate's (Alphabetic, marks, Nd, Pc, joiners), not \\p{L}\\p{N}.
+  whitespace_plain: tok({ pre_tokenizer: { type: 'Whitespace' }, model: model({ words: ['e\u0301', '²a', 'x½'] }) }),
   punct_digits: tok({ pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Punctuation', behavior: 'Isolated' }, { type: 'Digits', individual_digits: false }] } }),
   // 'the' is in the vocabulary: Rust gives it the vocabulary's id, not 999.
   split_removed: tok({ pre_tokenizer: split('Removed', false, { Regex: '\\s+' }),
@@ -82,7 +86,7 @@ const tokenizers = {
     fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges };
 }
 const texts = ['Hello, World! 123 ½², Ⅻ', '  hello   world  ', 'Café ÅΩ ﬁ ΣΑΣ', 'hello[X]  world [X] hell hello', 'x€😂y hello',
-  'a,b,,c!d', 'the 12345 the', '<s>hello</s>', 'ab xaby ab,ab', 'İstanbul', 'oh hah h', ''];
+  'a,b,,c!d', 'the 12345 the', '<s>hello</s>', 'ab xaby ab,ab', 'İstanbul', 'oh hah h', 'e\u0301x ½a a\u203fb 2²', ''];
 const out = { generator: 'gen_synthetic.mjs', library: '@anush008/tokenizers@0.6.0 (tokenizers 0.22.2)', tokenizers: [] };
 for (const [name, j] of Object.entries(tokenizers)) {
   const t = Tokenizer.fromString(JSON.stringify(j));
