@@ -19,7 +19,7 @@ set -u
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-30}
 dir=${FUZZ_BUILD:-build-fuzz}
-names=${*:-wire safetensors config record template}
+names=${*:-wire safetensors config record template tokenizer_json}
 out=$dir/fuzz
 results=$out/results.tap
 mkdir -p "$out"
@@ -48,7 +48,7 @@ printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
 	>"$probe/p.c"
 "$cc" -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" >/dev/null 2>&1
 linked=$?
-# clang < 15 has no _Float16 on x86 (model/random_model.c, which no harness
+# clang < 15 has no _Float16 on x86 (tools/devkit/random_model.c, which no harness
 # links, uses it): its storage-only __fp16 converts the same way.
 cargs=-fsanitize=fuzzer-no-link
 echo '_Float16 h(float v) { return (_Float16)v; }' >"$probe/h.c"
