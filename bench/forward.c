@@ -13,7 +13,7 @@
  * (pfx_model_opts.matmul), so prefill_speedup is that path's against f32.
  *
  * It first checks that OpenBLAS runs the best kernels this CPU supports
- * (blas.h) and measures nothing, exiting 1, when it does not.
+ * (kernels.h) and measures nothing, exiting 1, when it does not.
  *
  *   forward [--model DIR | --dtype bf16|f16|f32] [--matmul f32|bf16] [--threads N]
  *           [--block-tokens B]

@@ -28,8 +28,8 @@ void report_array_ll(const char *key, const long long *v, int n);
 const char *report_key(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The machine: "cpu" (model name), "cores", "kernel" (the OS's release),
- * "cpu_features" (what CPUID and the OS allow, blas.h's probe),
- * "cpu_kernels" (which of our own kernels run, cpu.h) and "blas_core"
+ * "cpu_features" (what CPUID and the OS allow, kernels.h's probe),
+ * "cpu_kernels" (which of our own kernels run, cpu.c) and "blas_core"
  * (OpenBLAS's). */
 void report_machine(void);
 /* The noise while the figures were taken (bench_cpu_since):

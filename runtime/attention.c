@@ -47,7 +47,7 @@ static int first_key(const struct fwd *f, int p)
  * machine holds up does not hold up the step; whole blocks each. */
 static int decode_splits(const struct fwd *f, size_t keys, size_t blocks)
 {
-	size_t want = 2 * (size_t)pfx_pool_threads(f->m->pool), most = keys / MIN_SPLIT_KEYS;
+	size_t want = 2 * (size_t)pool_threads(f->m->pool), most = keys / MIN_SPLIT_KEYS;
 	if (want > most)
 		want = most;
 	if (want > blocks)
@@ -408,6 +408,6 @@ static void merge_partials(struct fwd *f)
 void op_attention(struct fwd *f, int layer)
 {
 	f->layer = layer;
-	pfx_pool_run(f->m->pool, att_task, f, f->ntasks);
+	pool_run(f->m->pool, att_task, f, f->ntasks);
 	merge_partials(f);
 }

@@ -77,7 +77,7 @@ static int reserve_scratch(struct fwd *f, int T, int nitems, int ntasks, size_t 
 	const struct pfx_config *c = f->c;
 	size_t t = (size_t)T, H = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim;
 	size_t kvd = (size_t)c->n_kv_heads * c->head_dim, I = (size_t)c->intermediate;
-	size_t half = (size_t)c->rotary_dim / 2 + 1, threads = (size_t)pfx_pool_threads(f->m->pool);
+	size_t half = (size_t)c->rotary_dim / 2 + 1, threads = (size_t)pool_threads(f->m->pool);
 	if (t > f->cap_T) {
 		if (grow(&f->row_item, t * sizeof(int)) || grow(&f->row_pos, t * sizeof(int)) ||
 		    grow_lines(&f->x, t * H * 4) || grow_lines(&f->xn, t * H * 4) ||

@@ -42,7 +42,7 @@ struct fwd {
 	int ntasks;
 	float *scores;         /* per thread: att_thread_scratch() */
 	float *partials;       /* per decode task, heads x (head_dim + 2): softmax parts (attention.c) */
-	float *xt;             /* per thread, xt_floats each: gemm_few.h's x transposed (ops.c) */
+	float *xt;             /* per thread, xt_floats each: gemm_few.c's x transposed (ops.c) */
 	size_t xt_floats;
 	unsigned *xt_call;     /* per thread: the op_matmul call whose x its xt holds */
 	float *wpanel;         /* per thread, wpanel_floats each: 16-bit weights as f32 (ops.c) */

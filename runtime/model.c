@@ -351,7 +351,7 @@ static int fingerprint(struct pfx_model *m, struct binder *b, struct pfx_error *
 	if (!dig)
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	struct hash_job job = { b->bound, dig };
-	pfx_pool_run(m->pool, hash_tensor, &job, (int)b->nbound);
+	pool_run(m->pool, hash_tensor, &job, (int)b->nbound);
 	crypto_generichash_state st;
 	crypto_generichash_init(&st, NULL, 0, PFX_FINGERPRINT_BYTES);
 	char text[512];
@@ -465,7 +465,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	kern_blas_init();
 	if (sodium_init() < 0)
 		return pfx_errorf(err, -EIO, "libsodium failed to initialise");
-	int threads = opts && opts->threads > 0 ? opts->threads : pfx_cpu_count();
+	int threads = opts && opts->threads > 0 ? opts->threads : pool_cpu_count();
 	int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : PFX_DEFAULT_BLOCK_TOKENS;
 	if (opts && opts->weights != PFX_WEIGHTS_NATIVE && opts->weights != PFX_WEIGHTS_F32)
 		return pfx_errorf(err, -EINVAL, "weights option %d is neither native nor f32",
@@ -488,7 +488,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	/* pfx_kv_dtype and kern_wtype name the same types in the same order. */
 	m->kv_type = (enum kern_wtype)kvt;
 	struct binder b = { .m = m, .err = err };
-	if ((rc = pfx_pool_new(threads, &m->pool))) {
+	if ((rc = pool_new(threads, &m->pool))) {
 		pfx_errorf(err, rc, "cannot start %d worker threads", threads);
 		goto fail;
 	}
@@ -537,7 +537,7 @@ void pfx_model_free(struct pfx_model *m)
 	if (!m)
 		return;
 	fwd_scratch_free(m->scratch);
-	pfx_pool_free(m->pool);
+	pool_free(m->pool);
 	for (size_t i = 0; i < m->nowned; i++)
 		free(m->owned[i].p);
 	free(m->owned);
@@ -551,7 +551,7 @@ void pfx_model_free(struct pfx_model *m)
 const struct pfx_config *pfx_model_config(const struct pfx_model *m) { return &m->cfg; }
 const uint8_t *pfx_model_fingerprint(const struct pfx_model *m) { return m->fingerprint; }
 int64_t pfx_model_params(const struct pfx_model *m) { return m->params; }
-int pfx_model_threads(const struct pfx_model *m) { return pfx_pool_threads(m->pool); }
+int pfx_model_threads(const struct pfx_model *m) { return pool_threads(m->pool); }
 int pfx_model_block_tokens(const struct pfx_model *m) { return m->block_tokens; }
 const char *pfx_model_weight_dtype(const struct pfx_model *m) { return m->weight_dtype; }
 const char *pfx_model_weight_held(const struct pfx_model *m) { return m->weight_held; }

@@ -7,13 +7,14 @@
 #include <pthread.h>
 
 #include "load/checkpoint.h"
+#include "load/config.h"
 #include "model.h"
 #include "pool.h"
 #include "kernels/kernels.h"
 
 /* Weights of one transformer block; an architecture fills what it uses.
  * Matrices are [out, in] row-major as in the checkpoint (y = x W^T + b),
- * in their own dtype unless upcast (weight.h); norms and biases are f32. */
+ * in their own dtype unless upcast (kernels.h, weight.c); norms and biases are f32. */
 struct layer_weights {
 	const float *ln1_w, *ln1_b;   /* (hidden) */
 	const float *ln2_w, *ln2_b;   /* (hidden) */
@@ -93,24 +94,6 @@ const float *bind_optional(struct binder *b, const char *name, int ndim, int64_t
 struct kern_wmat bind_matrix(struct binder *b, const char *name, int64_t d0, int64_t d1);
 int binder_status(const struct binder *b);
 
-/* config.json accessors for parse_config; they reject wrong types. */
-int cfg_int(json_object *cfg, const char *key, int dflt, int required, int *out, struct pfx_error *err);
-int cfg_float(json_object *cfg, const char *key, double dflt, float *out, struct pfx_error *err);
-int cfg_bool(json_object *cfg, const char *key, bool dflt, bool *out, struct pfx_error *err);
-/* Rejects a key whose presence (non-null) means an option we do not support. */
-int cfg_reject(json_object *cfg, const char *key, struct pfx_error *err);
-int cfg_act(json_object *cfg, const char *key, const char *dflt, enum pfx_act *out, struct pfx_error *err);
-/* The keys every causal LM config shares (sizes, positions, tying), and
- * their writing for random checkpoints. */
-int cfg_parse_common(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
-void cfg_write_common(const struct pfx_config *c, const char *model_type, json_object *cfg);
-/* rope_scaling (null, default, linear, dynamic, llama3; any other type is
- * refused by name) into c->rope_scaling, and back. */
-int cfg_rope_scaling(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
-void cfg_write_rope_scaling(const struct pfx_config *c, json_object *cfg);
-/* sliding_window (null: none) into c->sliding_window. */
-int cfg_sliding_window(json_object *cfg, struct pfx_config *c, struct pfx_error *err);
-
 /* The Llama layout that Qwen2, Mistral, Phi-3 and Gemma share (llama.c):
  * its config keys after the common ones (heads, head_dim, eps, theta, GQA
  * checks; head_dim defaulting to dflt_head_dim, or hidden / heads when 0),
@@ -147,7 +130,7 @@ struct pfx_model {
 	uint8_t fingerprint[PFX_FINGERPRINT_BYTES];
 	int block_tokens;
 	float *inv_freq;              /* (rotary_dim / 2) */
-	struct pfx_pool *pool;
+	struct pool *pool;
 	pthread_mutex_t fwd_lock;     /* one forward pass at a time per model */
 	struct fwd *scratch;          /* reused across forward passes; under fwd_lock */
 };

@@ -243,7 +243,7 @@ static void matmul_decode(struct fwd *f, const float *x, int ldx, int in, const 
 			  int njobs)
 {
 	struct steal_ctx c = { .x = x, .ldx = ldx, .in = in, .rows = f->T, .njobs = njobs, .jobs = jobs };
-	int threads = pfx_pool_threads(f->m->pool);
+	int threads = pool_threads(f->m->pool);
 	c.nshares = threads < STEAL_MAX_THREADS ? threads : STEAL_MAX_THREADS;
 	c.chunk = CHUNK_FLOATS / in > 0 ? CHUNK_FLOATS / in : 1;
 	for (int j = 0; j < njobs; j++)
@@ -252,7 +252,7 @@ static void matmul_decode(struct fwd *f, const float *x, int ldx, int in, const 
 	for (int i = 0; i < c.nshares; i++)
 		atomic_init(&c.shares[i].range, pack((uint32_t)((int64_t)total * i / c.nshares),
 						     (uint32_t)((int64_t)total * (i + 1) / c.nshares)));
-	pfx_pool_run(f->m->pool, steal_task, &c, c.nshares);
+	pool_run(f->m->pool, steal_task, &c, c.nshares);
 }
 
 struct pack_ctx {
@@ -289,11 +289,11 @@ static enum kern_bf16_path bf16_input(struct fwd *f, const float **x, int *ldx, 
 	struct pack_ctx p = { .x = *x, .ldx = *ldx, .in = in, .rows = f->T, .a = f->xbf };
 	enum kern_bf16_path path = kern_bf16_path();
 	if (path == KERN_BF16_SGEMM) {
-		pfx_pool_run(f->m->pool, round_task, &p, row_tasks(f));
+		pool_run(f->m->pool, round_task, &p, row_tasks(f));
 		*x = (const float *)f->xbf;
 		*ldx = in;
 	} else {
-		pfx_pool_run(f->m->pool, pack_task, &p, kern_bf16_rows(f->T) / 32);
+		pool_run(f->m->pool, pack_task, &p, kern_bf16_rows(f->T) / 32);
 		c->xbf = f->xbf;
 	}
 	return path;
@@ -313,11 +313,11 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 	if (c.bf16 == KERN_BF16_SGEMM && f->T <= GEMM_FEW_MAX_T && kern_gemm_few_ok()) {
 		c.few = true;
 		if (++f->mm_calls == 0) { /* wrapped: 0 must not match a stale xt */
-			memset(f->xt_call, 0, (size_t)pfx_pool_threads(f->m->pool) * sizeof(*f->xt_call));
+			memset(f->xt_call, 0, (size_t)pool_threads(f->m->pool) * sizeof(*f->xt_call));
 			f->mm_calls = 1;
 		}
 	}
-	int threads = pfx_pool_threads(f->m->pool), np = 0;
+	int threads = pool_threads(f->m->pool), np = 0;
 	/* A few pieces per thread balance the load; multiples of 16 outputs
 	 * keep the BLAS kernels on their fast path. */
 	int per = 2 * threads;
@@ -330,7 +330,7 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 		for (int o = 0; o < out && np < MAX_PIECES; o += chunk)
 			c.pieces[np++] = (struct mm_piece){ j, o, out - o < chunk ? out - o : chunk };
 	}
-	pfx_pool_run(f->m->pool, mm_task, &c, np);
+	pool_run(f->m->pool, mm_task, &c, np);
 }
 
 /* ==== Row-wise operations ==== */
@@ -379,7 +379,7 @@ static void norm_task(void *ctx, int t, int thread)
 void op_norm(struct fwd *f, const float *x, float *y, const float *w, const float *b)
 {
 	struct rows_ctx c = { .f = f, .x = x, .y = y, .w = w, .b = b };
-	pfx_pool_run(f->m->pool, norm_task, &c, row_tasks(f));
+	pool_run(f->m->pool, norm_task, &c, row_tasks(f));
 }
 
 static void rope_task(void *ctx, int t, int thread)
@@ -405,7 +405,7 @@ static void rope_task(void *ctx, int t, int thread)
 void op_rope(struct fwd *f, float *x, int nheads)
 {
 	struct rows_ctx c = { .f = f, .rot = x, .nheads = nheads };
-	pfx_pool_run(f->m->pool, rope_task, &c, row_tasks(f));
+	pool_run(f->m->pool, rope_task, &c, row_tasks(f));
 }
 
 static float gelu(float x)
@@ -446,7 +446,7 @@ static void act_task(void *ctx, int t, int thread)
 void op_act(struct fwd *f, float *y, int n, const float *up)
 {
 	struct rows_ctx c = { .f = f, .y = y, .n = n, .up = up };
-	pfx_pool_run(f->m->pool, act_task, &c, row_tasks(f));
+	pool_run(f->m->pool, act_task, &c, row_tasks(f));
 }
 
 /* ==== KV cache ==== */

@@ -35,12 +35,12 @@
 /* Atomic (relaxed) only because a late worker may read a descriptor while
  * it is rewritten; what it read is then never used. */
 struct job {
-	_Atomic(pfx_pool_fn) fn;
+	_Atomic(pool_fn) fn;
 	_Atomic(void *) ctx;
 	atomic_int ntasks;
 };
 
-struct pfx_pool {
+struct pool {
 	int n;
 	pthread_t *tids;           /* (n - 1) */
 	pthread_mutex_t mu;        /* guards sleeping on cv */
@@ -56,7 +56,7 @@ struct pfx_pool {
 };
 
 struct worker_arg {
-	struct pfx_pool *p;
+	struct pool *p;
 	int id;
 };
 
@@ -66,14 +66,14 @@ static uint32_t gen_of(uint64_t claim)
 }
 
 /* Runs tasks of job g until none is left; returns at once if g is over. */
-static void run_job(struct pfx_pool *p, uint32_t g, int id)
+static void run_job(struct pool *p, uint32_t g, int id)
 {
 	uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
 	if (gen_of(c) != g)
 		return;
 	/* Possibly another job's if g is already over; then every claim below fails. */
 	struct job *j = &p->jobs[g & 1];
-	pfx_pool_fn fn = atomic_load_explicit(&j->fn, memory_order_relaxed);
+	pool_fn fn = atomic_load_explicit(&j->fn, memory_order_relaxed);
 	void *ctx = atomic_load_explicit(&j->ctx, memory_order_relaxed);
 	int ntasks = atomic_load_explicit(&j->ntasks, memory_order_relaxed);
 	for (;;) {
@@ -97,7 +97,7 @@ static inline void cpu_relax(void)
 }
 
 /* The generation of the next job after `seen`, or false to stop. */
-static bool wait_job(struct pfx_pool *p, uint32_t seen, uint32_t *g)
+static bool wait_job(struct pool *p, uint32_t seen, uint32_t *g)
 {
 	for (int spins = 0; spins < SPIN_ITERS; spins++) {
 		if ((*g = gen_of(atomic_load_explicit(&p->claim, memory_order_acquire))) != seen)
@@ -121,14 +121,14 @@ static void *worker_main(void *arg)
 {
 	struct worker_arg wa = *(struct worker_arg *)arg;
 	free(arg);
-	struct pfx_pool *p = wa.p;
+	struct pool *p = wa.p;
 	uint32_t g = 0;
 	while (wait_job(p, g, &g))
 		run_job(p, g, wa.id);
 	return NULL;
 }
 
-int pfx_cpu_count(void)
+int pool_cpu_count(void)
 {
 	cpu_set_t set;
 	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
@@ -137,11 +137,11 @@ int pfx_cpu_count(void)
 	return n > 0 ? (int)n : 1;
 }
 
-int pfx_pool_new(int n, struct pfx_pool **out)
+int pool_new(int n, struct pool **out)
 {
 	if (n < 1 || n > 1024)
 		return -EINVAL;
-	struct pfx_pool *p = calloc(1, sizeof(*p));
+	struct pool *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->n = n;
@@ -149,7 +149,7 @@ int pfx_pool_new(int n, struct pfx_pool **out)
 	pthread_cond_init(&p->cv, NULL);
 	p->tids = calloc((size_t)n, sizeof(*p->tids));
 	if (!p->tids) {
-		pfx_pool_free(p);
+		pool_free(p);
 		return -ENOMEM;
 	}
 	for (int i = 1; i < n; i++) {
@@ -163,7 +163,7 @@ int pfx_pool_new(int n, struct pfx_pool **out)
 		if (rc) {
 			free(wa);
 			p->n = i; /* only the first i - 1 workers exist */
-			pfx_pool_free(p);
+			pool_free(p);
 			return -rc;
 		}
 		char name[16];
@@ -174,7 +174,7 @@ int pfx_pool_new(int n, struct pfx_pool **out)
 	return 0;
 }
 
-void pfx_pool_free(struct pfx_pool *p)
+void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
@@ -191,12 +191,12 @@ void pfx_pool_free(struct pfx_pool *p)
 	free(p);
 }
 
-int pfx_pool_threads(const struct pfx_pool *p)
+int pool_threads(const struct pool *p)
 {
 	return p->n;
 }
 
-void pfx_pool_run(struct pfx_pool *p, pfx_pool_fn fn, void *ctx, int ntasks)
+void pool_run(struct pool *p, pool_fn fn, void *ctx, int ntasks)
 {
 	if (ntasks <= 0)
 		return;

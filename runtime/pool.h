@@ -7,19 +7,19 @@
 #define PFX_POOL_H
 
 /* fn runs once for every task in [0, ntasks); thread is in [0, n). */
-typedef void (*pfx_pool_fn)(void *ctx, int task, int thread);
+typedef void (*pool_fn)(void *ctx, int task, int thread);
 
-struct pfx_pool;
+struct pool;
 
 /* n >= 1 threads including the caller. Returns 0 or -errno. */
-int pfx_pool_new(int n, struct pfx_pool **out);
-void pfx_pool_free(struct pfx_pool *p);
-int pfx_pool_threads(const struct pfx_pool *p);
+int pool_new(int n, struct pool **out);
+void pool_free(struct pool *p);
+int pool_threads(const struct pool *p);
 /* Runs all tasks and returns when every one has finished. Not reentrant:
  * one caller at a time (the model serialises its forward passes). */
-void pfx_pool_run(struct pfx_pool *p, pfx_pool_fn fn, void *ctx, int ntasks);
+void pool_run(struct pool *p, pool_fn fn, void *ctx, int ntasks);
 
 /* Online CPUs this process may run on. */
-int pfx_cpu_count(void);
+int pool_cpu_count(void);
 
 #endif

@@ -36,25 +36,25 @@ static void count_task(void *ctx, int task, int thread)
 int case_pool_runs_every_task_once(char *why, size_t len)
 {
 	for (int n = 1; n <= 4; n++) {
-		struct pfx_pool *p;
-		if (pfx_pool_new(n, &p))
+		struct pool *p;
+		if (pool_new(n, &p))
 			return FAIL("cannot start a pool of %d", n);
 		for (int round = 0; round < 300; round++) {
 			struct count_ctx c = { .threads = n };
 			int tasks = 1 + (round * 37) % 257;
-			pfx_pool_run(p, count_task, &c, tasks);
+			pool_run(p, count_task, &c, tasks);
 			for (int t = 0; t < 257; t++)
 				if (atomic_load(&c.hits[t]) != (t < tasks)) {
-					pfx_pool_free(p);
+					pool_free(p);
 					return FAIL("pool of %d, round %d: task %d ran %d times", n, round,
 						    t, atomic_load(&c.hits[t]));
 				}
 			if (atomic_load(&c.bad_thread)) {
-				pfx_pool_free(p);
+				pool_free(p);
 				return FAIL("pool of %d: thread index out of range", n);
 			}
 		}
-		pfx_pool_free(p);
+		pool_free(p);
 	}
 	return 0;
 }

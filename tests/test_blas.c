@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OpenBLAS's kernels (model/blas.c): the core chosen from the CPU's
+ * OpenBLAS's kernels (runtime/kernels/blas.c): the core chosen from the CPU's
  * instruction sets, on made-up CPUs; this process running the core chosen
  * for this CPU; a user's OPENBLAS_CORETYPE kept, and then prefix-run info
  * and bench/forward saying that it is not the best (bench/forward refusing

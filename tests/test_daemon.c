@@ -2,7 +2,7 @@
 /*
  * prefixd as a process, through libprefixd: sharing, namespaces, leases,
  * the budget, collisions, and clean shutdown. Each test runs its own daemon
- * on a private socket (tests/daemon_util.c).
+ * on a private socket (tests/support/daemon_util.c).
  */
 #include <criterion/criterion.h>
 #include <errno.h>

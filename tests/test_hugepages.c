@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The weights in 2 MiB pages (model/hugepages.h): mappings and buffers the
+ * The weights in 2 MiB pages (runtime/load/hugepages.h): mappings and buffers the
  * kernel may back with huge pages, the count of those it did, and dropping
  * a checkpoint's cached pages so the next load reads them in again.
  */

@@ -139,7 +139,7 @@ Test(kernels, column_softmax_equals_the_plain_one)
 	}
 }
 
-/* Weights of each type (weight.h) as the kernels must see them: the f32
+/* Weights of each type (kernels.h) as the kernels must see them: the f32
  * value of element i, through the scalar conversions. */
 static void make_weights(enum kern_wtype t, int n, uint32_t *seed, void *w, float *f)
 {
@@ -259,7 +259,7 @@ static double code_value(int t, uint32_t h)
 }
 
 /* The 16-bit code nearest f, ties to the even code: round to nearest even
- * by its definition, independent of model/weight.c. */
+ * by its definition, independent of runtime/kernels/weight.c. */
 static uint16_t nearest_code(int t, float f)
 {
 	uint32_t u;

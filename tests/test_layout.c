@@ -45,7 +45,12 @@ static int starts(const char *s, const char *prefix)
 	return !strncmp(s, prefix, strlen(prefix));
 }
 
-/* Where the files of the folder `from` may take their headers from. */
+/* Where the files of the folder `from` may take their headers from (the
+ * longest `from` that a file's path starts with applies). Inside the
+ * runtime, load/ and kernels/ are leaves; the tools see the libraries'
+ * installed headers, except devkit, which writes checkpoints from the
+ * runtime's own description of a model, and prefix-run's use of the
+ * runtime's strict JSON reader. */
 static const struct rule {
 	const char *from;
 	const char *may[6];
@@ -55,11 +60,24 @@ static const struct rule {
 	{ "client/", { "client/", "proto/", "shm/", "include/prefixd.h", "include/prefixd_proto.h" } },
 	{ "daemon/", { "daemon/", "proto/", "shm/", "include/prefixd.h", "include/prefixd_proto.h" } },
 	{ "runtime/", { "runtime/", "include/" } },
+	{ "runtime/load/", { "runtime/load/", "include/prefixd-runtime/" } },
+	{ "runtime/kernels/", { "runtime/kernels/", "include/prefixd-runtime/" } },
+	{ "runtime/text/", { "runtime/text/", "runtime/load/json_buf.h", "include/prefixd-runtime/" } },
 	{ "include/", { "include/" } },
 	{ "tools/prefixctl/", { "tools/prefixctl/", "include/prefixd.h", "include/prefixd_proto.h" } },
-	{ "tools/prefix-run/", { "tools/prefix-run/", "tools/devkit/", "runtime/", "include/" } },
+	{ "tools/prefix-run/", { "tools/prefix-run/", "tools/devkit/", "include/",
+				 "runtime/load/json_buf.h" } },
 	{ "tools/devkit/", { "tools/devkit/", "runtime/", "include/" } },
 };
+
+static const struct rule *rule_of(const char *file)
+{
+	const struct rule *r = NULL;
+	for (size_t k = 0; k < sizeof(rules) / sizeof(rules[0]); k++)
+		if (starts(file, rules[k].from) && (!r || strlen(rules[k].from) > strlen(r->from)))
+			r = &rules[k];
+	return r;
+}
 
 /* Whether header h, as included by a file of rule r, is a file where r may
  * look (by its path from the including folder's include paths: a match of
@@ -78,15 +96,33 @@ static int allowed(const struct rule *r, const char *h)
 	return 0;
 }
 
+/* The header a line includes: any "name", and <name> of our own installed
+ * headers (prefixd.h, prefixd_proto.h, prefixd-runtime/...), whatever the
+ * spaces around '#'. 0 for any other line. */
+static int include_of(const char *line, char *h, size_t cap)
+{
+	const char *p = line + strspn(line, " \t");
+	if (*p++ != '#')
+		return 0;
+	p += strspn(p, " \t");
+	if (strncmp(p, "include", 7))
+		return 0;
+	p += 7;
+	p += strspn(p, " \t");
+	char close = *p == '"' ? '"' : *p == '<' ? '>' : 0;
+	const char *end = close ? strchr(p + 1, close) : NULL;
+	if (!end || (size_t)(end - p - 1) >= cap)
+		return 0;
+	snprintf(h, cap, "%.*s", (int)(end - p - 1), p + 1);
+	return close == '"' || !strncmp(h, "prefixd", 7);
+}
+
 Test(layout, includes_point_from_tools_to_libraries_to_the_protocol)
 {
 	load_tree();
 	int checked = 0, bad = 0;
 	for (int i = 0; i < nfiles; i++) {
-		const struct rule *r = NULL;
-		for (size_t k = 0; k < sizeof(rules) / sizeof(rules[0]); k++)
-			if (starts(files[i], rules[k].from))
-				r = &rules[k];
+		const struct rule *r = rule_of(files[i]);
 		if (!r)
 			continue; /* tests/, bench/: they may see everything */
 		char path[512], line[512];
@@ -95,7 +131,7 @@ Test(layout, includes_point_from_tools_to_libraries_to_the_protocol)
 		cr_assert(f, "cannot read %s", path);
 		while (fgets(line, sizeof(line), f)) {
 			char h[256];
-			if (sscanf(line, " #include \"%255[^\"]\"", h) != 1 ||
+			if (!include_of(line, h, sizeof(h)) ||
 			    !strcmp(h, "prefixd_version.h") /* generated in the build root */)
 				continue;
 			checked++;
@@ -116,13 +152,26 @@ Test(layout, includes_point_from_tools_to_libraries_to_the_protocol)
 Test(layout, the_rules_refuse_a_header_of_a_tool_or_of_the_runtime)
 {
 	load_tree();
-	cr_expect_not(allowed(&rules[4], "cli.h"), "runtime/ may include tools/prefix-run/cli.h");
-	cr_expect_not(allowed(&rules[4], "sock.h"), "runtime/ may include proto/sock.h");
-	cr_expect_not(allowed(&rules[6], "model.h"), "prefixctl may include the runtime's model.h");
-	cr_expect_not(allowed(&rules[1], "daemon.h"), "shm/ may include daemon/daemon.h");
-	cr_expect(allowed(&rules[4], "kernels/kernels.h"));
-	cr_expect(allowed(&rules[7], "random_model.h"));
-	cr_expect(allowed(&rules[6], "prefixd.h"));
+	cr_expect_not(allowed(rule_of("runtime/cache.c"), "cli.h"),
+		      "runtime/ may include tools/prefix-run/cli.h");
+	cr_expect_not(allowed(rule_of("runtime/cache.c"), "sock.h"), "runtime/ may include proto/sock.h");
+	cr_expect_not(allowed(rule_of("tools/prefixctl/x.c"), "model.h"),
+		      "prefixctl may include the runtime's model.h");
+	cr_expect_not(allowed(rule_of("tools/prefixctl/x.c"), "prefixd-runtime/model.h"),
+		      "prefixctl may include <prefixd-runtime/model.h>");
+	cr_expect_not(allowed(rule_of("shm/arena.c"), "daemon.h"), "shm/ may include daemon/daemon.h");
+	cr_expect_not(allowed(rule_of("runtime/load/x.c"), "model_impl.h"),
+		      "load/ may include the model's internals");
+	cr_expect_not(allowed(rule_of("tools/prefix-run/x.c"), "kernels.h"),
+		      "prefix-run may include the kernels' internal header");
+	cr_expect(allowed(rule_of("runtime/ops.c"), "kernels/kernels.h"));
+	cr_expect(allowed(rule_of("tools/prefix-run/x.c"), "random_model.h"));
+	cr_expect(allowed(rule_of("tools/prefixctl/x.c"), "prefixd.h"));
+	char h[64];
+	cr_expect(include_of("#  include <prefixd-runtime/model.h>\n", h, sizeof(h)) &&
+			  !strcmp(h, "prefixd-runtime/model.h"),
+		  "an angle-bracket include of our headers is read: '%s'", h);
+	cr_expect(!include_of("#include <stdio.h>\n", h, sizeof(h)), "system headers are not ours");
 }
 
 /* docs/DESIGN.md is a design: short, and whole without anything outside

@@ -168,6 +168,17 @@ const char *pfx_model_matmul(const struct pfx_model *m);
 /* The OpenBLAS kernel set in use (after pfx_model_load picked the best). */
 const char *pfx_blas_corename(void);
 
+/* Which kernels run this process's products, for humans (prefix-run info). */
+struct pfx_kernels {
+	const char *blas_core;  /* OpenBLAS's running core, as pfx_blas_corename() */
+	const char *blas_best;  /* the best core this CPU and OpenBLAS support; NULL: unknown */
+	bool blas_is_best;      /* the running core is the best one (or none is known) */
+	char blas_why[128];     /* when not: why (e.g. "OPENBLAS_CORETYPE=Prescott is set") */
+	const char *own;        /* the runtime's own: "AVX-512", "AVX2 (...)", "portable, plain C (...)" */
+	const char *bf16;       /* what --matmul bf16 runs: "AMX-BF16 tiles", "AVX512-BF16", ... */
+};
+void pfx_kernels_describe(struct pfx_kernels *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -186,6 +186,16 @@ __attribute__((constructor)) static void blas_at_load(void)
 	kern_blas_init();
 }
 
+void pfx_kernels_describe(struct pfx_kernels *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->blas_core = pfx_blas_corename();
+	out->blas_best = kern_blas_expected_core();
+	out->blas_is_best = kern_blas_core_ok(out->blas_why, sizeof(out->blas_why));
+	out->own = kern_cpu_kernels();
+	out->bf16 = kern_bf16_path_name() + strlen("bf16, ");
+}
+
 const char *pfx_blas_corename(void)
 {
 	kern_blas_init();

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Kernels of gemm_few.h. A block of NR rows of W against all T rows of x:
+ * The few-row products of kernels.h. A block of NR rows of W against all T rows of x:
  * for each p, TV vectors of 16 values of xT (its column p: every token's
  * p-th input) times NR broadcast weights W[i][p], NR x TV accumulators in
  * registers, each 16 outputs of one weight row. No horizontal sums, no

@@ -144,7 +144,7 @@ static const gemv_fn gemv_avx2_of[3] = { gemv_avx2_f32, gemv_avx2_f16, gemv_avx2
 void kern_gemv(int T, int n, int k, struct kern_wmat W, const float *x, int ldx, float beta,
 	       float *y, int ldy)
 {
-	/* Decided once per process (cpu.h). */
+	/* Decided once per process (cpu.c). */
 	if (kern_cpu_avx512())
 		gemv_avx512_of[W.type](T, n, k, W.p, x, ldx, beta, y, ldy);
 	else if (kern_cpu_avx2())
@@ -463,7 +463,7 @@ void kern_dots(int G, int n, int d, const float *q, int ldq, const float *K, flo
 		return;
 	}
 	if (kern_cpu_avx2()) {
-		pfx_dots_avx2(G, n, d, q, ldq, K, scale, s, lds);
+		kern_dots_avx2(G, n, d, q, ldq, K, scale, s, lds);
 		return;
 	}
 	for (int t = 0; t < n; t++)
@@ -482,7 +482,7 @@ void kern_axpys(int G, int n, int d, const float *p, int ldp, const float *V, fl
 		return;
 	}
 	if (kern_cpu_avx2()) {
-		pfx_axpys_avx2(G, n, d, p, ldp, V, o, ldo);
+		kern_axpys_avx2(G, n, d, p, ldp, V, o, ldo);
 		return;
 	}
 	for (int g = 0; g < G; g++)
@@ -496,7 +496,7 @@ float kern_exp_sum(float *x, int n, float *max_out)
 	if (kern_cpu_avx512())
 		return exp_sum_avx512(x, n, max_out);
 	if (kern_cpu_avx2())
-		return pfx_exp_sum_avx2(x, n, max_out);
+		return kern_exp_sum_avx2(x, n, max_out);
 	float mx = -INFINITY, sum = 0;
 	for (int i = 0; i < n; i++)
 		mx = x[i] > mx ? x[i] : mx;
@@ -539,7 +539,7 @@ void kern_silu_mul(float *y, const float *up, int n)
 		return;
 	}
 	if (kern_cpu_avx2()) {
-		pfx_silu_mul_avx2(y, up, n);
+		kern_silu_mul_avx2(y, up, n);
 		return;
 	}
 	for (int i = 0; i < n; i++)

@@ -127,7 +127,7 @@ bool kern_blas_core_ok(char *buf, size_t cap);
 
 #define GEMV_MAX_T 4
 
-/* W of any weight type (weight.h), converted to f32 in registers: the
+/* W of any weight type (weight.c above), converted to f32 in registers: the
  * results equal those of W's f32 values. */
 void kern_gemv(int T, int n, int k, struct kern_wmat W, const float *x, int ldx, float beta,
 	       float *y, int ldy);
@@ -171,7 +171,7 @@ double kern_row_sum(const float *x, int n, double shift, bool square);
 
 #define GEMM_FEW_MAX_T 64
 
-/* Whether the kernels run (AVX-512, not turned off: cpu.h); if not, use
+/* Whether the kernels run (AVX-512, not turned off: cpu.c); if not, use
  * sgemm. T may be 1 to GEMM_FEW_MAX_T in all of them; the layer products
  * use them from GEMV_MAX_T + 1 rows, attention from 1. */
 int kern_gemm_few_ok(void);

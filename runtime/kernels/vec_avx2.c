@@ -122,7 +122,7 @@ DOTS_INSTANCE(1)
 DOTS_INSTANCE(2)
 DOTS_INSTANCE(3)
 
-AVX2 void pfx_dots_avx2(int G, int n, int d, const float *q, int ldq, const float *K, float scale,
+AVX2 void kern_dots_avx2(int G, int n, int d, const float *q, int ldq, const float *K, float scale,
 			float *s, int lds)
 {
 	typedef void (*dots_fn)(int, const float *, int, const float *, float, float *, int);
@@ -220,7 +220,7 @@ AXPYS_INSTANCE(3, 1)
 
 /* V is read in order, AXPYS_ROWS rows at a time for all 32-dim pieces of
  * them; more than AXPYS_HEADS heads take further passes (by then in cache). */
-void pfx_axpys_avx2(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
+void kern_axpys_avx2(int G, int n, int d, const float *p, int ldp, const float *V, float *o, int ldo)
 {
 	static const axpys_fn fn[2][AXPYS_HEADS] = { { axpys_1_0, axpys_2_0, axpys_3_0 },
 						     { axpys_1_1, axpys_2_1, axpys_3_1 } };
@@ -236,7 +236,7 @@ void pfx_axpys_avx2(int G, int n, int d, const float *p, int ldp, const float *V
 	}
 }
 
-AVX2 float pfx_exp_sum_avx2(float *x, int n, float *max_out)
+AVX2 float kern_exp_sum_avx2(float *x, int n, float *max_out)
 {
 	__m256 mv = _mm256_set1_ps(-INFINITY);
 	int i = 0;
@@ -259,7 +259,7 @@ AVX2 float pfx_exp_sum_avx2(float *x, int n, float *max_out)
 	return hsum(sum);
 }
 
-AVX2 void pfx_silu_mul_avx2(float *y, const float *up, int n)
+AVX2 void kern_silu_mul_avx2(float *y, const float *up, int n)
 {
 	const __m256 one = _mm256_set1_ps(1.0f);
 	for (int i = 0; i < n; i += 8) {

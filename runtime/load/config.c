@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model_impl.h"
+#include "config.h"
 
 static json_object *get(json_object *cfg, const char *key)
 {

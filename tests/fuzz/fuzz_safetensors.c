@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzzes the safetensors reader (model/safetensors.c). st_open takes a path
+ * Fuzzes the safetensors reader (runtime/load/safetensors.c). st_open takes a path
  * and maps the file, so each input is written to a scratch file first. The
  * input is the whole file: u64 LE header length, JSON header, data.
  *

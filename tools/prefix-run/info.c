@@ -12,7 +12,6 @@
 
 #include "prefixd.h"
 
-#include "kernels.h"
 #include "cli.h"
 #include "prefix_run.h"
 
@@ -141,18 +140,19 @@ static void print_model(const struct pfx_model *m, const struct price *p)
 		       cli_bytes(charged(p, p->tokens[i]), ch));
 	}
 	printf("threads          %d\n", pfx_model_threads(m));
-	char why[128];
-	if (kern_blas_core_ok(why, sizeof(why)))
-		printf("BLAS kernels     %s\n", pfx_blas_corename());
+	struct pfx_kernels k;
+	pfx_kernels_describe(&k);
+	if (k.blas_is_best)
+		printf("BLAS kernels     %s\n", k.blas_core);
 	else
-		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n",
-		       pfx_blas_corename(), kern_blas_expected_core(), why);
-	printf("own kernels      %s\n", kern_cpu_kernels());
+		printf("BLAS kernels     %s, not %s, the best this CPU supports (%s)\n", k.blas_core,
+		       k.blas_best, k.blas_why);
+	printf("own kernels      %s\n", k.own);
 	/* What --matmul bf16 runs here, whether or not this load asked for it. */
 	if (strcmp(pfx_model_matmul(m), "f32"))
 		printf("matmul           %s (--matmul)\n", pfx_model_matmul(m));
 	else
-		printf("matmul           f32 (--matmul; bf16 would run %s)\n", kern_bf16_path_name() + 6);
+		printf("matmul           f32 (--matmul; bf16 would run %s)\n", k.bf16);
 }
 
 /* How many prefixes of `tokens` fit in limit; "-" when it has no full block. */
