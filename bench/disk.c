@@ -517,14 +517,13 @@ static int restore_one(const char *sock, int p, double *mb_s, double *ms)
 	static uint32_t t[PREFIX_TOKENS];
 	const void *kv[PREFIX_BLOCKS];
 	uint64_t lease = 0;
-	uint32_t hit = 0, from_disk, bad = 0;
+	uint32_t hit = 0, from_disk = 0, bad = 0;
 	prefix_tokens(t, p);
 	int rc = prefixd_connect(sock, &l, &c);
 	double t0 = bench_now();
 	if (!rc)
-		rc = prefixd_match(c, t, PREFIX_BLOCKS, &lease, &hit, kv);
+		rc = prefixd_match2(c, t, PREFIX_BLOCKS, &lease, &hit, &from_disk, kv);
 	double s = bench_now() - t0;
-	from_disk = prefixd_match_from_disk();
 	for (uint32_t b = 0; !rc && b < hit; b++)
 		bad += !block_ok(p, (int)b, kv[b]);
 	if (rc)
@@ -867,15 +866,15 @@ static int probe(struct prefixd *c, const uint32_t *t, double seconds, struct be
 		if (bench_now() < due)
 			sleep_until(due);
 		uint64_t lease = 0;
-		uint32_t hit = 0;
+		uint32_t hit = 0, disk = 0;
 		double a = bench_now();
-		int rc = prefixd_match(c, t, LAT_BLOCKS, &lease, &hit, kv);
+		int rc = prefixd_match2(c, t, LAT_BLOCKS, &lease, &hit, &disk, kv);
 		double b = bench_now();
 		if (rc || (lease && prefixd_release(c, lease))) {
 			fail("match or release: %s", prefixd_errmsg());
 			return -1;
 		}
-		*from_disk += prefixd_match_from_disk();
+		*from_disk += disk;
 		*misses += hit != LAT_BLOCKS;
 		if (bench_lat_add(call, b - a) || bench_lat_add(sched, b - due))
 			return -1;

@@ -305,13 +305,13 @@ int main(int argc, char **argv)
 	}
 	/* Before anything is measured: a figure from the wrong kernels (and
 	 * a reference that ran the same wrong kernels) reads as normal. */
-	char why[128];
+	struct pfx_error why = { "" };
 	const char *want = kern_blas_expected_core(), *got = pfx_blas_corename();
 	fprintf(stderr, "forward: blas_core %s, expected %s for this CPU\n", got,
 		want ? want : "(none known)");
-	if (!kern_blas_core_ok(why, sizeof(why))) {
+	if (!kern_blas_core_ok(&why)) {
 		fprintf(stderr, "forward: OpenBLAS runs %s, not %s, the best this CPU supports (%s); "
-				"nothing measured\n", got, want, why);
+				"nothing measured\n", got, want, why.msg);
 		return 1;
 	}
 	char tmp[] = "/tmp/prefixd-bench-XXXXXX";

@@ -155,19 +155,19 @@ Test(blas, this_process_runs_the_core_chosen_for_this_cpu)
 	const char *user = getenv("OPENBLAS_CORETYPE");
 	const char *want = kern_blas_expected_core(), *got = pfx_blas_corename();
 	cr_assert(want, "no core expected for this CPU (running %s)", got);
-	char why[128] = "";
+	struct pfx_error why = { "" };
 	if (user && *user) {
 		/* OpenBLAS's reading of it is its own (0.3.21 runs Cooperlake for
 		 * "SapphireRapids"): what must hold is that it was left alone. */
 		cr_expect_str_eq(getenv("OPENBLAS_CORETYPE"), user);
 		if (strcasecmp(got, want)) {
-			cr_expect(!kern_blas_core_ok(why, sizeof(why)));
-			cr_expect(strstr(why, "OPENBLAS_CORETYPE="), "%s", why);
+			cr_expect(!kern_blas_core_ok(&why));
+			cr_expect(strstr(why.msg, "OPENBLAS_CORETYPE="), "%s", why.msg);
 		}
 		return;
 	}
 	cr_expect_eq(strcasecmp(got, want), 0, "OpenBLAS runs %s, not %s", got, want);
-	cr_expect(kern_blas_core_ok(why, sizeof(why)), "%s", why);
+	cr_expect(kern_blas_core_ok(&why), "%s", why.msg);
 	/* Children choose for themselves: the choice is not left in the environment. */
 	cr_expect_null(getenv("OPENBLAS_CORETYPE"));
 }

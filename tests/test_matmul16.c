@@ -28,7 +28,6 @@
 #include "kernels.h"
 #include "random_model.h"
 #include "safetensors.h"
-#include "st_write.h"
 
 
 static float val(uint32_t *seed)
@@ -205,43 +204,13 @@ static void teardown(void)
 	cr_expect_eq(system(cmd), 0);
 }
 
-/* tmp/<name>: fixture name's f32 checkpoint in bf16, rounded to nearest
- * even as torch's .to(bfloat16) does (as test_weights16.c writes them). */
+/* tmp/<name>: fixture name's f32 checkpoint in bf16. */
 static const char *write_bf16(const char *name)
 {
-	static char dir[600];
-	char path[2048];
+	static char dir[600], src[600];
 	snprintf(dir, sizeof(dir), "%s/%s", tmp, name);
-	snprintf(path, sizeof(path), "mkdir -p '%s' && cp '%s/%s/config.json' '%s/'", dir,
-		 fixtures_dir(), name, dir);
-	cr_assert_eq(system(path), 0, "%s", path);
-	snprintf(path, sizeof(path), "%s/%s/model.safetensors", fixtures_dir(), name);
-	struct st_file *f;
-	struct pfx_error err;
-	cr_assert_eq(st_open(path, &f, &err), 0, "%s", err.msg);
-	size_t n = st_count(f);
-	struct st_out *out = calloc(n, sizeof(*out));
-	for (size_t i = 0; i < n; i++) {
-		const struct st_tensor *t = st_at(f, i);
-		cr_assert_eq(t->dtype, ST_F32, "%s: %s is %s", path, t->name, t->dtype_name);
-		size_t k = (size_t)st_numel(t);
-		uint16_t *h = malloc(2 * k + 2);
-		for (size_t j = 0; j < k; j++) {
-			float v;
-			memcpy(&v, (const char *)t->data + 4 * j, 4);
-			h[j] = kern_f32_to_bf16(v);
-		}
-		out[i] = (struct st_out){ .name = t->name, .dtype = "BF16", .ndim = t->ndim,
-					  .data = h, .nbytes = 2 * k };
-		memcpy(out[i].shape, t->shape, sizeof(out[i].shape));
-	}
-	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-	cr_assert_eq(st_write(path, out, n, &err), 0, "%s", err.msg);
-	for (size_t i = 0; i < n; i++)
-		free((void *)out[i].data);
-	free(out);
-	st_close(f);
-	return dir;
+	snprintf(src, sizeof(src), "%s/%s", fixtures_dir(), name);
+	return write_16bit_checkpoint(src, dir, "BF16");
 }
 
 static struct pfx_model *load_mm(const char *dir, enum pfx_matmul mm)

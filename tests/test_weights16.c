@@ -16,8 +16,6 @@
 #include "helpers.h"
 #include "random_model.h"
 #include "safetensors.h"
-#include "st_write.h"
-#include "kernels.h"
 
 #define TOL_16 1e-5
 
@@ -35,42 +33,12 @@ static void teardown(void)
 	cr_expect_eq(system(cmd), 0);
 }
 
-/* tmp/<name>-<dtype>: the f32 checkpoint src rewritten in dtype, rounded
- * to nearest even as torch's .to() does. */
+/* tmp/<name>-<dtype>: the f32 checkpoint src rewritten in dtype. */
 static const char *write_16bit(const char *src, const char *name, const char *dtype)
 {
 	static char dir[600];
-	char path[2048];
 	snprintf(dir, sizeof(dir), "%s/%s-%s", tmp, name, dtype);
-	snprintf(path, sizeof(path), "mkdir -p '%s' && cp '%s/config.json' '%s/'", dir, src, dir);
-	cr_assert_eq(system(path), 0, "%s", path);
-	snprintf(path, sizeof(path), "%s/model.safetensors", src);
-	struct st_file *f;
-	struct pfx_error err;
-	cr_assert_eq(st_open(path, &f, &err), 0, "%s", err.msg);
-	size_t n = st_count(f);
-	struct st_out *out = calloc(n, sizeof(*out));
-	for (size_t i = 0; i < n; i++) {
-		const struct st_tensor *t = st_at(f, i);
-		cr_assert_eq(t->dtype, ST_F32, "%s: %s is %s", path, t->name, t->dtype_name);
-		size_t k = (size_t)st_numel(t);
-		uint16_t *h = malloc(2 * k + 2);
-		for (size_t j = 0; j < k; j++) {
-			float v;
-			memcpy(&v, (const char *)t->data + 4 * j, 4);
-			h[j] = !strcmp(dtype, "F16") ? kern_f32_to_f16(v) : kern_f32_to_bf16(v);
-		}
-		out[i] = (struct st_out){ .name = t->name, .dtype = dtype, .ndim = t->ndim,
-					  .data = h, .nbytes = 2 * k };
-		memcpy(out[i].shape, t->shape, sizeof(out[i].shape));
-	}
-	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-	cr_assert_eq(st_write(path, out, n, &err), 0, "%s", err.msg);
-	for (size_t i = 0; i < n; i++)
-		free((void *)out[i].data);
-	free(out);
-	st_close(f);
-	return dir;
+	return write_16bit_checkpoint(src, dir, dtype);
 }
 
 static struct pfx_model *load_as(const char *dir, enum pfx_weights w)

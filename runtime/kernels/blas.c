@@ -191,7 +191,9 @@ void pfx_kernels_describe(struct pfx_kernels *out)
 	memset(out, 0, sizeof(*out));
 	out->blas_core = pfx_blas_corename();
 	out->blas_best = kern_blas_expected_core();
-	out->blas_is_best = kern_blas_core_ok(out->blas_why, sizeof(out->blas_why));
+	struct pfx_error why = { "" };
+	out->blas_is_best = kern_blas_core_ok(&why);
+	snprintf(out->blas_why, sizeof(out->blas_why), "%s", why.msg);
 	out->own = kern_cpu_kernels();
 	out->bf16 = kern_bf16_path_name() + strlen("bf16, ");
 }
@@ -208,16 +210,16 @@ const char *kern_blas_expected_core(void)
 	return expected;
 }
 
-bool kern_blas_core_ok(char *buf, size_t cap)
+bool kern_blas_core_ok(struct pfx_error *why)
 {
 	kern_blas_init();
 	if (!expected || !strcasecmp(openblas_get_corename(), expected))
 		return true;
 	if (user_core[0])
-		snprintf(buf, cap, "OPENBLAS_CORETYPE=%s is set", user_core);
+		pfx_errorf(why, 0, "OPENBLAS_CORETYPE=%s is set", user_core);
 	else if (switch_refused)
-		snprintf(buf, cap, "this OpenBLAS did not switch to it");
+		pfx_errorf(why, 0, "this OpenBLAS did not switch to it");
 	else
-		snprintf(buf, cap, "OpenBLAS chose another core");
+		pfx_errorf(why, 0, "OpenBLAS chose another core");
 	return false;
 }

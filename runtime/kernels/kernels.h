@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pfx_error.h"
+
 /* ==== Weight matrices (weight.c) ==== */
 
 /*
@@ -110,11 +112,11 @@ const char *kern_blas_expected_core(void);
 
 /*
  * Whether the running core is the expected one. When it is not, returns
- * false and writes why into buf (e.g. "OPENBLAS_CORETYPE=Prescott is set"
+ * false and says why in why (e.g. "OPENBLAS_CORETYPE=Prescott is set"
  * or "OpenBLAS did not accept it"); true when they match or nothing is
  * expected.
  */
-bool kern_blas_core_ok(char *buf, size_t cap);
+bool kern_blas_core_ok(struct pfx_error *why);
 
 /* ==== A few vectors (gemv.c) ==== */
 

@@ -177,9 +177,9 @@ void jv_write_str(struct jbuf *b, const struct jv *v);
 /* Python's repr(v). */
 void jv_write_repr(struct jbuf *b, const struct jv *v);
 /* json.dumps(v, ensure_ascii=False, indent, sort_keys) as transformers'
- * tojson: 0, or -1 for a value JSON cannot hold (its type in *why). */
+ * tojson: 0, or -1 for a value JSON cannot hold (its type in why). */
 int jv_write_json(struct jbuf *b, const struct jv *v, int indent, bool sort_keys, int depth,
-		  const char **why);
+		  struct pfx_error *why);
 bool jv_truthy(const struct jv *v);
 /* Python ==. */
 bool jv_equal(const struct jv *x, const struct jv *y);

@@ -127,10 +127,10 @@ static struct jv do_tojson(struct jrender *r, const struct jv *v, const struct f
 		jr_fail(r, -ENOTSUP, line, "tojson(indent=%lld): at most 64", (long long)ind);
 	struct jbuf b;
 	jb_init(&b, jr_arena(r), jr_max_output(r));
-	const char *why = NULL;
+	struct pfx_error why = { "" };
 	if (jv_write_json(&b, v, (int)ind, sort && jv_truthy(sort), JSON_DEPTH, &why))
-		jr_fail(r, -EINVAL, line, "tojson: %s%s", why,
-			strcmp(why, "nesting too deep") ? " is not JSON serializable" : "");
+		jr_fail(r, -EINVAL, line, "tojson: %s%s", why.msg,
+			strcmp(why.msg, "nesting too deep") ? " is not JSON serializable" : "");
 	if (b.full)
 		oom(r, line);
 	return jv_str(jb_done(&b));

@@ -112,11 +112,10 @@ static int cmp_keys(const void *x, const void *y)
 }
 
 static int write_json(struct jbuf *b, const struct jv *v, int indent, bool sort, int level,
-		      int depth, const char **why)
+		      int depth, struct pfx_error *why)
 {
 	if (level > depth) {
-		*why = "nesting too deep";
-		return -1;
+		return pfx_errorf(why, -1, "nesting too deep");
 	}
 	switch (v->t) {
 	case JV_NONE:
@@ -185,13 +184,13 @@ static int write_json(struct jbuf *b, const struct jv *v, int indent, bool sort,
 		return 0;
 	}
 	default:
-		*why = jv_type_name(v);
+		pfx_errorf(why, -1, "%s", jv_type_name(v));
 		return -1;
 	}
 }
 
 int jv_write_json(struct jbuf *b, const struct jv *v, int indent, bool sort_keys, int depth,
-		  const char **why)
+		  struct pfx_error *why)
 {
 	return write_json(b, v, indent, sort_keys, 0, depth, why);
 }

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "kernels.h"
 #include "safetensors.h"
+#include "st_write.h"
 
 const char *fixtures_dir(void)
 {
@@ -186,4 +188,40 @@ void count_csv(char *out, size_t cap, int n)
 	size_t at = 0;
 	for (int i = 1; i <= n && at < cap; i++)
 		at += (size_t)snprintf(out + at, cap - at, "%s%d", i > 1 ? "," : "", i);
+}
+
+const char *write_16bit_checkpoint(const char *src, const char *dst, const char *dtype)
+{
+	char path[2048];
+	snprintf(path, sizeof(path), "mkdir -p '%s' && cp '%s/config.json' '%s/'", dst, src, dst);
+	cr_assert_eq(system(path), 0, "%s", path);
+	snprintf(path, sizeof(path), "%s/model.safetensors", src);
+	struct st_file *f;
+	struct pfx_error err;
+	cr_assert_eq(st_open(path, &f, &err), 0, "%s", err.msg);
+	size_t n = st_count(f);
+	struct st_out *out = calloc(n, sizeof(*out));
+	cr_assert(out);
+	for (size_t i = 0; i < n; i++) {
+		const struct st_tensor *t = st_at(f, i);
+		cr_assert_eq(t->dtype, ST_F32, "%s: %s is %s", path, t->name, t->dtype_name);
+		size_t k = (size_t)st_numel(t);
+		uint16_t *h = malloc(2 * k + 2);
+		cr_assert(h);
+		for (size_t j = 0; j < k; j++) {
+			float v;
+			memcpy(&v, (const char *)t->data + 4 * j, 4);
+			h[j] = !strcmp(dtype, "F16") ? kern_f32_to_f16(v) : kern_f32_to_bf16(v);
+		}
+		out[i] = (struct st_out){ .name = t->name, .dtype = dtype, .ndim = t->ndim,
+					  .data = h, .nbytes = 2 * k };
+		memcpy(out[i].shape, t->shape, sizeof(out[i].shape));
+	}
+	snprintf(path, sizeof(path), "%s/model.safetensors", dst);
+	cr_assert_eq(st_write(path, out, n, &err), 0, "%s", err.msg);
+	for (size_t i = 0; i < n; i++)
+		free((void *)out[i].data);
+	free(out);
+	st_close(f);
+	return dst;
 }

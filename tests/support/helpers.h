@@ -36,6 +36,10 @@ float max_abs_diff(const float *a, const float *b, size_t n);
 /* Runs tokens uncached in a fresh session; returns n x vocab logits. */
 float *logits_uncached(struct pfx_model *m, const int32_t *t, size_t n);
 const char *fixtures_dir(void);
+/* dst (made if need be): the f32 checkpoint in src rewritten with dtype
+ * "F16" or "BF16", rounded to nearest even as torch's .to() does; returns
+ * dst. Fails the test on any error. */
+const char *write_16bit_checkpoint(const char *src, const char *dst, const char *dtype);
 
 /* prefix-run as a user calls it. */
 struct cmd_result {
