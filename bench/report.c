@@ -11,10 +11,10 @@
 #include "kernels.h"
 #include "model.h"
 
-#define MAX_TARGETS 8
+#define MAX_TARGETS 24
 
 struct target {
-	const char *name;
+	char name[64]; /* a copy: report_key's buffer is reused */
 	double value, target;
 	enum report_cmp cmp;
 	const char *want; /* a condition's target; NULL for a number */
@@ -164,12 +164,16 @@ void report_target(const char *name, double value, enum report_cmp cmp, double t
 	bool met = cmp == REPORT_AT_LEAST ? value >= target
 		   : cmp == REPORT_AT_MOST ? value <= target
 					   : value < target;
-	*add(name) = (struct target){ name, value, target, cmp, NULL, met };
+	struct target *t = add(name);
+	*t = (struct target){ .value = value, .target = target, .cmp = cmp, .met = met };
+	snprintf(t->name, sizeof(t->name), "%s", name);
 }
 
 void report_target_holds(const char *name, bool holds, const char *want)
 {
-	*add(name) = (struct target){ .name = name, .want = want, .met = holds };
+	struct target *t = add(name);
+	*t = (struct target){ .want = want, .met = holds };
+	snprintf(t->name, sizeof(t->name), "%s", name);
 }
 
 void report_require(bool holds, const char *why)

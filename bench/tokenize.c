@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <json-c/json.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -33,16 +34,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+#include "opts.h"
+#include "report.h"
 #include "text.h"
 
-static const char *const names[] = { "neox", "smollm", "tinyllama", "llama3", "qwen3" };
+#define NAME "tokenize"
 
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+static const char *const names[] = { "neox", "smollm", "tinyllama", "llama3", "qwen3" };
 
 /* The corpus lines, joined by newlines, repeated up to mb megabytes. */
 static char *build_text(double mb, size_t *len)
@@ -125,14 +124,26 @@ int main(int argc, char **argv)
 					      { "only", required_argument, 0, 'o' },
 					      { 0, 0, 0, 0 } };
 	for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
-		if (c == 'm' && atof(optarg) > 0)
-			mb = atof(optarg);
+		if (c == 'm')
+			mb = opt_double(NAME, "mb", optarg, 0.01, 64);
 		else if (c == 'o')
 			only = optarg;
 		else {
 			fprintf(stderr, "usage: tokenize [--mb N] [--only NAME]\n");
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "tokenize: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	bool known = !only;
+	for (size_t k = 0; k < sizeof(names) / sizeof(*names); k++)
+		known |= only && !strcmp(only, names[k]);
+	if (!known) {
+		fprintf(stderr, "tokenize: --only must be one of neox, smollm, tinyllama, llama3, qwen3, "
+				"not '%s'\n", only);
+		return 2;
 	}
 	size_t len;
 	char *text = build_text(mb, &len);
@@ -143,9 +154,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	close(fd);
-	int fails = 0;
-	printf("{\n  \"bench\": \"tokenize\",\n  \"text_bytes\": %zu,\n  \"tokenizers\": {", len);
-	const char *sep = "";
+	struct bench_cpu cpu0;
+	bench_cpu_now(&cpu0);
+	report_begin(NAME);
+	report_fmt("text_bytes", "%zu", len);
 	for (size_t k = 0; k < sizeof(names) / sizeof(*names); k++) {
 		if (only && strcmp(only, names[k]))
 			continue;
@@ -158,12 +170,12 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++) {
 			pfx_tokenizer_free(t);
 			struct mallinfo2 before = mallinfo2();
-			double t0 = now();
+			double t0 = bench_now();
 			if (pfx_tokenizer_load(dir, &t, &err)) {
 				fprintf(stderr, "tokenize: %s\n", err.msg);
 				return 1;
 			}
-			double dt = now() - t0;
+			double dt = bench_now() - t0;
 			load = dt < load ? dt : load;
 			held = mallinfo2().uordblks - before.uordblks;
 		}
@@ -172,16 +184,16 @@ int main(int argc, char **argv)
 		double enc = 1e9;
 		for (int i = 0; i < 3; i++) {
 			free(ids);
-			double t0 = now();
+			double t0 = bench_now();
 			if (pfx_tokenize(t, text, len, PFX_TEXT_PARSE_SPECIAL, &ids, &n, &err)) {
 				fprintf(stderr, "tokenize: %s: %s\n", names[k], err.msg);
 				return 1;
 			}
-			double dt = now() - t0;
+			double dt = bench_now() - t0;
 			enc = dt < enc ? dt : enc;
 		}
 		struct pfx_detok_stream *s;
-		double t0 = now();
+		double t0 = bench_now();
 		size_t out = 0;
 		if (pfx_detok_stream_new(t, 0, &s, &err))
 			return 1;
@@ -198,31 +210,52 @@ int main(int argc, char **argv)
 		size_t l;
 		pfx_detok_stream_finish(s, &p, &l, &err);
 		out += l;
-		double dec = now() - t0;
+		double dec = bench_now() - t0;
 		pfx_detok_stream_free(s);
-		printf("%s\n    \"%s\": { \"load_s\": %.4f, \"encode_mb_s\": %.2f, \"tokens\": %zu, "
-		       "\"stream_decode_ns_per_token\": %.1f, \"decoded_bytes\": %zu",
-		       sep, names[k], load, (double)len / 1e6 / enc, n, n ? dec * 1e9 / (double)n : 0.0, out);
+		double ns_token = n ? dec * 1e9 / (double)n : 0.0;
+		char fig[512];
+		int at = snprintf(fig, sizeof(fig),
+				  "{\"load_s\": %.4f, \"encode_mb_s\": %.2f, \"tokens\": %zu, "
+				  "\"stream_decode_ns_per_token\": %.1f, \"decoded_bytes\": %zu",
+				  load, (double)len / 1e6 / enc, n, ns_token, out);
+		report_target(report_key("%s_stream_decode_ns_per_token", names[k]), ns_token,
+			      REPORT_AT_MOST, 1000);
 		if (!strcmp(names[k], "llama3")) {
 			char file[600];
 			struct stat st;
 			snprintf(file, sizeof(file), "%s/tokenizer.json", dir);
-			if (!stat(file, &st))
-				printf(", \"heap_bytes\": %zu, \"file_bytes\": %lld, \"heap_vs_file\": %.2f", held,
-				       (long long)st.st_size, (double)held / (double)st.st_size);
+			if (!stat(file, &st)) {
+				double ratio = (double)held / (double)st.st_size;
+				at += snprintf(fig + at, sizeof(fig) - (size_t)at,
+					       ", \"heap_bytes\": %zu, \"file_bytes\": %lld, "
+					       "\"heap_vs_file\": %.2f",
+					       held, (long long)st.st_size, ratio);
+				report_target("llama3_heap_vs_file", ratio, REPORT_AT_MOST, 2);
+			}
 		}
 		double rl, rmbps;
-		if (strcmp(names[k], "tinyllama") && !reference(names[k], textfile, &rl, &rmbps))
-			printf(", \"rust_load_s\": %.4f, \"rust_encode_mb_s\": %.2f, \"encode_vs_rust\": %.2f, "
-			       "\"load_vs_rust\": %.2f",
-			       rl, rmbps, (double)len / 1e6 / enc / rmbps, load / rl);
-		printf(" }");
-		sep = ",";
+		if (strcmp(names[k], "tinyllama") && !reference(names[k], textfile, &rl, &rmbps)) {
+			double er = (double)len / 1e6 / enc / rmbps, lr = load / rl;
+			at += snprintf(fig + at, sizeof(fig) - (size_t)at,
+				       ", \"rust_load_s\": %.4f, \"rust_encode_mb_s\": %.2f, "
+				       "\"encode_vs_rust\": %.2f, \"load_vs_rust\": %.2f",
+				       rl, rmbps, er, lr);
+			report_target(report_key("%s_encode_vs_rust", names[k]), er, REPORT_AT_LEAST, 2);
+			report_target(report_key("%s_load_vs_rust", names[k]), lr, REPORT_AT_MOST, 0.5);
+		}
+		snprintf(fig + at, sizeof(fig) - (size_t)at, "}");
+		report_fmt(names[k], "%s", fig);
 		free(ids);
 		pfx_tokenizer_free(t);
 	}
-	printf("\n  }\n}\n");
+	double others, steal;
+	bench_cpu_since(&cpu0, &others, &steal);
+	report_noise(others, steal);
+	report_machine();
+	bool met = report_end("one thread; load: best of 3; encode: best of 3 over text_bytes of "
+			      "corpus lines; *_vs_rust: beside Rust tokenizers 0.22.2 on the same "
+			      "text (TOKREF_DIR), absent when node or the package is missing");
 	unlink(textfile);
 	free(text);
-	return fails ? 1 : 0;
+	return met ? 0 : 1;
 }
