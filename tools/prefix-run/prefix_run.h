@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "text.h"
 
 struct run_args {
 	const char *model;
@@ -31,6 +32,8 @@ struct run_args {
 	int shared;                 /* --shared: the daemon's shared namespace too */
 	int pin;
 	uint32_t ttl;
+	struct text_opts text;
+	struct pfx_tokenizer *tok; /* the model folder's, when text is used */
 };
 
 /* Prints why and returns -1 when the model cannot be loaded. */
