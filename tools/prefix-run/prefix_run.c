@@ -22,7 +22,7 @@
 #include "prefixd_version.h"
 #include "sample.h"
 #include "session.h"
-#include "text.h"
+#include "run_text.h"
 
 #define MODEL_HELP \
 	"  --model DIR        the checkpoint's directory (config.json, model.safetensors)\n"

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "model.h"
-#include "text.h"
+#include "run_text.h"
 
 struct run_args {
 	const char *model;

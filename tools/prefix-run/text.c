@@ -4,7 +4,7 @@
  * model folder's tokenizer, generate's streamed text with its stop strings,
  * and the tokenize and detokenize commands.
  */
-#include "text.h"
+#include "run_text.h"
 
 #include <errno.h>
 #include <json-c/json.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* prefix-run's text: prompts and chats in, generated text out, and the
+/* prefix-run's text (text.c): prompts and chats in, generated text out, and the
  * tokenize and detokenize commands (text.c, over text.h of the runtime). */
 #ifndef PFX_PREFIX_RUN_TEXT_H
 #define PFX_PREFIX_RUN_TEXT_H
