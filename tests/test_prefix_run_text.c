@@ -342,3 +342,26 @@ Test(prefix_run_text, usage_errors)
 	cr_expect(strstr(r.out, "32000 tokens but the model's embedding only 512 rows"), "%s", r.out);
 	cleanup();
 }
+
+Test(prefix_run_text, demo_answers_questions_in_text, .timeout = 240)
+{
+	/* The demo's shape (4096 positions: the system prompt is ~770 of
+	 * tiny-chat's mostly one-byte tokens), random weights. */
+	snprintf(dir, sizeof(dir), "/tmp/pfx-text-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	struct cmd_result r = run("random-model --force --out %s", dir);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "cp %s/tiny-chat/tokenizer.json %s/tiny-chat/tokenizer_config.json %s/",
+		 TOKDIR, TOKDIR, dir);
+	cr_assert_eq(system(cmd), 0);
+	r = run("demo --model %s --suffix 4 --suffixes 2", dir);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "text mode"), "%s", r.out);
+	cr_expect(strstr(r.out, "answers gibberish"), "%s", r.out);
+	cr_expect(strstr(r.out, "Q1: When do you close on Saturday?\nA1: \""), "%s", r.out);
+	cr_expect(strstr(r.out, "Q2: "), "%s", r.out);
+	cr_expect_not(strstr(r.out, "Q3: "), "%s", r.out);
+	cr_expect(strstr(r.out, "every answer the same both ways"), "%s", r.out);
+	cleanup();
+}

@@ -226,10 +226,17 @@ static const char help_demo[] =
 	"recomputing each from scratch. Without --model it writes a small random-weight\n"
 	"Llama to a temporary directory first.\n"
 	"\n"
+	"When DIR has a tokenizer.json, in text: one system prompt (a library's help\n"
+	"desk) is computed once and frozen, and each question is answered on it\n"
+	"(greedy, up to --suffix tokens or the end of sequence) and again from\n"
+	"scratch; it prints the answers, the times and whether both ways agree (exit 1\n"
+	"if not). A model of random weights answers gibberish.\n"
+	"\n"
 	"  --model DIR        the checkpoint's directory (default: a random model)\n"
-	"  --prefix N         prefix tokens (default 1024)\n"
-	"  --suffix N         tokens of each suffix (default 32)\n"
-	"  --suffixes N       how many suffixes (default 4)\n"
+	"  --prefix N         prefix tokens (default 1024; text: the system prompt's)\n"
+	"  --suffix N         tokens of each suffix (default 32; text: of each answer,\n"
+	"                     at most)\n"
+	"  --suffixes N       how many suffixes (default 4; text: questions, at most 8)\n"
 	COMMON_HELP;
 
 static const char help_warm[] =

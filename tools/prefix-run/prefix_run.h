@@ -52,6 +52,8 @@ int cmd_recache(struct run_args *a);
 int cmd_logits(struct run_args *a);
 int cmd_generate(struct run_args *a);
 int cmd_demo(struct run_args *a);
+/* demo with a tokenizer in the model folder (demo_text.c). */
+int cmd_demo_text(struct run_args *a, struct pfx_model *m, const struct pfx_tokenizer *tok);
 int cmd_random_model(struct run_args *a);
 int cmd_warm(struct run_args *a);
 
