@@ -185,9 +185,9 @@ static const char help_generate[] =
 	"                           [--threads N] [--block-tokens B]\n"
 	"\n"
 	"Prints the text of at most N new tokens as it is made (special tokens left\n"
-	"out, no newline added), or with --ids, or when DIR has no tokenizer.json,\n"
-	"their ids on one line; on stderr, the time to the first token and the rate\n"
-	"after it. It stops after the model's end-of-sequence token (eos_token_id in\n"
+	"out; a newline added on a terminal only), or with --ids, or when DIR has no\n"
+	"tokenizer.json, their ids on one line; on stderr, the time to the first\n"
+	"token and the rate after it. It stops after the model's end-of-sequence token (eos_token_id in\n"
 	"generation_config.json, an id or a list, else in config.json, and the\n"
 	"tokenizer's eos_token), unless --ignore-eos. The prompt and every new token\n"
 	"but the last must fit the model's context (max_position_embeddings): a\n"
@@ -943,8 +943,9 @@ int cmd_generate(struct run_args *a)
 	}
 	if (text && !stopped && (stopped = text_out_finish(text)) < 0)
 		goto out;
-	/* Text ends as it ends: a newline only where it is not part of it. */
-	if (!text)
+	/* Text ends as it ends, so a pipe gets exactly the text; a terminal
+	 * gets a newline, or stderr's lines would continue the answer's. */
+	if (!text || isatty(STDOUT_FILENO))
 		printf("\n");
 	fflush(stdout);
 	double t2 = cli_now();
