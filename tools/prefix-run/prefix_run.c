@@ -155,7 +155,8 @@ static const char help_recache[] =
 	"  --threads N        threads that hash the weights (default: all CPUs)\n";
 
 static const char help_logits[] =
-	"usage: prefix-run logits --model DIR (PROMPT | --tokens IDS) --out FILE.npy [--split K]\n"
+	"usage: prefix-run logits --model DIR (PROMPT | --tokens IDS) --out FILE.npy\n"
+	"                         [--split K]\n"
 	"                         [--socket PATH [--salt TEXT] [--shared]] [--threads N]\n"
 	"                         [--block-tokens B]\n"
 	"\n"
@@ -189,10 +190,11 @@ static const char help_generate[] =
 	"tokenizer.json, their ids on one line; on stderr, the time to the first\n"
 	"token and the rate after it. It stops after the model's end-of-sequence\n"
 	"token (eos_token_id in generation_config.json, an id or a list, else in\n"
-	"config.json, and the tokenizer's eos_token), unless --ignore-eos. The prompt and every new token\n"
-	"but the last must fit the model's context (max_position_embeddings): a\n"
-	"--max-new past it is refused up front. With a tokenizer, ids past its\n"
-	"vocabulary (padding rows of the embedding) are never sampled.\n"
+	"config.json, and the tokenizer's eos_token), unless --ignore-eos. The\n"
+	"prompt and every new token but the last must fit the model's context\n"
+	"(max_position_embeddings): a --max-new past it is refused up front. With a\n"
+	"tokenizer, ids past its vocabulary (padding rows of the embedding) are never\n"
+	"sampled.\n"
 	"\n"
 	"  prefix-run generate --model DIR --chat --user \"Why is the sky blue?\" --max-new 64\n"
 	"\n"
