@@ -365,3 +365,25 @@ Test(prefix_run_text, demo_answers_questions_in_text, .timeout = 240)
 	cr_expect(strstr(r.out, "every answer the same both ways"), "%s", r.out);
 	cleanup();
 }
+
+/* logits and warm take the same text: the logits of --prompt are those of
+ * --tokens with tokenize's ids. */
+Test(prefix_run_text, logits_of_a_prompt_are_those_of_its_ids)
+{
+	make_model(NULL);
+	struct cmd_result t = run("tokenize --model %s --prompt 'Hello world, the user' 2>/dev/null", dir);
+	cr_assert_eq(t.status, 0);
+	t.out[strcspn(t.out, "\n")] = 0;
+	struct cmd_result a = run("logits --model %s --prompt 'Hello world, the user' --out %s/a.npy", dir, dir);
+	cr_assert_eq(a.status, 0, "%s", a.out);
+	struct cmd_result b = run("logits --model %s --tokens %s --out %s/b.npy", dir, t.out, dir);
+	cr_assert_eq(b.status, 0, "%s", b.out);
+	char pa[96], pb[96];
+	snprintf(pa, sizeof(pa), "%s/a.npy", dir);
+	snprintf(pb, sizeof(pb), "%s/b.npy", dir);
+	float *la = read_npy(pa, 7, 512), *lb = read_npy(pb, 7, 512);
+	cr_expect_eq(memcmp(la, lb, 7 * 512 * sizeof(float)), 0);
+	free(la);
+	free(lb);
+	cleanup();
+}
