@@ -387,3 +387,20 @@ Test(prefix_run_text, logits_of_a_prompt_are_those_of_its_ids)
 	free(lb);
 	cleanup();
 }
+
+/* A tokenizer.json that cannot be loaded stops text, not ids. */
+Test(prefix_run_text, unreadable_tokenizer_falls_back_to_ids)
+{
+	make_model(NULL);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "echo '{\"model\": 1}' > %s/tokenizer.json", dir);
+	cr_assert_eq(system(cmd), 0);
+	struct cmd_result r = run("generate --model %s --no-cache --tokens 1,2,3 --max-new 2 --ignore-eos", dir);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+	cr_expect(strstr(r.out, "not using the tokenizer: ") && strstr(r.out, "; printing token ids"),
+		  "%s", r.out);
+	r = run("generate --model %s --no-cache --prompt hi --max-new 2", dir);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "cannot load the tokenizer: "), "%s", r.out);
+	cleanup();
+}

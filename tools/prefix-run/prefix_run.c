@@ -1192,9 +1192,9 @@ int main(int argc, char **argv)
 	}
 	if (tokens && cli_tokens(tokens, &a.tokens, &a.ntokens))
 		return 2;
-	/* The tokenizer: for text in, and for generate's text out unless --ids
-	 * (a folder without one prints ids, as before there was text). */
-	/* generate loads it with --ids too: both sample the same tokens. */
+	/* The tokenizer: for text in, and for generate's text out (a folder
+	 * without one prints ids, as before there was text); generate loads
+	 * it with --ids too, so that both sample the same tokens. */
 	int text_out = commands[cmd].run == cmd_generate;
 	int need_tok = text_has_input(&a.text) || commands[cmd].run == cmd_detokenize;
 	if ((need_tok || text_out) && text_load(a.model, need_tok, &a.tok)) {

@@ -30,8 +30,9 @@ int text_has_input(const struct text_opts *t);
 /* The usage rules: exactly one prompt source (have_tokens: --tokens was
  * given), --chat's parts only with --chat. 0, or -1 after saying why. */
 int text_check_usage(const struct text_opts *t, int have_tokens, const char *cmd);
-/* Loads dir's tokenizer into *tok. A folder without tokenizer.json leaves
- * *tok NULL and returns 0 unless required. 0, or -1 after saying why. */
+/* Loads dir's tokenizer into *tok. Unless required, a folder without
+ * tokenizer.json, or with one that cannot be loaded (said on stderr),
+ * leaves *tok NULL and returns 0. 0, or -1 after saying why. */
 int text_load(const char *dir, int required, struct pfx_tokenizer **tok);
 /* The prompt's ids (malloc'd) from the text options. 0, or -1 after saying why. */
 int text_encode(const struct pfx_tokenizer *tok, const struct text_opts *t, int32_t **ids,

@@ -65,8 +65,13 @@ int text_load(const char *dir, int required, struct pfx_tokenizer **tok)
 	}
 	struct pfx_error err = { "" };
 	if (pfx_tokenizer_load(dir, tok, &err)) {
-		fprintf(stderr, "prefix-run: cannot load the tokenizer: %s\n", err.msg);
-		return -1;
+		*tok = NULL;
+		/* Where text is only a nicety (generate's output), ids still
+		 * serve: a tokenizer this one cannot read does not stop them. */
+		fprintf(stderr, "prefix-run: %s the tokenizer: %s%s\n",
+			required ? "cannot load" : "not using", err.msg,
+			required ? "" : "; printing token ids");
+		return required ? -1 : 0;
 	}
 	return 0;
 }
