@@ -318,7 +318,8 @@ Test(prefix_run_text, usage_errors)
 		{ "detokenize --model D --prompt hi --tokens 1", "not an option of 'detokenize'", 2 },
 		{ "tokenize --model D --pieces", "give the prompt", 2 },
 		{ "detokenize --model D --tokens 1,999", "not a token", 1 },
-		{ "tokenize --model D --chat --messages /dev/null", "not JSON", 1 },
+		{ "tokenize --model D --chat --messages /dev/null", "not JSON (it ends before the value does)", 1 },
+		{ "tokenize --model D --chat --messages - < /dev/null", "not JSON (it ends before the value does)", 1 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char args[256], *d = strstr(cases[i].args, " D ");

@@ -127,7 +127,10 @@ static int read_messages(const char *path, json_object **root, struct pfx_chat_m
 	json_object *o = tk ? json_tokener_parse_ex(tk, buf, (int)len) : NULL;
 	int ok = o && json_tokener_get_error(tk) == json_tokener_success &&
 		 (size_t)json_tokener_get_parse_end(tk) == len;
-	const char *why = tk ? json_tokener_error_desc(json_tokener_get_error(tk)) : "out of memory";
+	enum json_tokener_error je = tk ? json_tokener_get_error(tk) : json_tokener_success;
+	const char *why = !tk				 ? "out of memory"
+			  : je == json_tokener_continue ? "it ends before the value does"
+							 : json_tokener_error_desc(je);
 	free(buf);
 	if (!ok) {
 		fprintf(stderr, "prefix-run: --messages %s: not JSON (%s)\n", path,
