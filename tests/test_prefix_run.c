@@ -635,7 +635,8 @@ Test(prefix_run, tokens_from_standard_input)
 
 Test(prefix_run, a_command_with_help_prints_its_own_help)
 {
-	const char *cmds[] = { "info", "recache", "logits", "generate", "demo", "warm", "random-model" };
+	const char *cmds[] = { "info", "recache", "logits", "generate", "demo", "warm", "random-model",
+			       "tokenize", "detokenize" };
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		char want[64];
 		snprintf(want, sizeof(want), "usage: prefix-run %s ", cmds[i]);
@@ -659,7 +660,7 @@ Test(prefix_run, a_command_with_help_prints_its_own_help)
 	cr_expect(strstr(r.out, "commands:"), "%s", r.out);
 	r = run("help frobnicate");
 	cr_expect_eq(r.status, 2, "%s", r.out);
-	cr_expect(strstr(r.out, "unknown command 'frobnicate' (info, recache, logits, generate, demo, random-model, warm;"),
+	cr_expect(strstr(r.out, "unknown command 'frobnicate' (info, recache, logits, generate, demo, random-model, warm, tokenize, detokenize;"),
 		  "%s", r.out);
 }
 

@@ -65,6 +65,19 @@ int cmd_demo(struct run_args *a)
 	}
 	if (rc)
 		return 1;
+	/* A folder with a tokenizer: questions in text, answers in text. */
+	struct pfx_tokenizer *tz = NULL;
+	if (a->model && text_load(a->model, 0, &tz)) {
+		pfx_model_free(m);
+		return 1;
+	}
+	if (tz) {
+		rc = text_check_vocab(tz, pfx_model_config(m)->vocab, a->model) ? 1
+		     : cmd_demo_text(a, m, tz);
+		pfx_tokenizer_free(tz);
+		pfx_model_free(m);
+		return rc;
+	}
 	const struct pfx_config *c = pfx_model_config(m);
 	int P = a->prefix, S = a->suffix, N = a->nsuffixes, V = c->vocab;
 	if (P + S > c->max_positions) {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "prefixd_version.h"
 #include "sample.h"
 #include "session.h"
+#include "run_text.h"
 
 #define MODEL_HELP \
 	"  --model DIR        the checkpoint's directory (config.json, model.safetensors)\n"
@@ -40,6 +42,20 @@
 	"                     weights as stored, on AMX or AVX512-BF16 where the CPU has\n" \
 	"                     them: several times faster, logits within 0.5; needs a bf16\n" \
 	"                     checkpoint; info says which path runs)\n"
+#define TEXT_HELP \
+	"  --prompt TEXT      the prompt as text, encoded with the tokenizer in DIR\n" \
+	"                     (tokenizer.json), with what its post-processor adds (BOS)\n" \
+	"  --prompt-file FILE the prompt as the text of FILE (-: standard input),\n" \
+	"                     exactly as read: a last newline is part of it\n" \
+	"  --chat             a chat, rendered by the tokenizer's chat template\n" \
+	"                     (tokenizer_config.json) with the generation prompt added:\n" \
+	"  --system TEXT        its system message (optional)\n" \
+	"  --user TEXT          its user message\n" \
+	"  --messages FILE      or all its messages: a JSON list of {\"role\": ...,\n" \
+	"                       \"content\": ...} (-: standard input)\n" \
+	"  --parse-special    match special-token text (\"<|im_start|>\") in the prompt or\n" \
+	"                     the messages as special tokens, as Hugging Face does; by\n" \
+	"                     default it is plain text, so a user cannot inject a turn\n"
 #define IDS_HELP \
 	"\n" \
 	"IDS: token ids separated by commas and/or white space (\"1,2,3\"), or @FILE to\n" \
@@ -50,24 +66,31 @@ static const char usage[] =
 	"       prefix-run COMMAND --help      that command's options in full\n"
 	"\n"
 	"commands:\n"
+	"  generate  --model DIR (PROMPT | --tokens IDS) --max-new N [--ids] [--stop S]\n"
+	"            [--ignore-eos] [--temperature T --top-k K --top-p P --seed S]\n"
+	"                                         prints the new text as it is made (the\n"
+	"                                         ids with --ids, or when DIR has no\n"
+	"                                         tokenizer.json; greedy without\n"
+	"                                         --temperature), stopping after the model's\n"
+	"                                         end-of-sequence token unless --ignore-eos,\n"
+	"                                         and before any --stop string\n"
+	"  tokenize  --model DIR PROMPT [--no-special] [--pieces]\n"
+	"                                         the prompt's ids, as --tokens takes them\n"
+	"  detokenize --model DIR --tokens IDS [--skip-special]\n"
+	"                                         the ids' text\n"
 	"  info      --model DIR                  architecture, shapes, fingerprint, KV size\n"
 	"  recache   --model DIR                  reads the checkpoint into the page cache\n"
 	"                                         again, in 2 MiB pages where the kernel can\n"
 	"                                         (decode reads them faster)\n"
-	"  logits    --model DIR --tokens IDS --out FILE.npy [--split K]\n"
+	"  logits    --model DIR (PROMPT | --tokens IDS) --out FILE.npy [--split K]\n"
 	"                                         float32 logits of every position, shape\n"
 	"                                         (n_tokens, vocab); with --split the first K\n"
 	"                                         tokens run, are frozen, and the rest is\n"
 	"                                         appended in one call (the cached path)\n"
-	"  generate  --model DIR --tokens IDS --max-new N [--ignore-eos]\n"
-	"            [--temperature T --top-k K --top-p P --seed S]\n"
-	"                                         prints the new token ids (greedy without\n"
-	"                                         --temperature), stopping after the model's\n"
-	"                                         end-of-sequence token unless --ignore-eos\n"
 	"  demo      [--model DIR] [--prefix N] [--suffix N] [--suffixes N]\n"
 	"                                         a shared frozen prefix and several suffixes,\n"
 	"                                         timed against recomputing from scratch\n"
-	"  warm      --model DIR --tokens IDS [--pin [--ttl SECS]]\n"
+	"  warm      --model DIR (PROMPT | --tokens IDS) [--pin [--ttl SECS]]\n"
 	"                                         computes a prefix (a system prompt) and\n"
 	"                                         publishes it to prefixd ahead of time; --pin\n"
 	"                                         keeps it from eviction, for SECS seconds\n"
@@ -94,6 +117,11 @@ static const char usage[] =
 	"                    attaches the shared prefix, and what it computes is published\n"
 	"                    there (by prefixd --shared-publishers only; others are told)\n"
 	"  --no-cache        compute everything here\n"
+	"\n"
+	"PROMPT: text, encoded with DIR's tokenizer.json (prefix-run generate --help):\n"
+	"  --prompt TEXT | --prompt-file FILE | --chat --user TEXT [--system TEXT]\n"
+	"  | --chat --messages FILE, and --parse-special to match special-token text\n"
+	"  in it (by default it is plain text: no prompt injection)\n"
 	IDS_HELP;
 
 static const char help_info[] =
@@ -127,7 +155,8 @@ static const char help_recache[] =
 	"  --threads N        threads that hash the weights (default: all CPUs)\n";
 
 static const char help_logits[] =
-	"usage: prefix-run logits --model DIR --tokens IDS --out FILE.npy [--split K]\n"
+	"usage: prefix-run logits --model DIR (PROMPT | --tokens IDS) --out FILE.npy\n"
+	"                         [--split K]\n"
 	"                         [--socket PATH [--salt TEXT] [--shared]] [--threads N]\n"
 	"                         [--block-tokens B]\n"
 	"\n"
@@ -135,7 +164,9 @@ static const char help_logits[] =
 	"(n_tokens, vocab).\n"
 	"\n"
 	MODEL_HELP
-	"  --tokens IDS       the prompt's token ids (below)\n"
+	"  --tokens IDS       the prompt's token ids (below), or PROMPT:\n"
+	TEXT_HELP
+	"  --no-special       leave out what the post-processor adds to a --prompt\n"
 	"  --out FILE.npy     where to write the logits\n"
 	"  --split K          run the first K tokens, freeze them, and append the rest in\n"
 	"                     one call (the cached path; the result is the same)\n"
@@ -148,20 +179,33 @@ static const char help_logits[] =
 	COMMON_HELP IDS_HELP;
 
 static const char help_generate[] =
-	"usage: prefix-run generate --model DIR --tokens IDS --max-new N [--ignore-eos]\n"
+	"usage: prefix-run generate --model DIR (PROMPT | --tokens IDS) --max-new N\n"
+	"                           [--ids] [--stop STRING]... [--ignore-eos]\n"
 	"                           [--temperature T [--top-k K] [--top-p P] [--seed S]]\n"
 	"                           [--socket PATH] [--salt TEXT] [--shared] [--no-cache]\n"
 	"                           [--threads N] [--block-tokens B]\n"
 	"\n"
-	"Prints the ids of at most N new tokens on one line; on stderr, the time to the\n"
-	"first token and the rate after it. It stops after the model's end-of-sequence\n"
-	"token (eos_token_id in generation_config.json, else in config.json), unless\n"
-	"--ignore-eos. The prompt and every new token but the last must fit the model's\n"
-	"context (max_position_embeddings): a --max-new past it is refused up front.\n"
+	"Prints the text of at most N new tokens as it is made (special tokens left\n"
+	"out; a newline added on a terminal only), or with --ids, or when DIR has no\n"
+	"tokenizer.json, their ids on one line; on stderr, the time to the first\n"
+	"token and the rate after it. It stops after the model's end-of-sequence\n"
+	"token (eos_token_id in generation_config.json, an id or a list, else in\n"
+	"config.json, and the tokenizer's eos_token), unless --ignore-eos. The\n"
+	"prompt and every new token but the last must fit the model's context\n"
+	"(max_position_embeddings): a --max-new past it is refused up front. With a\n"
+	"tokenizer, ids past its vocabulary (padding rows of the embedding) are never\n"
+	"sampled.\n"
+	"\n"
+	"  prefix-run generate --model DIR --chat --user \"Why is the sky blue?\" --max-new 64\n"
 	"\n"
 	MODEL_HELP
-	"  --tokens IDS       the prompt's token ids (below)\n"
+	"  --tokens IDS       the prompt's token ids (below), or PROMPT:\n"
+	TEXT_HELP
+	"  --no-special       leave out what the post-processor adds to a --prompt\n"
 	"  --max-new N        how many new tokens at most\n"
+	"  --ids              print the new tokens' ids, not their text\n"
+	"  --stop STRING      stop before STRING in the text (not printed; up to 16\n"
+	"                     of them; text is held back while it could begin one)\n"
 	"  --ignore-eos       do not stop at end-of-sequence tokens: make all N\n"
 	"  --temperature T    sample at temperature T (default: greedy, the likeliest)\n"
 	"  --top-k K          sample among the K likeliest tokens only (0: all)\n"
@@ -184,14 +228,21 @@ static const char help_demo[] =
 	"recomputing each from scratch. Without --model it writes a small random-weight\n"
 	"Llama to a temporary directory first.\n"
 	"\n"
+	"When DIR has a tokenizer.json, in text: one system prompt (a library's help\n"
+	"desk) is computed once and frozen, and each question is answered on it\n"
+	"(greedy, up to --suffix tokens or the end of sequence) and again from\n"
+	"scratch; it prints the answers, the times and whether both ways agree (exit 1\n"
+	"if not). A model of random weights answers gibberish.\n"
+	"\n"
 	"  --model DIR        the checkpoint's directory (default: a random model)\n"
-	"  --prefix N         prefix tokens (default 1024)\n"
-	"  --suffix N         tokens of each suffix (default 32)\n"
-	"  --suffixes N       how many suffixes (default 4)\n"
+	"  --prefix N         prefix tokens (default 1024; text: the system prompt's)\n"
+	"  --suffix N         tokens of each suffix (default 32; text: of each answer,\n"
+	"                     at most)\n"
+	"  --suffixes N       how many suffixes (default 4; text: questions, at most 8)\n"
 	COMMON_HELP;
 
 static const char help_warm[] =
-	"usage: prefix-run warm --model DIR --tokens IDS [--pin [--ttl SECS]]\n"
+	"usage: prefix-run warm --model DIR (PROMPT | --tokens IDS) [--pin [--ttl SECS]]\n"
 	"                       [--socket PATH] [--salt TEXT] [--shared] [--threads N]\n"
 	"                       [--block-tokens B]\n"
 	"\n"
@@ -200,7 +251,9 @@ static const char help_warm[] =
 	"no daemon can be used or it did not store every block.\n"
 	"\n"
 	MODEL_HELP
-	"  --tokens IDS       the prefix's token ids (below)\n"
+	"  --tokens IDS       the prefix's token ids (below), or PROMPT:\n"
+	TEXT_HELP
+	"  --no-special       leave out what the post-processor adds to a --prompt\n"
 	"  --pin              keep the prefix from eviction: your own (within your quota\n"
 	"                     and the daemon's --pin-max), or with --shared the shared one\n"
 	"                     (its publishers and root only)\n"
@@ -212,6 +265,33 @@ static const char help_warm[] =
 	"                     --shared-group), for its group's members to attach: for\n"
 	"                     prefixd --shared-publishers and root only\n"
 	COMMON_HELP IDS_HELP;
+
+static const char help_tokenize[] =
+	"usage: prefix-run tokenize --model DIR (--prompt TEXT | --prompt-file FILE |\n"
+	"                           --chat (--user TEXT [--system TEXT] | --messages FILE))\n"
+	"                           [--no-special] [--parse-special] [--pieces]\n"
+	"\n"
+	"Prints the token ids of a prompt or chat on one line, comma-separated (what\n"
+	"--tokens takes), as the model's tokenizer encodes it. DIR needs only\n"
+	"tokenizer.json (and tokenizer_config.json for --chat): no weights.\n"
+	"\n"
+	"  --model DIR        the folder holding tokenizer.json\n"
+	TEXT_HELP
+	"  --no-special       leave out what the tokenizer's post-processor adds (BOS,\n"
+	"                     EOS) to a --prompt; a chat never gets them\n"
+	"  --pieces           print the tokens' strings (JSON strings, space-separated)\n"
+	"                     instead of their ids\n";
+
+static const char help_detokenize[] =
+	"usage: prefix-run detokenize --model DIR --tokens IDS [--skip-special]\n"
+	"\n"
+	"Prints the text of the token ids exactly, with no newline added. DIR needs\n"
+	"only tokenizer.json: no weights.\n"
+	"\n"
+	"  --model DIR        the folder holding tokenizer.json\n"
+	"  --tokens IDS       the ids (below)\n"
+	"  --skip-special     leave out special tokens (what generate prints does)\n"
+	IDS_HELP;
 
 static const char help_random_model[] =
 	"usage: prefix-run random-model --out DIR [--shape demo|smollm] [--dtype f32|f16|bf16]\n"
@@ -228,47 +308,135 @@ static const char help_random_model[] =
 	"  --force            write into a directory that is not empty: config.json and\n"
 	"                     model.safetensors are replaced, other files stay\n";
 
-enum opt {
-	O_MODEL = 1 << 0, O_TOKENS = 1 << 1, O_SPLIT = 1 << 2, O_OUT = 1 << 3,
-	O_MAXNEW = 1 << 4, O_TEMP = 1 << 5, O_TOPK = 1 << 6, O_TOPP = 1 << 7,
-	O_SEED = 1 << 8, O_THREADS = 1 << 9, O_BLOCK = 1 << 10, O_PREFIX = 1 << 11,
-	O_SUFFIX = 1 << 12, O_NSUFFIX = 1 << 13, O_SOCKET = 1 << 14, O_SALT = 1 << 15,
-	O_NOCACHE = 1 << 16, O_SHAPE = 1 << 17, O_PIN = 1 << 18, O_TTL = 1 << 19,
-	O_IGNORE_EOS = 1 << 20, O_FORCE = 1 << 21, O_WEIGHTS = 1 << 22, O_DTYPE = 1 << 23,
-	O_KV_DTYPE = 1 << 24, O_SHARED = 1 << 25, O_MATMUL = 1 << 26,
-	O_LAST = O_SHARED,
+/* Each option is a bit of a 64-bit mask; getopt_long gets its index (an
+ * int, below ':' and '?'). */
+enum opt_index {
+	I_MODEL,
+	I_TOKENS,
+	I_SPLIT,
+	I_OUT,
+	I_MAXNEW,
+	I_TEMP,
+	I_TOPK,
+	I_TOPP,
+	I_SEED,
+	I_THREADS,
+	I_BLOCK,
+	I_PREFIX,
+	I_SUFFIX,
+	I_NSUFFIX,
+	I_SOCKET,
+	I_SALT,
+	I_NOCACHE,
+	I_SHAPE,
+	I_PIN,
+	I_TTL,
+	I_IGNORE_EOS,
+	I_FORCE,
+	I_WEIGHTS,
+	I_DTYPE,
+	I_KV_DTYPE,
+	I_SHARED,
+	I_MATMUL,
+	I_PROMPT,
+	I_PROMPT_FILE,
+	I_CHAT,
+	I_SYSTEM,
+	I_USER,
+	I_MESSAGES,
+	I_PARSE_SPECIAL,
+	I_NO_SPECIAL,
+	I_PIECES,
+	I_IDS,
+	I_STOP,
+	I_SKIP_SPECIAL,
+	I_COUNT,
 };
+_Static_assert(I_COUNT < ':', "option indices must not collide with getopt's returns");
+#define O_MODEL (UINT64_C(1) << I_MODEL)
+#define O_TOKENS (UINT64_C(1) << I_TOKENS)
+#define O_SPLIT (UINT64_C(1) << I_SPLIT)
+#define O_OUT (UINT64_C(1) << I_OUT)
+#define O_MAXNEW (UINT64_C(1) << I_MAXNEW)
+#define O_TEMP (UINT64_C(1) << I_TEMP)
+#define O_TOPK (UINT64_C(1) << I_TOPK)
+#define O_TOPP (UINT64_C(1) << I_TOPP)
+#define O_SEED (UINT64_C(1) << I_SEED)
+#define O_THREADS (UINT64_C(1) << I_THREADS)
+#define O_BLOCK (UINT64_C(1) << I_BLOCK)
+#define O_PREFIX (UINT64_C(1) << I_PREFIX)
+#define O_SUFFIX (UINT64_C(1) << I_SUFFIX)
+#define O_NSUFFIX (UINT64_C(1) << I_NSUFFIX)
+#define O_SOCKET (UINT64_C(1) << I_SOCKET)
+#define O_SALT (UINT64_C(1) << I_SALT)
+#define O_NOCACHE (UINT64_C(1) << I_NOCACHE)
+#define O_SHAPE (UINT64_C(1) << I_SHAPE)
+#define O_PIN (UINT64_C(1) << I_PIN)
+#define O_TTL (UINT64_C(1) << I_TTL)
+#define O_IGNORE_EOS (UINT64_C(1) << I_IGNORE_EOS)
+#define O_FORCE (UINT64_C(1) << I_FORCE)
+#define O_WEIGHTS (UINT64_C(1) << I_WEIGHTS)
+#define O_DTYPE (UINT64_C(1) << I_DTYPE)
+#define O_KV_DTYPE (UINT64_C(1) << I_KV_DTYPE)
+#define O_SHARED (UINT64_C(1) << I_SHARED)
+#define O_MATMUL (UINT64_C(1) << I_MATMUL)
+#define O_PROMPT (UINT64_C(1) << I_PROMPT)
+#define O_PROMPT_FILE (UINT64_C(1) << I_PROMPT_FILE)
+#define O_CHAT (UINT64_C(1) << I_CHAT)
+#define O_SYSTEM (UINT64_C(1) << I_SYSTEM)
+#define O_USER (UINT64_C(1) << I_USER)
+#define O_MESSAGES (UINT64_C(1) << I_MESSAGES)
+#define O_PARSE_SPECIAL (UINT64_C(1) << I_PARSE_SPECIAL)
+#define O_NO_SPECIAL (UINT64_C(1) << I_NO_SPECIAL)
+#define O_PIECES (UINT64_C(1) << I_PIECES)
+#define O_IDS (UINT64_C(1) << I_IDS)
+#define O_STOP (UINT64_C(1) << I_STOP)
+#define O_SKIP_SPECIAL (UINT64_C(1) << I_SKIP_SPECIAL)
+#define O_LAST O_SKIP_SPECIAL
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED)
+#define O_TEXT (O_PROMPT | O_PROMPT_FILE | O_CHAT | O_SYSTEM | O_USER | O_MESSAGES | O_PARSE_SPECIAL | O_NO_SPECIAL)
 #define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE | O_MATMUL) /* every command that loads a model */
 
 static const struct option longopts[] = {
-	{ "model", required_argument, NULL, O_MODEL },
-	{ "tokens", required_argument, NULL, O_TOKENS },
-	{ "split", required_argument, NULL, O_SPLIT },
-	{ "out", required_argument, NULL, O_OUT },
-	{ "max-new", required_argument, NULL, O_MAXNEW },
-	{ "temperature", required_argument, NULL, O_TEMP },
-	{ "top-k", required_argument, NULL, O_TOPK },
-	{ "top-p", required_argument, NULL, O_TOPP },
-	{ "seed", required_argument, NULL, O_SEED },
-	{ "threads", required_argument, NULL, O_THREADS },
-	{ "block-tokens", required_argument, NULL, O_BLOCK },
-	{ "prefix", required_argument, NULL, O_PREFIX },
-	{ "suffix", required_argument, NULL, O_SUFFIX },
-	{ "suffixes", required_argument, NULL, O_NSUFFIX },
-	{ "socket", required_argument, NULL, O_SOCKET },
-	{ "salt", required_argument, NULL, O_SALT },
-	{ "no-cache", no_argument, NULL, O_NOCACHE },
-	{ "shared", no_argument, NULL, O_SHARED },
-	{ "shape", required_argument, NULL, O_SHAPE },
-	{ "pin", no_argument, NULL, O_PIN },
-	{ "ttl", required_argument, NULL, O_TTL },
-	{ "ignore-eos", no_argument, NULL, O_IGNORE_EOS },
-	{ "force", no_argument, NULL, O_FORCE },
-	{ "weights", required_argument, NULL, O_WEIGHTS },
-	{ "dtype", required_argument, NULL, O_DTYPE },
-	{ "kv-dtype", required_argument, NULL, O_KV_DTYPE },
-	{ "matmul", required_argument, NULL, O_MATMUL },
+	{ "model", required_argument, NULL, I_MODEL },
+	{ "tokens", required_argument, NULL, I_TOKENS },
+	{ "split", required_argument, NULL, I_SPLIT },
+	{ "out", required_argument, NULL, I_OUT },
+	{ "max-new", required_argument, NULL, I_MAXNEW },
+	{ "temperature", required_argument, NULL, I_TEMP },
+	{ "top-k", required_argument, NULL, I_TOPK },
+	{ "top-p", required_argument, NULL, I_TOPP },
+	{ "seed", required_argument, NULL, I_SEED },
+	{ "threads", required_argument, NULL, I_THREADS },
+	{ "block-tokens", required_argument, NULL, I_BLOCK },
+	{ "prefix", required_argument, NULL, I_PREFIX },
+	{ "suffix", required_argument, NULL, I_SUFFIX },
+	{ "suffixes", required_argument, NULL, I_NSUFFIX },
+	{ "socket", required_argument, NULL, I_SOCKET },
+	{ "salt", required_argument, NULL, I_SALT },
+	{ "no-cache", no_argument, NULL, I_NOCACHE },
+	{ "shared", no_argument, NULL, I_SHARED },
+	{ "shape", required_argument, NULL, I_SHAPE },
+	{ "pin", no_argument, NULL, I_PIN },
+	{ "ttl", required_argument, NULL, I_TTL },
+	{ "ignore-eos", no_argument, NULL, I_IGNORE_EOS },
+	{ "force", no_argument, NULL, I_FORCE },
+	{ "weights", required_argument, NULL, I_WEIGHTS },
+	{ "dtype", required_argument, NULL, I_DTYPE },
+	{ "kv-dtype", required_argument, NULL, I_KV_DTYPE },
+	{ "matmul", required_argument, NULL, I_MATMUL },
+	{ "prompt", required_argument, NULL, I_PROMPT },
+	{ "prompt-file", required_argument, NULL, I_PROMPT_FILE },
+	{ "chat", no_argument, NULL, I_CHAT },
+	{ "system", required_argument, NULL, I_SYSTEM },
+	{ "user", required_argument, NULL, I_USER },
+	{ "messages", required_argument, NULL, I_MESSAGES },
+	{ "parse-special", no_argument, NULL, I_PARSE_SPECIAL },
+	{ "no-special", no_argument, NULL, I_NO_SPECIAL },
+	{ "pieces", no_argument, NULL, I_PIECES },
+	{ "ids", no_argument, NULL, I_IDS },
+	{ "stop", required_argument, NULL, I_STOP },
+	{ "skip-special", no_argument, NULL, I_SKIP_SPECIAL },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -281,28 +449,32 @@ static int run_random_model(struct run_args *a);
 
 static const struct {
 	const char *name;
-	int allowed, required;
+	uint64_t allowed, required;
 	int (*run)(struct run_args *a);
 	const char *help;
 } commands[] = {
 	{ "info", O_MODEL | O_LOAD | O_SOCKET, O_MODEL, cmd_info, help_info },
 	{ "recache", O_MODEL | O_THREADS, O_MODEL, cmd_recache, help_recache },
-	{ "logits", O_MODEL | O_TOKENS | O_SPLIT | O_OUT | O_LOAD | O_CACHE,
-	  O_MODEL | O_TOKENS | O_OUT, cmd_logits, help_logits },
-	{ "generate", O_MODEL | O_TOKENS | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED | O_LOAD |
-	  O_CACHE | O_IGNORE_EOS, O_MODEL | O_TOKENS | O_MAXNEW, cmd_generate, help_generate },
+	{ "logits", O_MODEL | O_TOKENS | O_TEXT | O_SPLIT | O_OUT | O_LOAD | O_CACHE,
+	  O_MODEL | O_OUT, cmd_logits, help_logits },
+	{ "generate", O_MODEL | O_TOKENS | O_TEXT | O_MAXNEW | O_TEMP | O_TOPK | O_TOPP | O_SEED |
+	  O_LOAD | O_CACHE | O_IGNORE_EOS | O_IDS | O_STOP, O_MODEL | O_MAXNEW, cmd_generate,
+	  help_generate },
 	{ "demo", O_MODEL | O_PREFIX | O_SUFFIX | O_NSUFFIX | O_LOAD, 0, cmd_demo, help_demo },
 	{ "random-model", O_OUT | O_SHAPE | O_DTYPE | O_FORCE | O_SEED, O_OUT, run_random_model,
 	  help_random_model },
-	{ "warm", O_MODEL | O_TOKENS | O_LOAD | O_SOCKET | O_SALT | O_SHARED | O_PIN | O_TTL,
-	  O_MODEL | O_TOKENS, cmd_warm, help_warm },
+	{ "warm", O_MODEL | O_TOKENS | O_TEXT | O_LOAD | O_SOCKET | O_SALT | O_SHARED | O_PIN |
+	  O_TTL, O_MODEL, cmd_warm, help_warm },
+	{ "tokenize", O_MODEL | O_TEXT | O_PIECES, O_MODEL, cmd_tokenize, help_tokenize },
+	{ "detokenize", O_MODEL | O_TOKENS | O_SKIP_SPECIAL, O_MODEL | O_TOKENS, cmd_detokenize,
+	  help_detokenize },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-static const char *opt_name(int bit)
+static const char *opt_name(uint64_t bit)
 {
 	for (const struct option *o = longopts; o->name; o++)
-		if (o->val == bit)
+		if (o->val < I_COUNT && (UINT64_C(1) << o->val) == bit)
 			return o->name;
 	return "?";
 }
@@ -335,6 +507,11 @@ int load_model(const struct run_args *a, struct pfx_model **m)
 	}
 	if (pfx_model_load(a->model, &o, m, &err)) {
 		fprintf(stderr, "prefix-run: cannot load model: %s\n", err.msg);
+		return -1;
+	}
+	if (a->tok && text_check_vocab(a->tok, pfx_model_config(*m)->vocab, a->model)) {
+		pfx_model_free(*m);
+		*m = NULL;
 		return -1;
 	}
 	return 0;
@@ -706,6 +883,21 @@ int cmd_generate(struct run_args *a)
 		pfx_model_free(m);
 		return 1;
 	}
+	/* And the tokenizer's (generation_config.json's, else its config's
+	 * eos_token): a chat model's end of turn. */
+	size_t ntok_eos = 0;
+	const int32_t *tok_eos = a->tok && !ignore_eos ? pfx_tokenizer_eos(a->tok, &ntok_eos) : NULL;
+	for (size_t i = 0; i < ntok_eos && eos.n < MAX_EOS; i++)
+		if (!is_eos(&eos, tok_eos[i])) {
+			eos.id[eos.n++] = tok_eos[i];
+			if (!eos.from[0])
+				snprintf(eos.from, sizeof(eos.from), "tokenizer_config.json");
+		}
+	struct text_out *text = NULL;
+	if (!a->text.ids && text_out_new(a->tok, &a->text, &text)) {
+		pfx_model_free(m);
+		return 1;
+	}
 	struct pfx_session *s = NULL;
 	struct pfx_sampler *smp = NULL;
 	struct pfx_cache *cache = open_cache(a, m, 0);
@@ -725,9 +917,25 @@ int cmd_generate(struct run_args *a)
 		report_prefill(&info, &cerr);
 	long made = 0;
 	int32_t t = -1;
+	int stopped = 0; /* by a --stop string */
+	/* Rows of the embedding past the tokenizer's vocabulary are padding
+	 * (Qwen2.5 has 271 of them): no text has them, so they are never
+	 * sampled, with --ids too, so both print the same tokens. */
+	size_t nv = a->tok ? pfx_tokenizer_vocab_size(a->tok) : (size_t)V;
 	while (made < a->max_new) {
+		for (size_t i = nv; i < (size_t)V; i++)
+			logits[i] = -INFINITY;
 		t = pfx_sample(smp, logits);
-		printf("%s%d", made++ ? " " : "", t);
+		made++;
+		if (text) {
+			stopped = text_out_push(text, t);
+			if (stopped < 0)
+				goto out;
+			if (stopped)
+				break;
+		} else {
+			printf("%s%d", made > 1 ? " " : "", t);
+		}
 		if (is_eos(&eos, t) || made == a->max_new)
 			break;
 		if (pfx_session_decode(s, t, logits, &err)) {
@@ -735,10 +943,17 @@ int cmd_generate(struct run_args *a)
 			goto fail;
 		}
 	}
-	printf("\n");
+	if (text && !stopped && (stopped = text_out_finish(text)) < 0)
+		goto out;
+	/* Text ends as it ends, so a pipe gets exactly the text; a terminal
+	 * gets a newline, or stderr's lines would continue the answer's. */
+	if (!text || isatty(STDOUT_FILENO))
+		printf("\n");
 	fflush(stdout);
 	double t2 = cli_now();
-	if (is_eos(&eos, t) && made < a->max_new)
+	if (stopped)
+		fprintf(stderr, "prefix-run: stopped at a --stop string after %ld new tokens\n", made);
+	if (!stopped && is_eos(&eos, t) && made < a->max_new)
 		fprintf(stderr, "prefix-run: stopped at the end-of-sequence token %d (eos_token_id in %s) after %ld of at most %ld new tokens; give --ignore-eos to go on to --max-new\n",
 			t, eos.from, made, a->max_new);
 	/* The rate only when there is one: no "0 more tokens (0.0 tok/s)". */
@@ -753,6 +968,7 @@ int cmd_generate(struct run_args *a)
 fail:
 	fprintf(stderr, "prefix-run: %s\n", err.msg[0] ? err.msg : "out of memory");
 out:
+	text_out_free(text);
 	pfx_sampler_free(smp);
 	pfx_session_free(s);
 	pfx_cache_close(cache);
@@ -808,7 +1024,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	struct run_args a = { .top_p = 1.0, .prefix = 1024, .suffix = 32, .nsuffixes = 4 };
-	int seen = 0, c;
+	uint64_t seen = 0;
+	int c;
 	long v;
 	const char *tokens = NULL;
 	opterr = 0;
@@ -826,16 +1043,21 @@ int main(int argc, char **argv)
 				argv[optind], commands[cmd].name);
 			return 2;
 		}
-		if (!(commands[cmd].allowed & c)) {
+		uint64_t o = UINT64_C(1) << c;
+		if (!(commands[cmd].allowed & o)) {
 			fprintf(stderr, "prefix-run: --%s is not an option of '%s' (prefix-run %s --help lists its options)\n",
-				opt_name(c), commands[cmd].name, commands[cmd].name);
+				opt_name(o), commands[cmd].name, commands[cmd].name);
 			return 2;
 		}
-		seen |= c;
+		if ((seen & o) && o != O_STOP) {
+			fprintf(stderr, "prefix-run: --%s is given twice\n", opt_name(o));
+			return 2;
+		}
+		seen |= o;
 		char flag[32];
-		snprintf(flag, sizeof(flag), "--%s", opt_name(c));
+		snprintf(flag, sizeof(flag), "--%s", opt_name(o));
 		int bad = 0;
-		switch (c) {
+		switch (o) {
 		case O_MODEL: a.model = optarg; break;
 		case O_TOKENS: tokens = optarg; break;
 		case O_OUT: a.out = optarg; break;
@@ -866,6 +1088,26 @@ int main(int argc, char **argv)
 		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
 		case O_IGNORE_EOS: ignore_eos = 1; break;
 		case O_FORCE: force_out = 1; break;
+		case O_PROMPT: a.text.prompt = optarg; break;
+		case O_PROMPT_FILE: a.text.prompt_file = optarg; break;
+		case O_CHAT: a.text.chat = 1; break;
+		case O_SYSTEM: a.text.system = optarg; break;
+		case O_USER: a.text.user = optarg; break;
+		case O_MESSAGES: a.text.messages = optarg; break;
+		case O_PARSE_SPECIAL: a.text.parse_special = 1; break;
+		case O_NO_SPECIAL: a.text.no_special = 1; break;
+		case O_PIECES: a.text.pieces = 1; break;
+		case O_IDS: a.text.ids = 1; break;
+		case O_SKIP_SPECIAL: a.text.skip_special = 1; break;
+		case O_STOP:
+			if (a.text.nstop == TEXT_MAX_STOPS || !optarg[0]) {
+				fprintf(stderr, "prefix-run: --stop takes a non-empty string, at most %d times\n",
+					TEXT_MAX_STOPS);
+				bad = -1;
+			} else {
+				a.text.stop[a.text.nstop++] = optarg;
+			}
+			break;
 		case O_WEIGHTS:
 			if (!strcmp(optarg, "native") || !strcmp(optarg, "f32")) {
 				a.weights = optarg[0] == 'f' ? PFX_WEIGHTS_F32 : PFX_WEIGHTS_NATIVE;
@@ -904,9 +1146,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-run: unexpected argument '%s'\n", argv[optind + 1]);
 		return 2;
 	}
-	int missing = commands[cmd].required & ~seen;
+	uint64_t missing = commands[cmd].required & ~seen;
 	if (missing) {
-		for (int bit = 1; bit <= O_LAST; bit <<= 1)
+		for (uint64_t bit = 1; bit <= O_LAST; bit <<= 1)
 			if (missing & bit)
 				fprintf(stderr, "prefix-run %s: --%s is required\n", commands[cmd].name,
 					opt_name(bit));
@@ -935,9 +1177,45 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-run: --top-k, --top-p and --seed need --temperature\n");
 		return 2;
 	}
+	if ((seen & O_STOP) && (seen & O_IDS)) {
+		fprintf(stderr, "prefix-run: --stop works on the text: it excludes --ids\n");
+		return 2;
+	}
+	/* A prompt is ids or text: exactly one source where one is needed. */
+	if ((commands[cmd].allowed & O_PROMPT) &&
+	    text_check_usage(&a.text, tokens != NULL, commands[cmd].name))
+		return 2;
+	if ((commands[cmd].allowed & O_PROMPT) && !tokens && !text_has_input(&a.text)) {
+		fprintf(stderr, "prefix-run %s: give the prompt: %s--prompt TEXT, --prompt-file FILE or --chat --user TEXT\n",
+			commands[cmd].name, commands[cmd].allowed & O_TOKENS ? "--tokens IDS, " : "");
+		return 2;
+	}
 	if (tokens && cli_tokens(tokens, &a.tokens, &a.ntokens))
 		return 2;
-	int rc = commands[cmd].run(&a);
+	/* The tokenizer: for text in, and for generate's text out (a folder
+	 * without one prints ids, as before there was text); generate loads
+	 * it with --ids too, so that both sample the same tokens. */
+	int text_out = commands[cmd].run == cmd_generate;
+	int need_tok = text_has_input(&a.text) || commands[cmd].run == cmd_detokenize;
+	if ((need_tok || text_out) && text_load(a.model, need_tok, &a.tok)) {
+		free(a.tokens);
+		return 1;
+	}
+	if (!a.tok)
+		a.text.ids = 1;
+	if (a.text.nstop && !a.tok) {
+		fprintf(stderr, "prefix-run: --stop needs the text, but %s has no tokenizer.json\n",
+			a.model);
+		free(a.tokens);
+		return 2;
+	}
+	int rc = 0;
+	if (text_has_input(&a.text) && commands[cmd].run != cmd_tokenize &&
+	    text_encode(a.tok, &a.text, &a.tokens, &a.ntokens))
+		rc = 1;
+	if (!rc)
+		rc = commands[cmd].run(&a);
 	free(a.tokens);
+	pfx_tokenizer_free(a.tok);
 	return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "run_text.h"
 
 struct run_args {
 	const char *model;
@@ -31,6 +32,8 @@ struct run_args {
 	int shared;                 /* --shared: the daemon's shared namespace too */
 	int pin;
 	uint32_t ttl;
+	struct text_opts text;
+	struct pfx_tokenizer *tok; /* the model folder's, when text is used */
 };
 
 /* Prints why and returns -1 when the model cannot be loaded. */
@@ -49,6 +52,8 @@ int cmd_recache(struct run_args *a);
 int cmd_logits(struct run_args *a);
 int cmd_generate(struct run_args *a);
 int cmd_demo(struct run_args *a);
+/* demo with a tokenizer in the model folder (demo_text.c). */
+int cmd_demo_text(struct run_args *a, struct pfx_model *m, const struct pfx_tokenizer *tok);
 int cmd_random_model(struct run_args *a);
 int cmd_warm(struct run_args *a);
 
