@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 int tbuf_put(struct tbuf *b, const void *s, size_t n)
 {
@@ -128,20 +129,7 @@ size_t utf8_invalid_at(const char *str, size_t n)
 
 static uint64_t hash_bytes(const char *k, size_t n)
 {
-	/* FNV-1a over 8-byte words then bytes: vocabulary keys are short. */
-	uint64_t h = 0xcbf29ce484222325ull ^ n;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t w;
-		memcpy(&w, k + i, 8);
-		h = (h ^ w) * 0x100000001b3ull;
-		h ^= h >> 29;
-	}
-	for (; i < n; i++)
-		h = (h ^ (unsigned char)k[i]) * 0x100000001b3ull;
-	h ^= h >> 32;
-	h *= 0x9e3779b97f4a7c15ull;
-	return h ^ (h >> 29);
+	return XXH3_64bits(k, n);
 }
 
 /* A slot holds the hash's high half as a tag, so a probe past other keys
