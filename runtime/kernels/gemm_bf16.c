@@ -11,6 +11,7 @@
  */
 #include "kernels.h"
 #include "transpose16.h"
+#include "wload.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -28,22 +29,6 @@ size_t kern_bf16_panel_elems(int n, int k)
 	return (size_t)((n + 15) & ~15) * (size_t)((k + 31) & ~31);
 }
 
-/* 16 floats as bf16, rounded to nearest even; NaN stays a quiet NaN (as
- * kern_f32_to_bf16). Integer arithmetic, not VCVTNEPS2BF16, so that the AMX
- * path needs no AVX512-BF16. */
-__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m256i
-round16(__m512 v)
-{
-	__m512i u = _mm512_castps_si512(v);
-	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-	__m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
-	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-	__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-						 _mm512_set1_epi32(0x7f800000));
-	r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-	return _mm512_cvtepi32_epi16(r);
-}
-
 __attribute__((target("avx512f,avx512bw"))) void kern_bf16_pack_a(int r0, int r1, int m, int k,
 								   const float *x, int ldx,
 								   uint16_t *a)
@@ -59,7 +44,8 @@ __attribute__((target("avx512f,avx512bw"))) void kern_bf16_pack_a(int r0, int r1
 		for (int p = 0; p < lda; p += 16) {
 			int left = k - p;
 			__mmask16 mk = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-			_mm256_storeu_si256((__m256i *)(ar + p), round16(_mm512_maskz_loadu_ps(mk, xr + p)));
+			_mm256_storeu_si256((__m256i *)(ar + p),
+					    w_round16_bf16(_mm512_maskz_loadu_ps(mk, xr + p)));
 		}
 	}
 }

@@ -88,14 +88,7 @@ static inline __m256i to16_avx512(__m512 v, enum kern_wtype t)
 {
 	if (t == KERN_W_F16)
 		return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512i u = _mm512_castps_si512(v);
-	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-	__m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
-	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-	__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-						 _mm512_set1_epi32(0x7f800000));
-	r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-	return _mm512_cvtepi32_epi16(r);
+	return w_round16_bf16(v);
 }
 
 __attribute__((target("avx512f")))

@@ -43,6 +43,22 @@ static inline __m512 w_load16(const void *p, enum kern_wtype t, size_t i)
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* 16 floats as bf16, rounded to nearest even; NaN stays a quiet NaN (as
+ * kern_f32_to_bf16). Integer arithmetic, not VCVTNEPS2BF16, so that no
+ * caller needs AVX512-BF16 (the AMX path, weight conversions). */
+__attribute__((target("avx512f"), always_inline))
+static inline __m256i w_round16_bf16(__m512 v)
+{
+	__m512i u = _mm512_castps_si512(v);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+	__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+						 _mm512_set1_epi32(0x7f800000));
+	r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+	return _mm512_cvtepi32_epi16(r);
+}
+
 /* 8 weights from element i (AVX2; f16 needs F16C). */
 __attribute__((target("avx2,f16c"), always_inline))
 static inline __m256 w_load8(const void *p, enum kern_wtype t, size_t i)
