@@ -69,13 +69,14 @@ char *api_error_json(const struct api_error *e);
 /* GET /v1/models. */
 char *api_models_json(const char *model, int64_t created);
 
-/* The whole non-streamed response of a finished job (call under
- * serve_job_lock): choices in order with finish_reason, logprobs when
- * asked (token strings from t), and usage with
- * prompt_tokens_details.cached_tokens. */
+/* The whole non-streamed response of a finished job (the HTTP side passes
+ * serve_job_choice(j, 0 .. n - 1) under serve_job_lock): choices in order
+ * with finish_reason, logprobs when asked (token strings from t), and usage
+ * with prompt_tokens_details.cached_tokens. */
 char *api_response_json(const struct api_call *c, const struct pfx_tokenizer *t,
 			const char *id, int64_t created, const char *model,
-			const struct serve_job *j);
+			const struct serve_choice *const *choices, uint32_t n,
+			const struct serve_job_usage *u);
 
 /* Streaming: one Server-Sent Event each, "data: {...}\n\n". */
 /* The first chunk of a choice: delta {"role":"assistant","content":""}
