@@ -58,6 +58,9 @@ struct api_limits {
  * prompt was and what fits). Unknown fields are ignored. */
 int api_parse(enum api_kind kind, const char *body, size_t len, const struct pfx_tokenizer *t,
 	      const struct api_limits *lim, struct api_call *out, struct api_error *e);
+/* Frees c->model and what c->req still points to (prompt, stop strings).
+ * serve_engine_submit makes those the job's, even when it fails: clear
+ * c->req.prompt and c->req.nstop after calling it. NULL is fine. */
 void api_call_free(struct api_call *c);
 
 /* Each builder returns a malloc'd NUL-terminated string (NULL: out of
@@ -88,6 +91,13 @@ char *api_chunk_role(const struct api_call *c, const char *id, int64_t created,
 char *api_chunk_text(const struct api_call *c, const struct pfx_tokenizer *t, const char *id,
 		     int64_t created, const char *model, uint32_t index, const char *text,
 		     size_t len, const struct serve_token *tokens, size_t ntokens);
+/* The same for completions with logprobs, whose text_offset counts from
+ * the start of the choice's text: text_offset is the length of the
+ * choice's text sent before this chunk (api_chunk_text passes 0). */
+char *api_chunk_text_at(const struct api_call *c, const struct pfx_tokenizer *t,
+			const char *id, int64_t created, const char *model, uint32_t index,
+			const char *text, size_t len, const struct serve_token *tokens,
+			size_t ntokens, size_t text_offset);
 /* A choice's last chunk: empty delta and its finish_reason. */
 char *api_chunk_finish(const struct api_call *c, const char *id, int64_t created,
 		       const char *model, uint32_t index, enum serve_finish f);
@@ -97,7 +107,8 @@ char *api_chunk_usage(const struct api_call *c, const char *id, int64_t created,
 /* "data: [DONE]\n\n" */
 extern const char api_sse_done[];
 
-/* finish_reason's string: "stop", "length"; NULL (JSON null) while running. */
+/* finish_reason's string: "stop", "length"; NULL (JSON null) while running;
+ * vLLM's "abort" when cancelled, "error" when the job failed. */
 const char *api_finish_reason(enum serve_finish f);
 
 #endif
