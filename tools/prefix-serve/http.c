@@ -393,10 +393,11 @@ static int stream_next(struct req *r)
 		if (ch->text_len > sc->text_sent ||
 		    (finished && !sc->finish_sent && ntok > sc->tokens_sent)) {
 			size_t tfrom = sc->tokens_sent < ntok ? sc->tokens_sent : ntok;
-			rc = pend(r, api_chunk_text(c, h->tok, r->id, r->created, model, i,
-						    ch->text + sc->text_sent,
-						    ch->text_len - sc->text_sent,
-						    ntok ? ch->tokens + tfrom : NULL, ntok - tfrom));
+			rc = pend(r, api_chunk_text_at(c, h->tok, r->id, r->created, model, i,
+						       ch->text + sc->text_sent,
+						       ch->text_len - sc->text_sent,
+						       ntok ? ch->tokens + tfrom : NULL, ntok - tfrom,
+						       sc->text_sent));
 			if (rc < 0)
 				break;
 			sc->text_sent = ch->text_len;
@@ -404,13 +405,11 @@ static int stream_next(struct req *r)
 		}
 		if (finished && !sc->finish_sent) {
 			sc->finish_sent = true;
+			/* A failure is said as OpenAI streams errors, then the
+			 * choice ends ("error"); a cancelled one ends "abort". */
 			if (ch->finish == SERVE_FAILED)
 				rc = pend(r, error_event(500, "server_error", serve_job_error(r->job)));
-			else if (ch->finish == SERVE_CANCELLED)
-				rc = pend(r, error_event(503, "server_error",
-							 "the request was cancelled: the server "
-							 "is stopping"));
-			else
+			if (rc >= 0)
 				rc = pend(r, api_chunk_finish(c, r->id, r->created, model, i,
 							      ch->finish));
 			if (rc < 0)

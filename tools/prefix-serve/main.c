@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -161,11 +162,14 @@ static void on_signal(int sig)
 	errno = e;
 }
 
-static int usage_error(const char *fmt, const char *arg)
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
-	fprintf(stderr, "prefix-serve: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, " (prefix-serve --help lists the options)\n");
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "prefix-serve: %s (prefix-serve --help lists the options)\n", msg);
 	return 2;
 }
 
@@ -209,7 +213,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case O_HOST:
 			if (!optarg[0])
-				return usage_error("--host takes an address or a name%s", "");
+				return usage_error("--host takes an address or a name");
 			a->host = optarg;
 			break;
 		case O_PORT: bad = cli_long(flag, optarg, 0, 65535, &a->port); break;
@@ -257,9 +261,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
 	if (!a->model)
-		return usage_error("--model DIR is required%s", "");
+		return usage_error("--model DIR is required");
 	if (a->no_cache && a->socket)
-		return usage_error("--socket and --no-cache contradict each other%s", "");
+		return usage_error("--socket and --no-cache contradict each other");
 	a->mo.threads = (int)a->threads;
 	a->mo.block_tokens = (int)a->block;
 	return 0;
@@ -439,7 +443,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-serve: cannot start the engine: %s\n", err.msg);
 		goto out;
 	}
-	struct api_limits lim = { .ctx = ctx, .max_tokens_default = (uint32_t)ctx,
+	struct api_limits lim = { .ctx = ctx, .max_tokens_default = 0 /* what fits */,
 				  .parse_special = a.parse_special };
 	http_ready(http, engine, tok, &lim);
 	atomic_store(&loading, 0);

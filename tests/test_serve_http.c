@@ -1,0 +1,834 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prefix-serve over raw HTTP: the server started on --port 0 in a temporary
+ * directory, its "listening on" line read from its stderr, requests made on
+ * plain sockets, and SIGTERM's exit status checked. The model is a random
+ * Llama (a few MB of weights, slow enough that a request of a few hundred
+ * tokens is still running when the test acts on it) beside the tiny-chat
+ * tokenizer (tests/tokenizers/tiny-chat, ChatML).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "random_model.h"
+
+#define TOKDIR SOURCE_ROOT "/tests/tokenizers/tiny-chat"
+
+/* The model every test uses, made once by the runner (the hook below). */
+static char model[64];
+
+static void make_model(void)
+{
+	snprintf(model, sizeof(model), "/tmp/pfx-serve-model-%d", (int)getpid());
+	/* Big enough that loading and a few hundred decode steps take a
+	 * while (about 11M parameters, 44 MB), small enough to write fast. */
+	struct pfx_config c = {
+		.arch = "LlamaForCausalLM", .hidden = 384, .n_layers = 6, .n_heads = 6,
+		.n_kv_heads = 6, .head_dim = 64, .intermediate = 1024, .vocab = 512,
+		.max_positions = 2048, .rotary_dim = 64, .rope_base = 10000.0f,
+		.norm_eps = 1e-5f, .norm = PFX_NORM_RMS, .act = PFX_ACT_SILU,
+	};
+	struct pfx_error err = { "" };
+	if (pfx_random_checkpoint(model, &c, "F32", 7, &err)) {
+		fprintf(stderr, "cannot write the model: %s\n", err.msg);
+		abort();
+	}
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "cp %s/tokenizer.json %s/tokenizer_config.json %s/", TOKDIR,
+		 TOKDIR, model);
+	if (system(cmd))
+		abort();
+}
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+	(void)set;
+	make_model();
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+	(void)stats;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", model);
+	if (system(cmd))
+		fprintf(stderr, "cannot remove %s\n", model);
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ==== The server ==== */
+
+struct srv {
+	pid_t pid;
+	int port;
+	char dir[64];
+	char log[96];
+	bool stopped;
+};
+
+static const char *read_log(const struct srv *s)
+{
+	static char buf[1 << 18];
+	buf[0] = 0;
+	FILE *fp = fopen(s->log, "r");
+	if (fp) {
+		size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+		buf[n] = 0;
+		fclose(fp);
+	}
+	return buf;
+}
+
+static int get(int port, const char *path, char **resp);
+
+/* Starts prefix-serve with the model, --port 0 (unless extra names a port),
+ * --no-cache, --threads 1 and extra (NULL-terminated); returns once it
+ * listens, and once /health says 200 when ready. */
+static void srv_start_args(struct srv *s, bool ready, const char *const *extra)
+{
+	memset(s, 0, sizeof(*s));
+	snprintf(s->dir, sizeof(s->dir), "/tmp/pfx-serve-XXXXXX");
+	cr_assert(mkdtemp(s->dir));
+	snprintf(s->log, sizeof(s->log), "%s/log", s->dir);
+	const char *argv[48] = { "prefix-serve", "--model", model, "--no-cache", "--threads", "1" };
+	int n = 6;
+	bool port = false;
+	for (int i = 0; extra && extra[i]; i++) {
+		port |= !strcmp(extra[i], "--port");
+		argv[n++] = extra[i];
+	}
+	if (!port) {
+		argv[n++] = "--port";
+		argv[n++] = "0";
+	}
+	argv[n] = NULL;
+	s->pid = fork();
+	cr_assert(s->pid >= 0);
+	if (!s->pid) {
+		int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int nul = open("/dev/null", O_RDWR);
+		dup2(fd, 2);
+		dup2(nul, 1);
+		dup2(nul, 0);
+		execv(PREFIX_SERVE, (char **)argv);
+		_exit(127);
+	}
+	double t0 = now();
+	for (;;) {
+		const char *l = strstr(read_log(s), "prefix-serve: listening on ");
+		if (l && strchr(l, '\n')) {
+			const char *colon = strrchr(strndup(l, (size_t)(strchr(l, '\n') - l)), ':');
+			s->port = atoi(colon + 1);
+			break;
+		}
+		int st;
+		cr_assert_eq(waitpid(s->pid, &st, WNOHANG), 0, "prefix-serve exited: %s",
+			     read_log(s));
+		cr_assert_lt(now() - t0, 30, "prefix-serve does not listen: %s", read_log(s));
+		usleep(2000);
+	}
+	cr_assert_gt(s->port, 0);
+	while (ready) {
+		char *r = NULL;
+		int status = get(s->port, "/health", &r);
+		free(r);
+		if (status == 200)
+			break;
+		cr_assert_lt(now() - t0, 60, "prefix-serve is not ready: %s", read_log(s));
+		usleep(10000);
+	}
+}
+
+static void srv_start(struct srv *s, const char *const *extra)
+{
+	srv_start_args(s, true, extra);
+}
+
+/* SIGTERM and the exit status (128 + signal when killed). */
+static int srv_stop(struct srv *s)
+{
+	if (s->stopped)
+		return 0;
+	s->stopped = true;
+	kill(s->pid, SIGTERM);
+	int st = 0;
+	double t0 = now();
+	while (waitpid(s->pid, &st, WNOHANG) == 0) {
+		if (now() - t0 > 40) {
+			kill(s->pid, SIGKILL);
+			waitpid(s->pid, &st, 0);
+			break;
+		}
+		usleep(5000);
+	}
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (code)
+		fprintf(stderr, "prefix-serve exited %d:\n%s\n", code, read_log(s));
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", s->dir);
+	if (system(cmd))
+		fprintf(stderr, "cannot remove %s\n", s->dir);
+	return code;
+}
+
+/* ==== Raw HTTP ==== */
+
+static int dial(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
+		     strerror(errno));
+	struct timeval tv = { .tv_sec = 30 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		cr_assert(w > 0, "send: %s", strerror(errno));
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Everything until the server closes (malloc'd, NUL-terminated). */
+static char *read_all(int fd)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap);
+	for (;;) {
+		if (len + 4096 > cap)
+			b = realloc(b, cap *= 2);
+		ssize_t n = recv(fd, b + len, cap - len - 1, 0);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	b[len] = 0;
+	return b;
+}
+
+static int status_of(const char *resp)
+{
+	int st = 0;
+	if (sscanf(resp, "HTTP/1.%*d %d", &st) != 1)
+		return 0;
+	return st;
+}
+
+/* A request with "Connection: close": the status, and the whole response. */
+static int request(int port, const char *method, const char *path, const char *headers,
+		   const char *body, char **resp)
+{
+	int fd = dial(port);
+	char head[4096];
+	snprintf(head, sizeof(head),
+		 "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s",
+		 method, path, headers ? headers : "", body ? "" : "\r\n");
+	send_all(fd, head, strlen(head));
+	if (body) {
+		snprintf(head, sizeof(head), "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+			 strlen(body));
+		send_all(fd, head, strlen(head));
+		send_all(fd, body, strlen(body));
+	}
+	char *r = read_all(fd);
+	close(fd);
+	int st = status_of(r);
+	if (resp)
+		*resp = r;
+	else
+		free(r);
+	return st;
+}
+
+static int get(int port, const char *path, char **resp)
+{
+	return request(port, "GET", path, NULL, NULL, resp);
+}
+
+static int post(int port, const char *path, const char *body, char **resp)
+{
+	return request(port, "POST", path, NULL, body, resp);
+}
+
+static const char *body_of(const char *resp)
+{
+	const char *b = strstr(resp, "\r\n\r\n");
+	return b ? b + 4 : "";
+}
+
+/* A header's value (static, the first line of it), NULL when absent. */
+static const char *header(const char *resp, const char *name)
+{
+	static char v[256];
+	char key[64];
+	snprintf(key, sizeof(key), "\r\n%s:", name);
+	const char *end = strstr(resp, "\r\n\r\n");
+	const char *p = strcasestr(resp, key);
+	if (!p || (end && p > end))
+		return NULL;
+	p += strlen(key);
+	p += strspn(p, " ");
+	snprintf(v, sizeof(v), "%.*s", (int)strcspn(p, "\r\n"), p);
+	return v;
+}
+
+/* Chunked transfer decoded (malloc'd). */
+static char *dechunk(const char *b)
+{
+	char *out = malloc(strlen(b) + 1);
+	size_t len = 0;
+	for (;;) {
+		char *end;
+		unsigned long n = strtoul(b, &end, 16);
+		const char *data = strstr(end, "\r\n");
+		if (!n || !data)
+			break;
+		data += 2;
+		memcpy(out + len, data, n);
+		len += n;
+		b = data + n + 2;
+	}
+	out[len] = 0;
+	return out;
+}
+
+/* The OpenAI error object of a response: checks its shape, returns its type. */
+static void expect_error(const char *resp, int status, const char *type)
+{
+	cr_expect_eq(status_of(resp), status, "%s", resp);
+	cr_expect(strstr(header(resp, "Content-Type") ? header(resp, "Content-Type") : "",
+			 "application/json"), "%s", resp);
+	json_object *j = json_tokener_parse(body_of(resp));
+	cr_assert(j, "not JSON: %s", resp);
+	json_object *e, *v;
+	cr_assert(json_object_object_get_ex(j, "error", &e), "%s", resp);
+	cr_expect(json_object_object_get_ex(e, "message", &v) &&
+		  json_object_get_string_len(v) > 0, "%s", resp);
+	cr_expect(json_object_object_get_ex(e, "param", NULL), "%s", resp);
+	cr_expect(json_object_object_get_ex(e, "code", NULL), "%s", resp);
+	cr_expect(json_object_object_get_ex(e, "type", &v) &&
+		  !strcmp(json_object_get_string(v), type), "type %s wanted: %s", type, resp);
+	json_object_put(j);
+}
+
+#define CHAT(extra) "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}]" extra "}"
+
+/* A streamed chat on its own connection: sends it and returns the socket
+ * once the first event (the role chunk) has come. */
+static int start_stream(int port, int max_tokens)
+{
+	char body[512];
+	snprintf(body, sizeof(body),
+		 CHAT(",\"stream\":true,\"ignore_eos\":true,\"max_tokens\":%d"), max_tokens);
+	int fd = dial(port);
+	char head[512];
+	snprintf(head, sizeof(head),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(body), body);
+	send_all(fd, head, strlen(head));
+	char buf[4096];
+	size_t len = 0;
+	while (!memmem(buf, len, "data: ", 6)) {
+		ssize_t n = recv(fd, buf + len, sizeof(buf) - len, 0);
+		cr_assert(n > 0, "the stream did not start");
+		len += (size_t)n;
+	}
+	cr_assert_eq(status_of(buf), 200, "%.*s", (int)len, buf);
+	return fd;
+}
+
+/* A metric's value from /metrics ("name{labels}" as a prefix), -1 if absent. */
+static double metric(int port, const char *name)
+{
+	char *r;
+	cr_assert_eq(get(port, "/metrics", &r), 200);
+	const char *p = body_of(r);
+	double v = -1;
+	for (const char *l = p; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+		if (!strncmp(l, name, strlen(name))) {
+			v = strtod(strchr(l, ' ') + 1, NULL);
+			break;
+		}
+	free(r);
+	return v;
+}
+
+/* ==== Tests ==== */
+
+Test(serve_http, health_is_503_while_loading_then_200)
+{
+	struct srv s;
+	srv_start_args(&s, false, NULL);
+	/* The line comes before the model loads (44 MB to map and hash on
+	 * one thread): the first answer is the loading one. */
+	char *r;
+	int first = get(s.port, "/health", &r);
+	cr_expect_eq(first, 503, "%s", r);
+	cr_expect(strstr(body_of(r), "loading"), "%s", r);
+	cr_expect(header(r, "Retry-After"), "%s", r);
+	free(r);
+	double t0 = now();
+	int st;
+	while ((st = get(s.port, "/health", NULL)) == 503)
+		cr_assert_lt(now() - t0, 60);
+	cr_expect_eq(st, 200);
+	cr_expect(strstr(read_log(&s), "prefix-serve: ready"), "%s", read_log(&s));
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, api_key_file_401_without_the_key_200_with_it)
+{
+	struct srv s;
+	char key[128];
+	snprintf(key, sizeof(key), "/tmp/pfx-serve-key-%d", (int)getpid());
+	FILE *fp = fopen(key, "w");
+	cr_assert(fp);
+	fputs("sk-test-123\n", fp);
+	fclose(fp);
+	chmod(key, 0600);
+	const char *args[] = { "--api-key-file", key, NULL };
+	srv_start(&s, args);
+	char *r;
+	cr_expect_eq(get(s.port, "/v1/models", &r), 401);
+	expect_error(r, 401, "authentication_error");
+	free(r);
+	cr_expect_eq(request(s.port, "GET", "/v1/models", "Authorization: Bearer sk-test-12\r\n",
+			     NULL, NULL), 401);
+	cr_expect_eq(request(s.port, "GET", "/v1/models", "Authorization: Bearer sk-test-1234\r\n",
+			     NULL, NULL), 401);
+	cr_expect_eq(request(s.port, "GET", "/v1/models", "Authorization: Basic sk-test-123\r\n",
+			     NULL, NULL), 401);
+	cr_expect_eq(request(s.port, "POST", "/v1/chat/completions", NULL, CHAT(""), NULL), 401);
+	cr_expect_eq(request(s.port, "GET", "/v1/models", "Authorization: Bearer sk-test-123\r\n",
+			     NULL, NULL), 200);
+	cr_expect_eq(request(s.port, "POST", "/v1/chat/completions",
+			     "Authorization: bearer sk-test-123\r\n", CHAT(",\"max_tokens\":2"), &r),
+		     200, "%s", r);
+	free(r);
+	/* Health and metrics stay open (man page). */
+	cr_expect_eq(get(s.port, "/health", NULL), 200);
+	cr_expect_eq(get(s.port, "/metrics", NULL), 200);
+	cr_expect_eq(srv_stop(&s), 0);
+	unlink(key);
+}
+
+Test(serve_http, unknown_path_404_wrong_method_405)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	char *r;
+	get(s.port, "/v1/nothing", &r);
+	expect_error(r, 404, "not_found_error");
+	free(r);
+	get(s.port, "/v1/chat/completions", &r);
+	expect_error(r, 405, "invalid_request_error");
+	cr_expect_str_eq(header(r, "Allow") ? header(r, "Allow") : "", "POST");
+	free(r);
+	post(s.port, "/health", "{}", &r);
+	expect_error(r, 405, "invalid_request_error");
+	cr_expect_str_eq(header(r, "Allow") ? header(r, "Allow") : "", "GET");
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, body_past_max_body_is_413)
+{
+	struct srv s;
+	const char *args[] = { "--max-body", "2048", NULL };
+	srv_start(&s, args);
+	char big[4096];
+	memset(big, ' ', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	memcpy(big, "{\"a\":1", 6);
+	big[sizeof(big) - 2] = '}';
+	char *r;
+	/* Declared by Content-Length: refused before the body is read. */
+	double t0 = now();
+	post(s.port, "/v1/chat/completions", big, &r);
+	expect_error(r, 413, "invalid_request_error");
+	cr_expect_lt(now() - t0, 5);
+	free(r);
+	/* Chunked, with no length: refused at the end of the body. */
+	int fd = dial(s.port);
+	const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+			"Transfer-Encoding: chunked\r\n\r\n";
+	send_all(fd, h, strlen(h));
+	for (int i = 0; i < 3; i++) {
+		char chunk[1200];
+		int n = snprintf(chunk, sizeof(chunk), "400\r\n");
+		memset(chunk + n, ' ', 1024);
+		memcpy(chunk + n + 1024, "\r\n", 2);
+		send_all(fd, chunk, (size_t)n + 1026);
+	}
+	send_all(fd, "0\r\n\r\n", 5);
+	r = read_all(fd);
+	close(fd);
+	expect_error(r, 413, "invalid_request_error");
+	free(r);
+	/* Within the limit, the body is read (and is no valid request). */
+	cr_expect_eq(post(s.port, "/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":2}", NULL),
+		     200);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, oversized_headers_are_refused_and_others_served)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	size_t n = 200 << 10;
+	char *h = malloc(n + 256);
+	int k = snprintf(h, 256, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ");
+	memset(h + k, 'a', n);
+	strcpy(h + k + n, "\r\n\r\n");
+	int fd = dial(s.port);
+	/* The server may close before it has read it all. */
+	for (size_t off = 0, len = strlen(h); off < len;) {
+		ssize_t w = send(fd, h + off, len - off, MSG_NOSIGNAL);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	char *r = read_all(fd);
+	close(fd);
+	cr_expect(status_of(r) == 431 || status_of(r) == 413 || !r[0],
+		  "oversized headers answered: %.200s", r);
+	cr_expect_neq(status_of(r), 200);
+	free(r);
+	free(h);
+	cr_expect_eq(get(s.port, "/health", NULL), 200);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, slow_loris_is_dropped_after_the_timeout_while_others_are_served)
+{
+	struct srv s;
+	const char *args[] = { "--timeout", "2", NULL };
+	srv_start(&s, args);
+	int slow = dial(s.port);
+	const char *h = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+	send_all(slow, h, strlen(h));
+	double t0 = now();
+	bool dropped = false;
+	int served = 0;
+	/* A byte every 200 ms: never idle, never whole. */
+	while (now() - t0 < 6) {
+		if (send(slow, "a", 1, MSG_NOSIGNAL) != 1) {
+			dropped = true;
+			break;
+		}
+		struct pollfd p = { .fd = slow, .events = POLLIN };
+		if (poll(&p, 1, 0) == 1) {
+			char c;
+			if (recv(slow, &c, 1, MSG_DONTWAIT) <= 0) {
+				dropped = true;
+				break;
+			}
+		}
+		served += get(s.port, "/health", NULL) == 200;
+		usleep(200000);
+	}
+	double t = now() - t0;
+	close(slow);
+	cr_expect(dropped, "a client trickling its headers was not dropped in %.1f s", t);
+	cr_expect_gt(t, 1.5, "dropped after %.1f s, before --timeout 2", t);
+	cr_expect_lt(t, 4.5, "dropped after %.1f s", t);
+	cr_expect_gt(served, 3, "others were served %d times meanwhile", served);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, malformed_json_is_400)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	char *r;
+	post(s.port, "/v1/chat/completions", "{\"messages\": [", &r);
+	expect_error(r, 400, "invalid_request_error");
+	free(r);
+	post(s.port, "/v1/chat/completions", "", &r);
+	expect_error(r, 400, "invalid_request_error");
+	free(r);
+	post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":-1}", &r);
+	expect_error(r, 400, "invalid_request_error");
+	free(r);
+	/* The server goes on. */
+	cr_expect_eq(post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", &r),
+		     200, "%s", r);
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, queue_full_is_429_with_retry_after)
+{
+	struct srv s;
+	const char *args[] = { "--parallel", "1", "--queue", "0", NULL };
+	srv_start(&s, args);
+	int busy = start_stream(s.port, 1500);
+	char *r;
+	post(s.port, "/v1/chat/completions", CHAT(",\"max_tokens\":2"), &r);
+	expect_error(r, 429, "rate_limit_error");
+	cr_expect(header(r, "Retry-After") && atoi(header(r, "Retry-After")) > 0, "%s", r);
+	free(r);
+	close(busy);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, stream_framing)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	char *r;
+	cr_assert_eq(post(s.port, "/v1/chat/completions",
+			  CHAT(",\"stream\":true,\"max_tokens\":6,\"ignore_eos\":true,"
+			       "\"stream_options\":{\"include_usage\":true}"), &r), 200, "%s", r);
+	cr_expect_str_eq(header(r, "Content-Type") ? header(r, "Content-Type") : "",
+			 "text/event-stream");
+	cr_expect_str_eq(header(r, "Cache-Control") ? header(r, "Cache-Control") : "", "no-cache");
+	char *b = dechunk(body_of(r));
+	/* Events: "data: ...\n\n", nothing between them. */
+	int nev = 0, ntext = 0;
+	char *last = NULL, *usage = NULL;
+	for (char *p = b; *p;) {
+		cr_assert(!strncmp(p, "data: ", 6), "an event is not 'data: ': %s", p);
+		char *end = strstr(p, "\n\n");
+		cr_assert(end, "an event without its blank line: %s", p);
+		*end = 0;
+		const char *data = p + 6;
+		if (nev == 0)
+			cr_expect(strstr(data, "\"role\":\"assistant\""), "first: %s", data);
+		if (strcmp(data, "[DONE]")) {
+			json_object *j = json_tokener_parse(data);
+			cr_assert(j, "not JSON: %s", data);
+			json_object *v;
+			cr_expect(json_object_object_get_ex(j, "object", &v) &&
+				  !strcmp(json_object_get_string(v), "chat.completion.chunk"), "%s", data);
+			if (strstr(data, "\"content\":\"") && !strstr(data, "\"role\""))
+				ntext++;
+			if (strstr(data, "\"usage\":{"))
+				usage = p;
+			json_object_put(j);
+		}
+		last = p;
+		nev++;
+		p = end + 2;
+	}
+	cr_expect_str_eq(last ? last : "", "data: [DONE]");
+	cr_expect(ntext >= 1, "no text chunk");
+	cr_expect(usage && strstr(usage, "\"choices\":[]") && strstr(usage, "\"completion_tokens\":6"),
+		  "usage chunk: %s", usage ? usage : "none");
+	free(b);
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+Test(serve_http, client_gone_mid_stream_is_cancelled)
+{
+	struct srv s;
+	const char *args[] = { "--parallel", "1", NULL };
+	srv_start(&s, args);
+	int fd = start_stream(s.port, 1800);
+	cr_expect_eq(metric(s.port, "vllm:num_requests_running{"), 1);
+	close(fd);
+	double t0 = now();
+	while (metric(s.port, "vllm:num_requests_running{") != 0)
+		cr_assert_lt(now() - t0, 10, "the sequence still runs %.1f s after its client left",
+			     now() - t0);
+	/* Cancelled well before its 1800 tokens; the server serves on. */
+	char *r;
+	cr_expect_eq(post(s.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", &r),
+		     200, "%s", r);
+	free(r);
+	cr_expect_lt(metric(s.port, "vllm:generation_tokens_total{"), 1800);
+	cr_expect_eq(srv_stop(&s), 0);
+	cr_expect(strstr(read_log(&s), "(client gone)"), "%s", read_log(&s));
+}
+
+Test(serve_http, sigterm_finishes_the_running_request_then_exits_0)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	int fd = start_stream(s.port, 60);
+	kill(s.pid, SIGTERM);
+	char *rest = read_all(fd);
+	close(fd);
+	cr_expect(strstr(rest, "\"finish_reason\":\"length\""), "%s", rest);
+	cr_expect(strstr(rest, "data: [DONE]"), "%s", rest);
+	free(rest);
+	int st;
+	double t0 = now();
+	while (waitpid(s.pid, &st, WNOHANG) == 0)
+		cr_assert_lt(now() - t0, 30, "still running after SIGTERM");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, read_log(&s));
+	cr_expect(strstr(read_log(&s), "prefix-serve: stopped"), "%s", read_log(&s));
+	s.stopped = true;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", s.dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
+Test(serve_http, two_processes_on_one_port_with_reuse_port)
+{
+	struct srv a, b, c;
+	const char *ra[] = { "--reuse-port", NULL };
+	srv_start(&a, ra);
+	char port[16];
+	snprintf(port, sizeof(port), "%d", a.port);
+	const char *rb[] = { "--reuse-port", "--port", port, NULL };
+	srv_start(&b, rb);
+	cr_expect_eq(b.port, a.port);
+	/* Both answer: many connections, spread by the kernel; then each
+	 * alone. */
+	for (int i = 0; i < 10; i++)
+		cr_expect_eq(get(a.port, "/health", NULL), 200);
+	cr_expect_eq(srv_stop(&a), 0);
+	char *r;
+	cr_expect_eq(post(b.port, "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", &r),
+		     200, "%s", r);
+	free(r);
+	/* Without --reuse-port the port is refused, saying why. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.log, sizeof(c.log), "/tmp/pfx-serve-inuse-%d", (int)getpid());
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s --model %s --port %s --no-cache 2>%s", PREFIX_SERVE, model,
+		 port, c.log);
+	int st = system(cmd);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%d", st);
+	cr_expect(strstr(read_log(&c), "in use") && strstr(read_log(&c), "--reuse-port"), "%s",
+		  read_log(&c));
+	unlink(c.log);
+	cr_expect_eq(srv_stop(&b), 0);
+}
+
+Test(serve_http, metrics_after_requests)
+{
+	struct srv s;
+	const char *args[] = { "--model-name", "tiny", NULL };
+	srv_start(&s, args);
+	char *r;
+	cr_assert_eq(post(s.port, "/v1/chat/completions", CHAT(",\"max_tokens\":4,\"ignore_eos\":true"), &r),
+		     200, "%s", r);
+	json_object *j = json_tokener_parse(body_of(r));
+	cr_assert(j, "%s", r);
+	json_object *u, *v;
+	cr_assert(json_object_object_get_ex(j, "usage", &u));
+	cr_assert(json_object_object_get_ex(u, "prompt_tokens", &v));
+	int prompt = json_object_get_int(v);
+	json_object_put(j);
+	free(r);
+	get(s.port, "/nope", NULL);
+	cr_assert_eq(get(s.port, "/metrics", &r), 200);
+	const char *m = body_of(r);
+	cr_expect(strstr(header(r, "Content-Type"), "text/plain"), "%s", r);
+	char want[256];
+	snprintf(want, sizeof(want), "vllm:prompt_tokens_total{model_name=\"tiny\"} %d\n", prompt);
+	cr_expect(strstr(m, want), "%s in %s", want, m);
+	cr_expect(strstr(m, "vllm:generation_tokens_total{model_name=\"tiny\"} 4\n"), "%s", m);
+	cr_expect(strstr(m, "prefix_serve_requests_total{model_name=\"tiny\",status=\"200\"} 1\n"), "%s", m);
+	cr_expect(strstr(m, "prefix_serve_requests_total{model_name=\"tiny\",status=\"404\"} 1\n"), "%s", m);
+	cr_expect(strstr(m, "prefix_serve_cached_prompt_tokens_total{model_name=\"tiny\"} "), "%s", m);
+	cr_expect(strstr(m, "# TYPE vllm:time_to_first_token_seconds histogram\n"), "%s", m);
+	cr_expect(strstr(m, "vllm:time_to_first_token_seconds_count{model_name=\"tiny\"} 1\n"), "%s", m);
+	cr_expect(strstr(m, "vllm:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 1\n"), "%s", m);
+	cr_expect(strstr(m, "vllm:time_per_output_token_seconds_count{model_name=\"tiny\"} 1\n"), "%s", m);
+	cr_expect(strstr(m, "vllm:num_requests_running{model_name=\"tiny\"} 0\n"), "%s", m);
+	cr_expect(strstr(m, "vllm:num_requests_waiting{model_name=\"tiny\"} 0\n"), "%s", m);
+	free(r);
+	/* The log line of the completion. */
+	cr_expect_eq(srv_stop(&s), 0);
+	const char *log = read_log(&s);
+	cr_expect(strstr(log, "POST /v1/chat/completions 200 prompt=") && strstr(log, "generated=4 ttft_ms="),
+		  "%s", log);
+	cr_expect(strstr(log, "GET /nope 404"), "%s", log);
+}
+
+Test(serve_http, models_lists_the_model)
+{
+	struct srv s;
+	const char *args[] = { "--model-name", "tiny", NULL };
+	srv_start(&s, args);
+	char *r;
+	cr_assert_eq(get(s.port, "/v1/models", &r), 200);
+	json_object *j = json_tokener_parse(body_of(r));
+	cr_assert(j, "%s", r);
+	json_object *v, *d;
+	cr_expect(json_object_object_get_ex(j, "object", &v) &&
+		  !strcmp(json_object_get_string(v), "list"), "%s", r);
+	cr_assert(json_object_object_get_ex(j, "data", &d) && json_object_array_length(d) == 1,
+		  "%s", r);
+	cr_expect(json_object_object_get_ex(json_object_array_get_idx(d, 0), "id", &v) &&
+		  !strcmp(json_object_get_string(v), "tiny"), "%s", r);
+	json_object_put(j);
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+/* Options are checked before anything starts: exit 2 and why. */
+Test(serve_http, bad_options_exit_2_saying_why)
+{
+	static const struct {
+		const char *args, *says;
+		int status;
+	} cases[] = {
+		{ "", "--model DIR is required", 2 },
+		{ "--model m --port 70000", "--port takes a whole number from 0 to 65535", 2 },
+		{ "--model m --parallel 0", "--parallel takes", 2 },
+		{ "--model m --queue -1", "--queue takes", 2 },
+		{ "--model m --timeout x", "--timeout takes", 2 },
+		{ "--model m --kv-dtype f8", "--kv-dtype is f32, f16 or bf16", 2 },
+		{ "--model m --weights f16", "--weights is native or f32", 2 },
+		{ "--model m --block-tokens 48", "power of two", 2 },
+		{ "--model m --frobnicate", "unknown option", 2 },
+		{ "--model m --port 1 --port 2", "--port is given twice", 2 },
+		{ "--model m --no-cache --socket /x", "contradict", 2 },
+		{ "--model m extra", "unexpected argument", 2 },
+		{ "--model m --api-key-file /nonexistent/key", "cannot read --api-key-file", 1 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char cmd[512], out[4096] = "";
+		snprintf(cmd, sizeof(cmd), "%s %s 2>&1", PREFIX_SERVE, cases[i].args);
+		FILE *p = popen(cmd, "r");
+		cr_assert(p);
+		size_t n = fread(out, 1, sizeof(out) - 1, p);
+		out[n] = 0;
+		int st = pclose(p);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == cases[i].status,
+			  "%s: status %d: %s", cases[i].args, st, out);
+		cr_expect(strstr(out, cases[i].says), "%s: %s", cases[i].args, out);
+	}
+	char cmd[256], out[8192] = "";
+	snprintf(cmd, sizeof(cmd), "%s --help", PREFIX_SERVE);
+	FILE *p = popen(cmd, "r");
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = 0;
+	cr_expect_eq(pclose(p), 0);
+	cr_expect(strstr(out, "--reuse-port") && strstr(out, "--api-key-file"), "%s", out);
+}
