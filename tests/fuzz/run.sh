@@ -6,7 +6,7 @@
 # its libFuzzer runtime; without them it says so, records each harness as
 # skipped and exits 0.
 #
-#   tests/fuzz/run.sh [HARNESS...]      wire, safetensors, config, record (default: all)
+#   tests/fuzz/run.sh [HARNESS...]      wire, safetensors, config, record, ... (default: all)
 #
 # New inputs go to build-fuzz/fuzz/corpus-NAME (the seeds in
 # tests/fuzz/corpus/NAME are only read); a crash is saved as
@@ -19,7 +19,7 @@ set -u
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-30}
 dir=${FUZZ_BUILD:-build-fuzz}
-names=${*:-wire safetensors config record template tokenizer_json}
+names=${*:-wire safetensors config record template tokenizer_json serve_api}
 out=$dir/fuzz
 results=$out/results.tap
 mkdir -p "$out"

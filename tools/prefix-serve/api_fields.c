@@ -77,15 +77,16 @@ int api_read_int(struct json_object *o, const char *key, const char *param, int6
 	} else {
 		return wrong_type(param, "an integer", v, e);
 	}
-	if (beyond || x < lo || x > hi) {
-		if (beyond)
-			return api_fail(e, 400, BAD, NULL, param,
-					"Invalid '%s': integer out of range. Expected a value between "
-					"%" PRId64 " and %" PRId64 ".", param, lo, hi);
+	if (beyond)
 		return api_fail(e, 400, BAD, NULL, param,
-				"Invalid '%s': integer out of range. Expected a value between %" PRId64
-				" and %" PRId64 ", but got %" PRId64 " instead.", param, lo, hi, x);
-	}
+				"Invalid '%s': integer out of range. Expected a value from %" PRId64
+				" to %" PRId64 ".", param, lo, hi);
+	if (x < lo || x > hi)
+		return api_fail(e, 400, BAD, NULL, param,
+				"Invalid '%s': integer %s value. Expected a value %s %" PRId64
+				", but got %" PRId64 " instead.", param,
+				x < lo ? "below minimum" : "above maximum", x < lo ? ">=" : "<=",
+				x < lo ? lo : hi, x);
 	*out = x;
 	return 0;
 }
@@ -99,15 +100,19 @@ int api_read_num(struct json_object *o, const char *key, const char *param, doub
 	if (!v)
 		return 0;
 	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-		return wrong_type(param, "a number", v, e);
+		return wrong_type(param, "a decimal", v, e);
 	double d = json_object_get_double(v);
 	if (!isfinite(d))
 		return api_fail(e, 400, BAD, NULL, param,
 				"Invalid '%s': expected a finite number, but got %g instead.", param, d);
-	if (d > hi || d < lo || (lo_open && d == lo))
+	if (d > hi)
 		return api_fail(e, 400, BAD, NULL, param,
-				"Invalid '%s': number out of range. Expected a value %s %g and <= %g, "
-				"but got %g instead.", param, lo_open ? ">" : ">=", lo, hi, d);
+				"Invalid '%s': decimal above maximum value. Expected a value <= %g, "
+				"but got %g instead.", param, hi, d);
+	if (d < lo || (lo_open && d == lo))
+		return api_fail(e, 400, BAD, NULL, param,
+				"Invalid '%s': decimal below minimum value. Expected a value %s %g, "
+				"but got %g instead.", param, lo_open ? ">" : ">=", lo, d);
 	*out = d;
 	return 0;
 }
