@@ -49,8 +49,9 @@ static int starts(const char *s, const char *prefix)
  * longest `from` that a file's path starts with applies). Inside the
  * runtime, load/ and kernels/ are leaves; the tools see the libraries'
  * installed headers, except devkit, which writes checkpoints from the
- * runtime's own description of a model, and prefix-run's use of the
- * runtime's strict JSON reader. */
+ * runtime's own description of a model, prefix-run's use of the
+ * runtime's strict JSON reader, and prefix-serve's of prefix-run's option
+ * parsing (cli.h). */
 static const struct rule {
 	const char *from;
 	const char *may[6];
@@ -68,6 +69,7 @@ static const struct rule {
 	{ "tools/prefix-run/", { "tools/prefix-run/", "tools/devkit/", "include/",
 				 "runtime/load/json_buf.h" } },
 	{ "tools/devkit/", { "tools/devkit/", "runtime/", "include/" } },
+	{ "tools/prefix-serve/", { "tools/prefix-serve/", "tools/prefix-run/cli.h", "include/" } },
 };
 
 static const struct rule *rule_of(const char *file)
