@@ -42,6 +42,7 @@ struct serve_engine {
 	float *logits;            /* (parallel x vocab) */
 	struct pollfd *pfd;
 	struct local_prefix *local;
+	uint64_t jobs;            /* admitted so far */
 	struct serve_job **touched; /* jobs with new output this step */
 	size_t ntouched;
 };
@@ -152,6 +153,9 @@ static void admit(struct serve_engine *e, struct serve_job *j)
 	struct seq *first = NULL;
 	uint32_t ok = 0;
 	int rc = 0;
+	/* Every request samples from a seed of its own unless it names one. */
+	if (!j->r.has_seed)
+		j->r.seed = e->sc.seed + ++e->jobs * 0x9e3779b97f4a7c15ull;
 	for (unsigned i = 0; i < e->o.parallel && ok < j->r.n && !rc; i++) {
 		if (e->seqs[i].state != SEQ_FREE)
 			continue;
@@ -187,8 +191,12 @@ static bool schedule(struct serve_engine *e)
 	size_t np = 0;
 	for (unsigned i = 0; i < e->o.parallel; i++) {
 		struct seq *q = &e->seqs[i];
-		if (q->state != SEQ_FREE && q->choice == 0 && q->job->r.client_fd >= 0)
-			e->pfd[np++] = (struct pollfd){ .fd = q->job->r.client_fd, .events = POLLRDHUP };
+		int fd = q->state != SEQ_FREE ? q->job->r.client_fd : -1;
+		size_t k = 0;
+		while (k < np && e->pfd[k].fd != fd)
+			k++;
+		if (fd >= 0 && k == np)
+			e->pfd[np++] = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
 	}
 	if (np && poll(e->pfd, np, 0) > 0)
 		for (size_t k = 0; k < np; k++)
@@ -258,14 +266,15 @@ static int prompt_done(struct serve_engine *e, struct seq *q0, float *logits,
 	int rc = 0;
 	if (full > pfx_session_frozen(q0->s))
 		rc = pfx_session_freeze_at(q0->s, full, err);
+	/* Neither a publish cut short nor a local copy that could not be
+	 * kept is the request's failure: a later prompt computes more. */
 	if (!rc && e->o.cache) {
 		struct pfx_prefill_info info = { 0 };
 		struct pfx_error cerr;
-		/* A publish cut short is no error: the next prompt computes. */
-		rc = pfx_session_publish(q0->s, e->o.cache, r->prompt, r->nprompt, &info, &cerr, err);
+		pfx_session_publish(q0->s, e->o.cache, r->prompt, r->nprompt, &info, &cerr, NULL);
 	}
 	if (!rc && e->local)
-		rc = local_prefix_put(e->local, q0->s, r->prompt, full, err);
+		local_prefix_put(e->local, q0->s, r->prompt, full, NULL);
 	for (unsigned i = 0; !rc && i < e->o.parallel; i++) {
 		struct seq *q = &e->seqs[i];
 		if (q->state == SEQ_FORK && q->job == j)
@@ -347,19 +356,21 @@ static void step(struct serve_engine *e)
 	if (!n)
 		return;
 	struct pfx_error err = { "" };
-	int V = e->sc.vocab;
 	if (pfx_forward(e->o.model, e->items, n, &err)) {
 		/* Nothing was committed: each item alone says whose it was. */
 		for (size_t k = 0; k < n; k++) {
 			struct pfx_batch_item it = e->items[k];
-			it.logits = it.logits ? e->logits : NULL;
+			struct seq *q = e->item_seq[k];
+			/* A job failed by an earlier item: its sessions are gone. */
+			if (q->state == SEQ_FREE || q->s != it.s) {
+				e->item_seq[k] = NULL;
+				continue;
+			}
 			if (pfx_forward(e->o.model, &it, 1, &err)) {
 				char why[300];
 				snprintf(why, sizeof(why), "the forward pass failed: %s", err.msg);
-				job_leave(e, e->item_seq[k]->job, SERVE_FAILED, why);
+				job_leave(e, q->job, SERVE_FAILED, why);
 				e->item_seq[k] = NULL;
-			} else if (it.logits) {
-				memcpy(e->logits + k * (size_t)V, e->logits, (size_t)V * sizeof(float));
 			}
 		}
 	}

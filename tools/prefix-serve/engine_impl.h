@@ -75,7 +75,7 @@ struct seq_ctx {
 	int vocab;                /* the model's: logits rows */
 	int tok_vocab;            /* the tokenizer's ids: 0 .. tok_vocab - 1 */
 	size_t ctx;
-	uint64_t seed;            /* choice seeds when the request has none */
+	uint64_t seed;            /* the base of requests' seeds when they have none */
 };
 
 /* Prepares q for choice i of j (no session yet). -ENOMEM / -EINVAL with err. */

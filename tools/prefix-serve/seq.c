@@ -27,7 +27,7 @@ int seq_init(struct seq *q, struct serve_job *j, uint32_t i, const struct seq_ct
 		.temperature = j->r.temperature,
 		.top_k = j->r.top_k,
 		.top_p = j->r.top_p,
-		.seed = (j->r.has_seed ? j->r.seed : c->seed) + i,
+		.seed = j->r.seed + i, /* the engine set one if the request did not */
 	};
 	int rc = pfx_sampler_new(&o, c->vocab, &q->sampler, err);
 	if (!rc)
