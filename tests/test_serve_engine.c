@@ -381,29 +381,66 @@ Test(serve_engine, max_tokens_ends_with_length)
 /* A stop string across a token boundary: the text ends right before its
  * first occurrence, the choice with SERVE_STOP; one never produced
  * changes nothing. */
+/* A sampled request (seed s): its text and ids. */
+static struct serve_request sampled(const int32_t *p, size_t n, uint32_t max, uint64_t seed)
+{
+	struct serve_request r = req(p, n, max);
+	r.temperature = 1.0f;
+	r.seed = seed;
+	r.has_seed = true;
+	return r;
+}
+
+/* A stop string across a boundary of the streamed text of ids (text
+ * full), where one token's text ends and the next one's begins: 2 bytes
+ * on each side, whose first occurrence is that one; false when none. */
+static bool stop_across(const int32_t *ids, size_t n, const char *full, char stop[8])
+{
+	struct pfx_detok_stream *ds;
+	struct pfx_error err = { "" };
+	cr_assert_eq(pfx_detok_stream_new(tok, PFX_TEXT_SKIP_SPECIAL, &ds, &err), 0);
+	size_t at = 0, len = strlen(full);
+	stop[0] = 0;
+	for (size_t k = 0; k + 1 < n && !stop[0]; k++) {
+		const char *piece;
+		size_t pl;
+		cr_assert_eq(pfx_detok_stream_push(ds, ids[k], &piece, &pl, &err), 0);
+		at += pl;
+		if (pl >= 2 && at >= 2 && at + 2 <= len) {
+			snprintf(stop, 8, "%.4s", full + at - 2);
+			if (strstr(full, stop) != full + at - 2)
+				stop[0] = 0;
+		}
+	}
+	pfx_detok_stream_free(ds);
+	return stop[0];
+}
+
 Test(serve_engine, stop_strings_end_the_text_before_them)
 {
 	int32_t *p = prompt(20, 5);
 	struct serve_engine *e = start((struct serve_engine_opts){ 0 });
-	struct serve_job *j = submit(e, req(p, 20, 40));
-	wait_done(j);
-	char *full = text_of(j, 0);
-	size_t n;
-	int32_t *ids = ids_of(j, 0, &n);
-	serve_job_release(j);
-	/* The boundary after token k, at a place the text has 2 bytes on
-	 * each side. */
-	char stop[8] = "";
-	for (size_t k = 4; k < n && !stop[0]; k++) {
-		char *head = detok(ids, k);
-		size_t at = strlen(head);
-		if (at >= 2 && strlen(full) >= at + 2 && !strncmp(full, head, at))
-			snprintf(stop, sizeof(stop), "%.4s", full + at - 2);
-		free(head);
+	/* Random bytes decode to many U+FFFD: a seed whose text has a
+	 * boundary to stop at. */
+	char stop[8], *full = NULL;
+	int32_t *ids = NULL;
+	uint64_t seed = 0;
+	for (bool found = false; !found && seed < 50; seed++) {
+		free(full);
+		free(ids);
+		struct serve_job *j = submit(e, sampled(p, 20, 40, seed));
+		wait_done(j);
+		full = text_of(j, 0);
+		size_t n;
+		ids = ids_of(j, 0, &n);
+		serve_job_release(j);
+		found = stop_across(ids, n, full, stop);
 	}
-	cr_assert(stop[0], "no token boundary with 2 bytes on each side in \"%s\"", full);
+	seed--;
+	cr_assert(stop[0], "no token boundary to stop at in 50 texts");
+	struct serve_job *j;
 	size_t cut = (size_t)(strstr(full, stop) - full);
-	struct serve_request r = req(p, 20, 40);
+	struct serve_request r = sampled(p, 20, 40, seed);
 	r.stop[0] = strdup("never in this text \x01");
 	r.stop[1] = strdup(stop);
 	r.nstop = 2;
@@ -416,7 +453,7 @@ Test(serve_engine, stop_strings_end_the_text_before_them)
 	free(t);
 	serve_job_release(j);
 
-	r = req(p, 20, 40);
+	r = sampled(p, 20, 40, seed);
 	r.stop[0] = strdup("never in this text \x01");
 	r.nstop = 1;
 	j = submit(e, r);
