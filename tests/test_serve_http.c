@@ -350,7 +350,7 @@ static int start_stream(int port, int max_tokens)
 	snprintf(body, sizeof(body),
 		 CHAT(",\"stream\":true,\"ignore_eos\":true,\"max_tokens\":%d"), max_tokens);
 	int fd = dial(port);
-	char head[512];
+	char head[1024];
 	snprintf(head, sizeof(head),
 		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
 		 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",

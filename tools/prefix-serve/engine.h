@@ -92,7 +92,9 @@ enum serve_finish {
 
 struct serve_token {
 	int32_t id;
-	float logprob;             /* log-softmax of the raw logits */
+	float logprob;             /* log-softmax of the raw logits (of the
+				    * tokenizer's ids: an embedding's padding
+				    * rows past them are never sampled) */
 	uint32_t ntop;
 	int32_t top_id[SERVE_MAX_TOP_LOGPROBS];
 	float top_logprob[SERVE_MAX_TOP_LOGPROBS];
@@ -103,7 +105,8 @@ struct serve_token {
 struct serve_choice {
 	char *text;
 	size_t text_len;
-	struct serve_token *tokens; /* when logprobs: every generated token */
+	struct serve_token *tokens; /* every generated token (EOS excluded); its
+				    * logprob and top ones when logprobs */
 	size_t ntokens;            /* generated tokens (also without logprobs) */
 	enum serve_finish finish;
 };
@@ -135,7 +138,7 @@ const char *serve_job_error(const struct serve_job *j);
 struct serve_job_usage {
 	size_t prompt_tokens;
 	size_t cached_tokens;      /* attached from prefixd or forked locally */
-	size_t completion_tokens;  /* all choices */
+	size_t completion_tokens;  /* all choices (an EOS that ended one too) */
 	int64_t queued_ns;         /* submit -> admitted */
 	int64_t ttft_ns;           /* submit -> first token of any choice */
 	int64_t total_ns;          /* submit -> done */
