@@ -819,6 +819,7 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
 			MHD_USE_ERROR_LOG,
 		0, NULL, NULL, on_request, h,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, /* first, or MHD says so */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->listen_fd,
 		MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip,
@@ -826,7 +827,6 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->conn_memory,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
 		MHD_OPTION_END);
 	if (!h->d) {
 		close(o->listen_fd);
