@@ -502,7 +502,8 @@ static enum MHD_Result continue_job(struct req *r)
 		return reply_error(r, 500, "server_error", NULL, 0, "%s", why);
 	if (bad == SERVE_CANCELLED)
 		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
-				   "the request was cancelled: the server is stopping");
+				   "the request was cancelled before its end (the server is "
+				   "stopping, or the client went away)");
 	return reply(r, 200, json, "application/json", 0, NULL);
 }
 
