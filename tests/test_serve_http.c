@@ -15,6 +15,7 @@
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -881,4 +882,129 @@ Test(serve_http, bad_options_exit_2_saying_why)
 	out[n] = 0;
 	cr_expect_eq(pclose(p), 0);
 	cr_expect(strstr(out, "--reuse-port") && strstr(out, "--api-key-file"), "%s", out);
+}
+
+/* Several requests, streamed and not, on one kept-alive connection. */
+Test(serve_http, keep_alive_serves_several_requests_on_one_connection)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	int fd = dial(s.port);
+	const char *bodies[] = { CHAT(",\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true"),
+				 CHAT(",\"max_tokens\":3,\"ignore_eos\":true"),
+				 CHAT(",\"max_tokens\":2,\"ignore_eos\":true,\"stream\":true") };
+	for (int i = 0; i < 3; i++) {
+		char head[512];
+		snprintf(head, sizeof(head),
+			 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+			 "Content-Length: %zu\r\n\r\n%s", strlen(bodies[i]), bodies[i]);
+		send_all(fd, head, strlen(head));
+		/* One response: a chunked stream ends with "0\r\n\r\n", the
+		 * other has its Content-Length. */
+		char buf[65536];
+		size_t len = 0;
+		for (;;) {
+			ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+			cr_assert(n > 0, "response %d cut short: %.*s", i, (int)len, buf);
+			len += (size_t)n;
+			buf[len] = 0;
+			const char *b = strstr(buf, "\r\n\r\n");
+			if (!b)
+				continue;
+			if (strstr(buf, "chunked") ? !!strstr(b, "\r\n0\r\n\r\n")
+			    : header(buf, "Content-Length") &&
+			      strlen(b + 4) >= (size_t)atoi(header(buf, "Content-Length")))
+				break;
+		}
+		cr_expect_eq(status_of(buf), 200, "%s", buf);
+		if (i != 1)
+			cr_expect(strstr(buf, "data: [DONE]"), "%s", buf);
+		else
+			cr_expect(strstr(buf, "\"completion_tokens\":3"), "%s", buf);
+	}
+	close(fd);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+struct client {
+	int port, tokens;
+	char *resp;
+};
+
+static void *stream_client(void *arg)
+{
+	struct client *c = arg;
+	char body[512];
+	snprintf(body, sizeof(body),
+		 CHAT(",\"stream\":true,\"ignore_eos\":true,\"max_tokens\":%d,"
+		      "\"stream_options\":{\"include_usage\":true}"), c->tokens);
+	/* No Criterion assertions off the main thread: failures show in resp. */
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)c->port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		c->resp = strdup("connect failed");
+		close(fd);
+		return NULL;
+	}
+	char head[1024];
+	snprintf(head, sizeof(head),
+		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	if (send(fd, head, strlen(head), MSG_NOSIGNAL) != (ssize_t)strlen(head)) {
+		c->resp = strdup("send failed");
+		close(fd);
+		return NULL;
+	}
+	struct timeval tv = { .tv_sec = 60 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	size_t cap = 1 << 16, len = 0;
+	char *b = malloc(cap);
+	for (;;) {
+		if (len + 4096 > cap)
+			b = realloc(b, cap *= 2);
+		ssize_t n = recv(fd, b + len, cap - len - 1, 0);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	b[len] = 0;
+	close(fd);
+	c->resp = b;
+	return NULL;
+}
+
+/* More streams than run at once, queued and admitted as others end: each
+ * whole, in order, with its own usage (suspend and resume under load). */
+Test(serve_http, concurrent_streams_each_complete)
+{
+	struct srv s;
+	const char *args[] = { "--parallel", "3", "--queue", "16", NULL };
+	srv_start(&s, args);
+	enum { N = 12 };
+	struct client c[N];
+	pthread_t t[N];
+	for (int i = 0; i < N; i++) {
+		c[i] = (struct client){ .port = s.port, .tokens = 10 + 5 * i };
+		cr_assert_eq(pthread_create(&t[i], NULL, stream_client, &c[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < N; i++) {
+		cr_expect_eq(status_of(c[i].resp), 200, "%d: %.300s", i, c[i].resp);
+		char *b = dechunk(body_of(c[i].resp));
+		char want[64];
+		snprintf(want, sizeof(want), "\"completion_tokens\":%d", c[i].tokens);
+		cr_expect(!strncmp(b, "data: ", 6) && strstr(b, "\"role\":\"assistant\"") &&
+			  strstr(b, "\"role\"") < strstr(b, "\"finish_reason\":\"length\""),
+			  "%d: %.300s", i, b);
+		cr_expect(strstr(b, want), "%d: %s wanted in %.300s", i, want, b);
+		size_t bl = strlen(b);
+		cr_expect(bl > 14 && !strcmp(b + bl - 14, "data: [DONE]\n\n"), "%d: ends %s", i,
+			  bl > 40 ? b + bl - 40 : b);
+		free(b);
+		free(c[i].resp);
+	}
+	cr_expect_eq(metric(s.port, "vllm:num_requests_running{"), 0);
+	cr_expect_eq(srv_stop(&s), 0);
 }
