@@ -543,7 +543,7 @@ Test(serve_http, oversized_headers_are_refused_and_others_served)
 {
 	struct srv s;
 	srv_start(&s, NULL);
-	size_t n = 200 << 10;
+	size_t n = 48 << 10; /* past the 32 KiB a connection may hold */
 	char *h = malloc(n + 256);
 	int k = snprintf(h, 256, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ");
 	memset(h + k, 'a', n);
@@ -558,9 +558,7 @@ Test(serve_http, oversized_headers_are_refused_and_others_served)
 	}
 	char *r = read_all(fd);
 	close(fd);
-	cr_expect(status_of(r) == 431 || status_of(r) == 413 || !r[0],
-		  "oversized headers answered: %.200s", r);
-	cr_expect_neq(status_of(r), 200);
+	cr_expect_eq(status_of(r), 431, "oversized headers answered: %.200s", r);
 	free(r);
 	free(h);
 	cr_expect_eq(get(s.port, "/health", NULL), 200);

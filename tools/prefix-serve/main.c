@@ -408,7 +408,7 @@ int main(int argc, char **argv)
 		.listen_fd = fd, .model_name = name, .api_key = key, .api_key_len = key_len,
 		.max_conns = (unsigned)a.max_conns, .per_ip = (unsigned)a.per_ip,
 		.timeout_s = (unsigned)a.timeout, .max_body = (size_t)a.max_body,
-		.conn_memory = 64 << 10, .metrics = metrics,
+		.conn_memory = 32 << 10, .metrics = metrics,
 	};
 	struct http *http = NULL;
 	if (http_start(&ho, &http, &err)) {
