@@ -796,3 +796,45 @@ Test(serve_engine, a_second_engine_attaches_through_prefixd)
 	free(q1);
 	free(q2);
 }
+
+/* ==== What is refused ==== */
+
+Test(serve_engine, what_cannot_run_is_refused_with_a_reason)
+{
+	struct pfx_error err = { "" };
+	struct serve_engine *e;
+	struct serve_engine_opts o = { .model = model, .tok = tok, .parallel = 0, .ctx = 64 };
+	cr_expect_eq(serve_engine_start(&o, &e, &err), -EINVAL, "no slots");
+	/* A tokenizer with more ids than the model's vocabulary. */
+	struct pfx_tokenizer *big;
+	cr_assert_eq(pfx_tokenizer_load(TOKENIZERS_DIR "/smollm", &big, &err), 0, "%s", err.msg);
+	o = (struct serve_engine_opts){ .model = model, .tok = big, .parallel = 1, .ctx = 64 };
+	cr_expect_eq(serve_engine_start(&o, &e, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "the model's vocabulary only 288"), "%s", err.msg);
+	pfx_tokenizer_free(big);
+
+	e = start((struct serve_engine_opts){ .parallel = 2, .ctx = 64 });
+	int32_t *p = prompt(8, 1);
+	struct serve_job *j;
+	struct serve_request r = req(p, 8, 4);
+	r.prompt[3] = VOCAB;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "prompt token 3 is 288"), "%s", err.msg);
+	r = req(p, 8, 4);
+	r.stop[0] = strdup("");
+	r.nstop = 1;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "an empty stop string");
+	r = req(p, 8, 4);
+	r.n = 0;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "no choices");
+	r = req(p, 8, 60);
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "past ctx");
+	/* The engine serves on. */
+	j = submit(e, req(p, 8, 56));
+	wait_done(j);
+	cr_expect_eq(finish_of(j, 0), SERVE_LENGTH);
+	cr_expect_eq(ntokens(j, 0), 56, "prompt and output fill the context");
+	serve_job_release(j);
+	serve_engine_stop(e);
+	free(p);
+}

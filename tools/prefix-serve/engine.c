@@ -442,7 +442,9 @@ int serve_engine_start(const struct serve_engine_opts *o, struct serve_engine **
 	e->items = calloc(P, sizeof(*e->items));
 	e->item_seq = calloc(P, sizeof(*e->item_seq));
 	e->pfd = calloc(P, sizeof(*e->pfd));
-	e->touched = calloc(P, sizeof(*e->touched));
+	/* Touched in a step: jobs that left their slots between steps, and
+	 * those in the slots during it. */
+	e->touched = calloc(2 * (size_t)P, sizeof(*e->touched));
 	e->logits = malloc((size_t)P * (size_t)c->vocab * sizeof(float));
 	int rc = 0;
 	if (!e->seqs || !e->items || !e->item_seq || !e->pfd || !e->touched || !e->logits)
