@@ -350,7 +350,9 @@ Test(serve_engine, n_choices_share_one_prefill)
 	cr_expect_eq(s3.steps - s1.steps, s1.steps, "n = 3 took %llu steps, n = 1 %llu",
 		     (unsigned long long)(s3.steps - s1.steps), (unsigned long long)s1.steps);
 	struct serve_job_usage u;
+	serve_job_lock(three); /* the lock may be held around it */
 	serve_job_usage(three, &u);
+	serve_job_unlock(three);
 	cr_expect_eq(u.completion_tokens, 18);
 	cr_expect_eq(u.prompt_tokens, 50);
 	cr_expect_eq(serve_job_choices(three), 3);

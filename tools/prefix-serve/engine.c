@@ -485,7 +485,13 @@ int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct 
 	 * happens. */
 	atomic_init(&j->refs, 2);
 	atomic_init(&j->cancel, false);
-	pthread_mutex_init(&j->lock, NULL);
+	/* Recursive: serve_job_usage locks, and callers may hold the lock
+	 * already (reading choices and usage together). */
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&j->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
 	j->r = *r;
 	j->submit_ns = serve_now_ns();
 	j->usage.prompt_tokens = r->nprompt;

@@ -136,7 +136,7 @@ bool serve_job_done(const struct serve_job *j);
 const char *serve_job_error(const struct serve_job *j);
 
 /* Figures for usage, the log line and /metrics (final once done); takes
- * the job's lock itself. */
+ * the job's lock itself (a recursive one: holding it already is fine). */
 struct serve_job_usage {
 	size_t prompt_tokens;
 	size_t cached_tokens;      /* attached from prefixd or forked locally */
