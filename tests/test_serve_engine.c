@@ -840,3 +840,38 @@ Test(serve_engine, what_cannot_run_is_refused_with_a_reason)
 	serve_engine_stop(e);
 	free(p);
 }
+
+/* A sequence whose forward pass fails (past the model's 1024 positions,
+ * under an engine told a larger context) fails its own job with the
+ * reason; the one batched beside it is served as if alone. */
+Test(serve_engine, a_failing_sequence_fails_its_job_only)
+{
+	int32_t *p = prompt(1014, 41), *q = prompt(12, 42);
+	struct serve_engine *e = start((struct serve_engine_opts){ .parallel = 2, .ctx = 2048,
+								   .step_tokens = 512 });
+	struct serve_job *a = submit(e, req(p, 1014, 30)), *b = submit(e, req(q, 12, 40));
+	wait_done(a);
+	wait_done(b);
+	cr_expect_eq(finish_of(a, 0), SERVE_FAILED);
+	serve_job_lock(a);
+	cr_expect(strstr(serve_job_error(a), "exceed the model's 1024 positions"), "%s",
+		  serve_job_error(a));
+	serve_job_unlock(a);
+	/* The prompt's logits give one, each of 10 positions left one more. */
+	cr_expect_eq(ntokens(a, 0), 11, "its tokens up to the limit stay");
+	cr_expect_eq(finish_of(b, 0), SERVE_LENGTH);
+	expect_alone(b, q, 12, 40, "beside a failing sequence");
+	struct serve_engine_stats st;
+	serve_engine_stats(e, &st);
+	cr_expect_eq(st.running, 0);
+	serve_job_release(a);
+	serve_job_release(b);
+	/* The engine serves on. */
+	struct serve_job *c = submit(e, req(q, 12, 5));
+	wait_done(c);
+	cr_expect_eq(finish_of(c, 0), SERVE_LENGTH);
+	serve_job_release(c);
+	serve_engine_stop(e);
+	free(p);
+	free(q);
+}
