@@ -515,6 +515,13 @@ int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct 
 	for (size_t i = 0; !rc && i < r->nstop; i++)
 		if (!r->stop[i] || !r->stop[i][0])
 			rc = pfx_errorf(err, -EINVAL, "stop string %zu is empty", i);
+	/* Texts are C strings from the start, empty until output comes. */
+	for (uint32_t i = 0; !rc && i < r->n; i++) {
+		j->choice[i].text = calloc(1, 64);
+		j->text_cap[i] = 64;
+		if (!j->choice[i].text)
+			rc = pfx_errorf(err, -ENOMEM, "out of memory");
+	}
 	if (!rc) {
 		pthread_mutex_lock(&e->mu);
 		if (e->draining || e->stopping)

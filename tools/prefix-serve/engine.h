@@ -104,7 +104,7 @@ struct serve_token {
 /* One choice's output so far; read under serve_job_lock. text grows and
  * is final (never revised; stop strings held back until decided). */
 struct serve_choice {
-	char *text;
+	char *text;                /* NUL-terminated, "" before any output */
 	size_t text_len;
 	struct serve_token *tokens; /* every generated token (EOS excluded); its
 				    * logprob and top ones when logprobs */
