@@ -233,11 +233,27 @@ static char *detok(const int32_t *ids, size_t n)
 	return t;
 }
 
-/* The job's greedy ids equal the reference's, and its text their text. */
+static double lse_of(const float *row)
+{
+	float mx = row[0];
+	for (int v = 1; v < VOCAB; v++)
+		mx = row[v] > mx ? row[v] : mx;
+	double sum = 0;
+	for (int v = 0; v < VOCAB; v++)
+		sum += exp((double)row[v] - mx);
+	return mx + log(sum);
+}
+
+/* The largest logprob difference from alone seen by expect_alone. */
+static double worst_logprob;
+
+/* The job's greedy ids equal the reference's, and its text their text;
+ * with top logprobs, their difference from alone's is recorded. */
 static void expect_alone(struct serve_job *j, const int32_t *p, size_t np, size_t max,
 			 const char *what)
 {
-	int32_t *ref = greedy_ref(p, np, max, NULL);
+	float *l = malloc(max * VOCAB * sizeof(float));
+	int32_t *ref = greedy_ref(p, np, max, l);
 	size_t n;
 	int32_t *got = ids_of(j, 0, &n);
 	cr_expect_eq(n, max, "%s: %zu tokens", what, n);
@@ -246,12 +262,20 @@ static void expect_alone(struct serve_job *j, const int32_t *p, size_t np, size_
 			cr_expect_fail("%s: token %zu is %d, alone %d", what, k, got[k], ref[k]);
 			break;
 		}
+	serve_job_lock(j);
+	const struct serve_choice *c = serve_job_choice(j, 0);
+	for (size_t k = 0; k < c->ntokens && k < max && c->tokens[k].ntop; k++) {
+		double d = fabs(c->tokens[k].logprob - (l[k * VOCAB + ref[k]] - lse_of(l + k * VOCAB)));
+		worst_logprob = d > worst_logprob ? d : worst_logprob;
+	}
+	serve_job_unlock(j);
 	char *t = text_of(j, 0), *want = detok(ref, max);
 	cr_expect_str_eq(t, want, "%s", what);
 	free(t);
 	free(want);
 	free(got);
 	free(ref);
+	free(l);
 }
 
 /* ==== Continuous batching ==== */
@@ -270,10 +294,16 @@ Test(serve_engine, batched_greedy_equals_each_alone)
 	struct serve_job *j[6];
 	for (int i = 0; i < 6; i++)
 		p[i] = prompt(len[i], 100 + i);
+	struct serve_request r[6];
+	for (int i = 0; i < 6; i++) {
+		r[i] = req(p[i], len[i], max[i]);
+		r[i].logprobs = true;
+		r[i].top_logprobs = 1;
+	}
 	for (int i = 0; i < 5; i++)
-		j[i] = submit(e, req(p[i], len[i], max[i]));
+		j[i] = submit(e, r[i]);
 	wait_for(j[0], started, "the first tokens");
-	j[5] = submit(e, req(p[5], len[5], max[5]));
+	j[5] = submit(e, r[5]);
 	for (int i = 0; i < 6; i++)
 		wait_done(j[i]);
 	for (int i = 0; i < 6; i++) {
@@ -289,6 +319,11 @@ Test(serve_engine, batched_greedy_equals_each_alone)
 		serve_job_release(j[i]);
 		free(p[i]);
 	}
+	/* Batched rows run other kernels than alone (kernels.h: gemv up to 4
+	 * rows, gemm_few up to 64, sgemm beyond), so logits may differ in
+	 * their last bits; a greedy choice changes only at a near tie. */
+	cr_log_info("batched vs alone: logprobs differ by %g at most", worst_logprob);
+	cr_expect_lt(worst_logprob, 1e-4);
 	struct serve_engine_stats st;
 	serve_engine_stats(e, &st);
 	cr_expect_eq(st.running, 0);
@@ -315,7 +350,9 @@ Test(serve_engine, n_choices_share_one_prefill)
 	cr_expect_eq(s3.steps - s1.steps, s1.steps, "n = 3 took %llu steps, n = 1 %llu",
 		     (unsigned long long)(s3.steps - s1.steps), (unsigned long long)s1.steps);
 	struct serve_job_usage u;
+	serve_job_lock(three); /* the lock may be held around it */
 	serve_job_usage(three, &u);
+	serve_job_unlock(three);
 	cr_expect_eq(u.completion_tokens, 18);
 	cr_expect_eq(u.prompt_tokens, 50);
 	cr_expect_eq(serve_job_choices(three), 3);
@@ -760,4 +797,81 @@ Test(serve_engine, a_second_engine_attaches_through_prefixd)
 	free(sys);
 	free(q1);
 	free(q2);
+}
+
+/* ==== What is refused ==== */
+
+Test(serve_engine, what_cannot_run_is_refused_with_a_reason)
+{
+	struct pfx_error err = { "" };
+	struct serve_engine *e;
+	struct serve_engine_opts o = { .model = model, .tok = tok, .parallel = 0, .ctx = 64 };
+	cr_expect_eq(serve_engine_start(&o, &e, &err), -EINVAL, "no slots");
+	/* A tokenizer with more ids than the model's vocabulary. */
+	struct pfx_tokenizer *big;
+	cr_assert_eq(pfx_tokenizer_load(TOKENIZERS_DIR "/smollm", &big, &err), 0, "%s", err.msg);
+	o = (struct serve_engine_opts){ .model = model, .tok = big, .parallel = 1, .ctx = 64 };
+	cr_expect_eq(serve_engine_start(&o, &e, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "the model's vocabulary only 288"), "%s", err.msg);
+	pfx_tokenizer_free(big);
+
+	e = start((struct serve_engine_opts){ .parallel = 2, .ctx = 64 });
+	int32_t *p = prompt(8, 1);
+	struct serve_job *j;
+	struct serve_request r = req(p, 8, 4);
+	r.prompt[3] = VOCAB;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "prompt token 3 is 288"), "%s", err.msg);
+	r = req(p, 8, 4);
+	r.stop[0] = strdup("");
+	r.nstop = 1;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "an empty stop string");
+	r = req(p, 8, 4);
+	r.n = 0;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "no choices");
+	r = req(p, 8, 60);
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "past ctx");
+	/* The engine serves on. */
+	j = submit(e, req(p, 8, 56));
+	wait_done(j);
+	cr_expect_eq(finish_of(j, 0), SERVE_LENGTH);
+	cr_expect_eq(ntokens(j, 0), 56, "prompt and output fill the context");
+	serve_job_release(j);
+	serve_engine_stop(e);
+	free(p);
+}
+
+/* A sequence whose forward pass fails (past the model's 1024 positions,
+ * under an engine told a larger context) fails its own job with the
+ * reason; the one batched beside it is served as if alone. */
+Test(serve_engine, a_failing_sequence_fails_its_job_only)
+{
+	int32_t *p = prompt(1014, 41), *q = prompt(12, 42);
+	struct serve_engine *e = start((struct serve_engine_opts){ .parallel = 2, .ctx = 2048,
+								   .step_tokens = 512 });
+	struct serve_job *a = submit(e, req(p, 1014, 30)), *b = submit(e, req(q, 12, 40));
+	wait_done(a);
+	wait_done(b);
+	cr_expect_eq(finish_of(a, 0), SERVE_FAILED);
+	serve_job_lock(a);
+	cr_expect(strstr(serve_job_error(a), "exceed the model's 1024 positions"), "%s",
+		  serve_job_error(a));
+	serve_job_unlock(a);
+	/* The prompt's logits give one, each of 10 positions left one more. */
+	cr_expect_eq(ntokens(a, 0), 11, "its tokens up to the limit stay");
+	cr_expect_eq(finish_of(b, 0), SERVE_LENGTH);
+	expect_alone(b, q, 12, 40, "beside a failing sequence");
+	struct serve_engine_stats st;
+	serve_engine_stats(e, &st);
+	cr_expect_eq(st.running, 0);
+	serve_job_release(a);
+	serve_job_release(b);
+	/* The engine serves on. */
+	struct serve_job *c = submit(e, req(q, 12, 5));
+	wait_done(c);
+	cr_expect_eq(finish_of(c, 0), SERVE_LENGTH);
+	serve_job_release(c);
+	serve_engine_stop(e);
+	free(p);
+	free(q);
 }

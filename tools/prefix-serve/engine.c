@@ -442,7 +442,9 @@ int serve_engine_start(const struct serve_engine_opts *o, struct serve_engine **
 	e->items = calloc(P, sizeof(*e->items));
 	e->item_seq = calloc(P, sizeof(*e->item_seq));
 	e->pfd = calloc(P, sizeof(*e->pfd));
-	e->touched = calloc(P, sizeof(*e->touched));
+	/* Touched in a step: jobs that left their slots between steps, and
+	 * those in the slots during it. */
+	e->touched = calloc(2 * (size_t)P, sizeof(*e->touched));
 	e->logits = malloc((size_t)P * (size_t)c->vocab * sizeof(float));
 	int rc = 0;
 	if (!e->seqs || !e->items || !e->item_seq || !e->pfd || !e->touched || !e->logits)
@@ -483,7 +485,13 @@ int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct 
 	 * happens. */
 	atomic_init(&j->refs, 2);
 	atomic_init(&j->cancel, false);
-	pthread_mutex_init(&j->lock, NULL);
+	/* Recursive: serve_job_usage locks, and callers may hold the lock
+	 * already (reading choices and usage together). */
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&j->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
 	j->r = *r;
 	j->submit_ns = serve_now_ns();
 	j->usage.prompt_tokens = r->nprompt;
@@ -507,6 +515,13 @@ int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct 
 	for (size_t i = 0; !rc && i < r->nstop; i++)
 		if (!r->stop[i] || !r->stop[i][0])
 			rc = pfx_errorf(err, -EINVAL, "stop string %zu is empty", i);
+	/* Texts are C strings from the start, empty until output comes. */
+	for (uint32_t i = 0; !rc && i < r->n; i++) {
+		j->choice[i].text = calloc(1, 64);
+		j->text_cap[i] = 64;
+		if (!j->choice[i].text)
+			rc = pfx_errorf(err, -ENOMEM, "out of memory");
+	}
 	if (!rc) {
 		pthread_mutex_lock(&e->mu);
 		if (e->draining || e->stopping)

@@ -34,7 +34,8 @@ struct serve_engine_opts {
 	const struct pfx_tokenizer *tok;
 	struct pfx_cache *cache;   /* NULL: no prefixd (--no-cache, or none answered) */
 	unsigned parallel;         /* sequences running at once (choices count) */
-	unsigned queue;            /* jobs waiting beyond those */
+	unsigned queue;            /* jobs waiting beyond those (counted in
+				    * choices: -EAGAIN past parallel + queue) */
 	size_t ctx;                /* prompt + generated tokens of one sequence */
 	size_t step_tokens;        /* prompt tokens per step, all sequences (0: 256) */
 	size_t local_bytes;        /* KV bytes kept in local frozen sessions (0: none) */
@@ -103,7 +104,7 @@ struct serve_token {
 /* One choice's output so far; read under serve_job_lock. text grows and
  * is final (never revised; stop strings held back until decided). */
 struct serve_choice {
-	char *text;
+	char *text;                /* NUL-terminated, "" before any output */
 	size_t text_len;
 	struct serve_token *tokens; /* every generated token (EOS excluded); its
 				    * logprob and top ones when logprobs */
@@ -134,7 +135,8 @@ bool serve_job_done(const struct serve_job *j);
 /* SERVE_FAILED's reason. */
 const char *serve_job_error(const struct serve_job *j);
 
-/* Figures for usage, the log line and /metrics (final once done). */
+/* Figures for usage, the log line and /metrics (final once done); takes
+ * the job's lock itself (a recursive one: holding it already is fine). */
 struct serve_job_usage {
 	size_t prompt_tokens;
 	size_t cached_tokens;      /* attached from prefixd or forked locally */

@@ -138,7 +138,11 @@ const char *serve_job_error(const struct serve_job *j) { return j->error; }
 
 void serve_job_usage(const struct serve_job *j, struct serve_job_usage *out)
 {
+	/* The engine writes them as it goes: read under the lock. */
+	struct serve_job *w = (struct serve_job *)j;
+	serve_job_lock(w);
 	*out = j->usage;
 	/* EOS tokens were generated (and computed) but are no output. */
 	out->completion_tokens += j->eos;
+	serve_job_unlock(w);
 }
