@@ -149,7 +149,8 @@ static int refuse_sampling(struct json_object *root, struct api_error *e)
 	return 0;
 }
 
-/* The model's name as the client gave it, echoed back. */
+/* What both endpoints take: the model's name (echoed back), user, stream
+ * and its options, sampling. */
 static int read_common(struct json_object *root, struct api_call *c, struct api_error *e)
 {
 	const char *model = NULL, *user = NULL;
