@@ -1006,3 +1006,40 @@ Test(serve_http, concurrent_streams_each_complete)
 	cr_expect_eq(metric(s.port, "vllm:num_requests_running{"), 0);
 	cr_expect_eq(srv_stop(&s), 0);
 }
+
+/* --help within 80 columns, and every option it names in the man page. */
+Test(serve_http, help_fits_80_columns_and_the_man_page_has_every_option)
+{
+	char cmd[256], out[16384] = "";
+	snprintf(cmd, sizeof(cmd), "%s --help", PREFIX_SERVE);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = 0;
+	cr_expect_eq(pclose(p), 0);
+	FILE *m = fopen(SOURCE_ROOT "/docs/prefix-serve.1", "r");
+	cr_assert(m);
+	static char man[1 << 17];
+	size_t ml = fread(man, 1, sizeof(man) - 1, m);
+	man[ml] = 0;
+	fclose(m);
+	int options = 0;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		cr_expect_leq(strlen(line), 80, "over 80 columns: %s", line);
+		for (char *o = strstr(line, "--"); o; o = strstr(o + 2, "--")) {
+			char name[64], roff[160];
+			size_t k = strspn(o + 2, "abcdefghijklmnopqrstuvwxyz-");
+			if (!k || k > 40)
+				continue;
+			snprintf(name, sizeof(name), "%.*s", (int)k, o + 2);
+			/* The man page writes each - as \-. */
+			size_t r = 0;
+			r += (size_t)snprintf(roff, sizeof(roff), "\\-\\-");
+			for (const char *c = name; *c && r < sizeof(roff) - 3; c++)
+				r += (size_t)snprintf(roff + r, sizeof(roff) - r, *c == '-' ? "\\-" : "%c", *c);
+			cr_expect(strstr(man, roff), "--%s is not in prefix-serve(1)", name);
+			options++;
+		}
+	}
+	cr_expect_gt(options, 25);
+}
