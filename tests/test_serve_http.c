@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon_util.h"
 #include "random_model.h"
 
 #define TOKDIR SOURCE_ROOT "/tests/tokenizers/tiny-chat"
@@ -128,13 +129,16 @@ static void srv_start_args(struct srv *s, bool ready, const char *const *extra)
 	snprintf(s->dir, sizeof(s->dir), "/tmp/pfx-serve-XXXXXX");
 	cr_assert(mkdtemp(s->dir));
 	snprintf(s->log, sizeof(s->log), "%s/log", s->dir);
-	const char *argv[48] = { "prefix-serve", "--model", model, "--no-cache", "--threads", "1" };
-	int n = 6;
-	bool port = false;
+	const char *argv[48] = { "prefix-serve", "--model", model, "--threads", "1" };
+	int n = 5;
+	bool port = false, socket = false;
 	for (int i = 0; extra && extra[i]; i++) {
 		port |= !strcmp(extra[i], "--port");
+		socket |= !strcmp(extra[i], "--socket");
 		argv[n++] = extra[i];
 	}
+	if (!socket)
+		argv[n++] = "--no-cache";
 	if (!port) {
 		argv[n++] = "--port";
 		argv[n++] = "0";
@@ -1042,4 +1046,73 @@ Test(serve_http, help_fits_80_columns_and_the_man_page_has_every_option)
 		}
 	}
 	cr_expect_gt(options, 25);
+}
+
+/* The content and usage of a non-streamed chat's response. */
+static void chat(int port, const char *body, char **content, int *prompt, int *cached)
+{
+	char *r;
+	cr_assert_eq(post(port, "/v1/chat/completions", body, &r), 200, "%s", r);
+	json_object *j = json_tokener_parse(body_of(r));
+	cr_assert(j, "%s", r);
+	json_object *ch, *msg, *v, *u, *d;
+	cr_assert(json_object_object_get_ex(j, "choices", &ch));
+	cr_assert(json_object_object_get_ex(json_object_array_get_idx(ch, 0), "message", &msg));
+	cr_assert(json_object_object_get_ex(msg, "content", &v));
+	*content = strdup(json_object_get_string(v));
+	cr_assert(json_object_object_get_ex(j, "usage", &u));
+	cr_assert(json_object_object_get_ex(u, "prompt_tokens", &v));
+	*prompt = json_object_get_int(v);
+	cr_assert(json_object_object_get_ex(u, "prompt_tokens_details", &d));
+	cr_assert(json_object_object_get_ex(d, "cached_tokens", &v));
+	*cached = json_object_get_int(v);
+	json_object_put(j);
+	free(r);
+}
+
+/* One prefixd, servers one after the other: the second's first request
+ * attaches the system prompt the first published, and says so in
+ * cached_tokens; the text is a run's without any cache (greedy). */
+Test(serve_http, a_second_process_attaches_what_the_first_published)
+{
+	struct test_daemon d;
+	const char *dargs[] = { "--block-tokens", "16", "--memory", "64M", NULL };
+	cr_assert_eq(td_start(&d, dargs), 0);
+	char system_prompt[2048] = "";
+	for (int i = 0; i < 40; i++)
+		strcat(system_prompt, "You are a careful assistant. ");
+	char body[4096];
+	snprintf(body, sizeof(body),
+		 "{\"messages\":[{\"role\":\"system\",\"content\":\"%s\"},"
+		 "{\"role\":\"user\",\"content\":\"Hello there\"}],"
+		 "\"max_tokens\":8,\"ignore_eos\":true,\"temperature\":0}", system_prompt);
+	const char *args[] = { "--socket", d.sock, "--block-tokens", "16", NULL };
+	struct srv a, b, c;
+	char *ta, *tb, *tc;
+	int pa, pb, pc, ca, cb, cc;
+	srv_start(&a, args);
+	chat(a.port, body, &ta, &pa, &ca);
+	cr_expect_eq(srv_stop(&a), 0);
+	cr_expect(strstr(read_log(&a), "sharing prefixes through prefixd"), "%s", read_log(&a));
+	cr_expect_eq(ca, 0, "the first process found %d tokens cached", ca);
+	cr_assert_gt(pa, 160, "a prompt of %d tokens", pa);
+
+	srv_start(&b, args);
+	chat(b.port, body, &tb, &pb, &cb);
+	cr_expect_eq(srv_stop(&b), 0);
+	cr_expect_eq(pb, pa);
+	cr_expect_geq(cb, (pa - 1) / 16 * 16, "%d of %d tokens cached", cb, pb);
+	cr_expect_lt(cb, pb);
+
+	const char *alone[] = { "--block-tokens", "16", NULL };
+	srv_start(&c, alone);
+	chat(c.port, body, &tc, &pc, &cc);
+	cr_expect_eq(srv_stop(&c), 0);
+	cr_expect_eq(cc, 0);
+	cr_expect_str_eq(tb, tc, "with prefixd: '%s', alone: '%s'", tb, tc);
+	cr_expect_str_eq(ta, tc);
+	free(ta);
+	free(tb);
+	free(tc);
+	cr_expect_eq(td_stop(&d), 0);
 }
