@@ -448,6 +448,17 @@ Test(serve_http, health_is_503_while_loading_then_200)
 	cr_expect_eq(srv_stop(&s), 0);
 }
 
+/* A stop signal while the model loads: out at once, status 0. */
+Test(serve_http, sigterm_while_loading_exits_0)
+{
+	struct srv s;
+	srv_start_args(&s, false, NULL);
+	cr_expect_eq(get(s.port, "/health", NULL), 503);
+	cr_expect_eq(srv_stop(&s), 0);
+	cr_expect(strstr(read_log(&s), "stopped while loading") ||
+		  strstr(read_log(&s), "prefix-serve: stopped"), "%s", read_log(&s));
+}
+
 Test(serve_http, api_key_file_401_without_the_key_200_with_it)
 {
 	struct srv s;
@@ -863,7 +874,11 @@ Test(serve_http, bad_options_exit_2_saying_why)
 		{ "--model m --port 1 --port 2", "--port is given twice", 2 },
 		{ "--model m --no-cache --socket /x", "contradict", 2 },
 		{ "--model m extra", "unexpected argument", 2 },
-		{ "--model m --api-key-file /nonexistent/key", "cannot read --api-key-file", 1 },
+		{ "--model /nonexistent/m", "--model /nonexistent/m: No such file or directory", 1 },
+		{ "--model " SOURCE_ROOT "/README.md", "is not a directory", 1 },
+		{ "--model /tmp --host no.such.host.invalid", "cannot resolve --host", 1 },
+		{ "--model /tmp --api-key-file /nonexistent/key", "cannot read --api-key-file", 1 },
+		{ "--model /tmp --api-key-file /dev/null", "its first line is empty", 1 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char cmd[512], out[4096] = "";

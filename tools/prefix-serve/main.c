@@ -340,13 +340,6 @@ static int load(const struct args *a, struct pfx_tokenizer **tok, struct pfx_mod
 		struct pfx_cache **cache)
 {
 	struct pfx_error err = { "" };
-	struct stat st;
-	if (stat(a->model, &st) || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "prefix-serve: --model %s: %s\n", a->model,
-			errno && !S_ISDIR(st.st_mode) ? strerror(errno)
-						       : "not a directory (give the checkpoint's directory)");
-		return 1;
-	}
 	if (pfx_tokenizer_load(a->model, tok, &err)) {
 		fprintf(stderr, "prefix-serve: cannot load the tokenizer: %s\n", err.msg);
 		return 1;
@@ -381,15 +374,33 @@ int main(int argc, char **argv)
 		fprintf(stderr, "prefix-serve: libsodium cannot start\n");
 		return 1;
 	}
+	/* A wrong folder fails before anything listens. */
+	struct stat st;
+	if (stat(a.model, &st)) {
+		fprintf(stderr, "prefix-serve: --model %s: %s\n", a.model, strerror(errno));
+		return 1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "prefix-serve: --model %s is not a directory: give the "
+			"checkpoint's directory (config.json, safetensors, tokenizer.json)\n",
+			a.model);
+		return 1;
+	}
 	char *key = NULL;
 	size_t key_len = 0;
 	if (a.key_file && read_key(a.key_file, &key, &key_len))
 		return 1;
+	struct pfx_tokenizer *tok = NULL;
+	struct pfx_model *model = NULL;
+	struct pfx_cache *cache = NULL;
+	struct serve_engine *engine = NULL;
+	struct http *http = NULL;
+	rc = 1;
 	char *name = a.name ? strdup(a.name) : default_name(a.model);
 	struct metrics *metrics = name ? metrics_new(name) : NULL;
 	if (!metrics || pipe2(stop_pipe, O_CLOEXEC)) {
 		fprintf(stderr, "prefix-serve: out of memory\n");
-		return 1;
+		goto out;
 	}
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigemptyset(&sa.sa_mask);
@@ -402,7 +413,7 @@ int main(int argc, char **argv)
 	int fd = listen_tcp(a.host, (int)a.port, a.reuse_port, bound, &err);
 	if (fd < 0) {
 		fprintf(stderr, "prefix-serve: %s\n", err.msg);
-		return 1;
+		goto out;
 	}
 	struct http_opts ho = {
 		.listen_fd = fd, .model_name = name, .api_key = key, .api_key_len = key_len,
@@ -410,21 +421,17 @@ int main(int argc, char **argv)
 		.timeout_s = (unsigned)a.timeout, .max_body = (size_t)a.max_body,
 		.conn_memory = 32 << 10, .metrics = metrics,
 	};
-	struct http *http = NULL;
-	if (http_start(&ho, &http, &err)) {
-		fprintf(stderr, "prefix-serve: %s\n", err.msg);
-		return 1;
-	}
+	int started = http_start(&ho, &http, &err);
 	if (key)
 		sodium_memzero(key, key_len);
 	free(key);
+	key = NULL;
+	if (started) {
+		fprintf(stderr, "prefix-serve: %s\n", err.msg);
+		goto out;
+	}
 	serve_log("listening on %s", bound);
 
-	struct pfx_tokenizer *tok = NULL;
-	struct pfx_model *model = NULL;
-	struct pfx_cache *cache = NULL;
-	struct serve_engine *engine = NULL;
-	rc = 1;
 	if (load(&a, &tok, &model, &cache))
 		goto out;
 	const struct pfx_config *cfg = pfx_model_config(model);
@@ -472,6 +479,7 @@ out:
 	pfx_tokenizer_free(tok);
 	metrics_free(metrics);
 	free(name);
+	free(key);
 	if (!rc)
 		serve_log("stopped");
 	return rc;
