@@ -807,6 +807,7 @@ Test(serve_http, metrics_after_requests)
 	json_object_put(j);
 	free(r);
 	get(s.port, "/nope", NULL);
+	get(s.port, "/x%0Aprefix-serve:%20forged", NULL);
 	cr_assert_eq(get(s.port, "/metrics", &r), 200);
 	const char *m = body_of(r);
 	cr_expect(strstr(header(r, "Content-Type"), "text/plain"), "%s", r);
@@ -817,7 +818,7 @@ Test(serve_http, metrics_after_requests)
 	snprintf(want, sizeof(want), "prefix_serve_requests_total{model_name=\"tiny\",status=\"200\"} %d\n",
 		 (int)ok0 + 2);
 	cr_expect(strstr(m, want), "%s in %s", want, m);
-	cr_expect(strstr(m, "prefix_serve_requests_total{model_name=\"tiny\",status=\"404\"} 1\n"), "%s", m);
+	cr_expect(strstr(m, "prefix_serve_requests_total{model_name=\"tiny\",status=\"404\"} 2\n"), "%s", m);
 	cr_expect(strstr(m, "prefix_serve_cached_prompt_tokens_total{model_name=\"tiny\"} "), "%s", m);
 	cr_expect(strstr(m, "# TYPE vllm:time_to_first_token_seconds histogram\n"), "%s", m);
 	cr_expect(strstr(m, "vllm:time_to_first_token_seconds_count{model_name=\"tiny\"} 1\n"), "%s", m);
@@ -832,6 +833,9 @@ Test(serve_http, metrics_after_requests)
 	cr_expect(strstr(log, "POST /v1/chat/completions 200 prompt=") && strstr(log, "generated=4 ttft_ms="),
 		  "%s", log);
 	cr_expect(strstr(log, "GET /nope 404"), "%s", log);
+	/* A path cannot forge a log line. */
+	cr_expect(strstr(log, "GET /x?prefix-serve:?forged 404"), "%s", log);
+	cr_expect(!strstr(log, "\nprefix-serve: forged"), "%s", log);
 }
 
 Test(serve_http, models_lists_the_model)

@@ -679,8 +679,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->conn = c;
 		r->start = now_ns();
 		r->created = (int64_t)time(NULL);
+		/* For the log: MHD has decoded the path, so "%0A" would be a
+		 * line of its own there. */
 		snprintf(r->method, sizeof(r->method), "%s", method);
 		snprintf(r->path, sizeof(r->path), "%s", url);
+		for (char *p = r->method; *p; p++)
+			*p = (unsigned char)*p <= ' ' || *p == 0x7f ? '?' : *p;
+		for (char *p = r->path; *p; p++)
+			*p = (unsigned char)*p <= ' ' || *p == 0x7f ? '?' : *p;
 		uint8_t rnd[12];
 		randombytes_buf(rnd, sizeof(rnd));
 		sodium_bin2hex(r->id, sizeof(r->id), rnd, sizeof(rnd));
