@@ -772,25 +772,44 @@ Test(serve_engine, a_second_engine_attaches_through_prefixd)
 	struct pfx_cache *c1, *c2;
 	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c1, &err), 0, "%s", err.msg);
 	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c2, &err), 0, "%s", err.msg);
-	struct serve_engine *e1 = start((struct serve_engine_opts){ .cache = c1, .step_tokens = 16 });
+	struct serve_engine *e1 = start((struct serve_engine_opts){ .cache = c1, .step_tokens = 16,
+								    .local_bytes = 64 << 20 });
 	struct serve_job *j = submit(e1, req(a, SYS + Q, 10));
 	wait_done(j);
 	struct serve_job_usage u;
 	serve_job_usage(j, &u);
 	cr_expect_eq(u.cached_tokens, 0);
 	serve_job_release(j);
+	/* Another question: its system prompt is both in prefixd and kept
+	 * locally (computed here); prefixd's lease wins, so the publish
+	 * sends only the new block, none the daemon has. */
+	int32_t *q3 = prompt(Q, 34), c3[SYS + Q];
+	memcpy(c3, sys, sizeof(*sys) * SYS);
+	memcpy(c3 + SYS, q3, sizeof(*q3) * Q);
+	unsigned long long dedup = t_counter(&td, "dedup"), blocks = t_counter(&td, "blocks");
+	j = submit(e1, req(c3, SYS + Q, 10));
+	wait_done(j);
+	serve_job_usage(j, &u);
+	cr_expect_eq(u.cached_tokens, SYS / BT * BT);
+	expect_alone(j, c3, SYS + Q, 10, "another question");
+	serve_job_release(j);
+	cr_expect_eq(t_counter(&td, "dedup"), dedup, "no block sent again");
+	cr_expect_eq(t_counter(&td, "blocks"), blocks + 1);
+	free(q3);
 	serve_engine_stop(e1);
 	pfx_cache_close(c1);
-	cr_expect_eq(t_counter(&td, "blocks"), (SYS + Q) / BT, "the first prompt's whole blocks");
+	cr_expect_eq(t_counter(&td, "blocks"), (SYS + Q) / BT + 1,
+		     "the first prompt's whole blocks, the other question's last");
 
 	struct serve_engine *e2 = start((struct serve_engine_opts){ .cache = c2, .step_tokens = 16 });
 	j = submit(e2, req(b, SYS + Q, 10));
 	wait_done(j);
 	serve_job_usage(j, &u);
 	cr_expect_eq(u.cached_tokens, SYS / BT * BT);
-	cr_expect_eq(t_counter(&td, "hit_tokens"), SYS / BT * BT);
+	cr_expect_eq(t_counter(&td, "hit_tokens"), 2 * (SYS / BT * BT), "the other question's too");
 	expect_alone(j, b, SYS + Q, 10, "after attaching through prefixd");
 	serve_job_release(j);
+
 	serve_engine_stop(e2);
 	pfx_cache_close(c2);
 	t_stop(&td);

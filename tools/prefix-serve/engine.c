@@ -113,7 +113,9 @@ static void end_now(struct serve_job *j, enum serve_finish fin, const char *why)
 
 /* The prompt's start: the longest reuse of its whole blocks, from prefixd
  * (attached) or this process's frozen prompts (forked), leaving a token to
- * compute. */
+ * compute. Ties go to prefixd: the publish then continues the attach's
+ * lease, where blocks forked locally would all be sent to the daemon
+ * again (to be found there and dropped). */
 static int start_prompt(struct serve_engine *e, struct seq *q, struct pfx_error *err)
 {
 	const struct serve_request *r = &q->job->r;
@@ -122,7 +124,7 @@ static int start_prompt(struct serve_engine *e, struct seq *q, struct pfx_error 
 								   &local)
 					  : NULL;
 	int rc;
-	if (e->o.cache && max > local) {
+	if (e->o.cache && max) {
 		struct pfx_prefill_info info;
 		struct pfx_error cerr;
 		if ((rc = pfx_session_new(e->o.model, &q->s, err)))
@@ -131,7 +133,7 @@ static int start_prompt(struct serve_engine *e, struct seq *q, struct pfx_error 
 		rc = pfx_session_attach(q->s, e->o.cache, r->prompt, r->nprompt, &info, &cerr, err);
 		if (rc)
 			return rc;
-		if (info.attached > local) {
+		if (info.attached && info.attached >= local) {
 			q->pos = info.attached;
 			return 0;
 		}

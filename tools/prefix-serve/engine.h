@@ -36,7 +36,9 @@ struct serve_engine_opts {
 	unsigned parallel;         /* sequences running at once (choices count) */
 	unsigned queue;            /* jobs waiting beyond those (counted in
 				    * choices: -EAGAIN past parallel + queue) */
-	size_t ctx;                /* prompt + generated tokens of one sequence */
+	size_t ctx;                /* prompt + generated tokens of one sequence
+				    * (at most the model's max_positions: a
+				    * sequence past them fails its request) */
 	size_t step_tokens;        /* prompt tokens per step, all sequences (0: 256) */
 	size_t local_bytes;        /* KV bytes kept in local frozen sessions (0: none) */
 };
@@ -115,8 +117,10 @@ struct serve_choice {
 struct serve_job;
 
 /* Queues the request. 0 and *out (one reference for the caller), or
- * -EAGAIN (queue full: 429), -ESHUTDOWN (draining: 503), -EINVAL, -ENOMEM
- * with err. The request's allocations are the job's even on failure. */
+ * -EAGAIN (queue full: 429), -ESHUTDOWN (draining: 503), -EINVAL (also n
+ * past parallel, a prompt id past the model's vocabulary, an empty stop
+ * string), -ENOMEM with err. The request's allocations are the job's even
+ * on failure. A queued job whose client hangs up is noticed once it runs. */
 int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct serve_job **out,
 			struct pfx_error *err);
 /* Cancels at the next step (a client went away); the job still ends with
