@@ -1135,3 +1135,71 @@ Test(serve_http, a_second_process_attaches_what_the_first_published)
 	free(tc);
 	cr_expect_eq(td_stop(&d), 0);
 }
+
+/* n choices streamed with logprobs: each choice's role first, its text with
+ * one logprob per token, its finish last; the text equals the same request
+ * not streamed (a seed makes the sampling repeat). */
+Test(serve_http, choices_stream_with_logprobs)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+#define NCH 2
+	const char *opts = ",\"n\":2,\"max_tokens\":5,\"ignore_eos\":true,\"logprobs\":true,"
+			   "\"top_logprobs\":2,\"temperature\":0.8,\"seed\":11";
+	char body[512];
+	snprintf(body, sizeof(body), CHAT("%s,\"stream\":true"), opts);
+	char *r;
+	cr_assert_eq(post(s.port, "/v1/chat/completions", body, &r), 200, "%s", r);
+	char *b = dechunk(body_of(r));
+	int role[NCH] = { 0 }, finish[NCH] = { 0 }, lp[NCH] = { 0 };
+	char text[NCH][256] = { "", "" };
+	for (char *p = b; *p;) {
+		char *end = strstr(p, "\n\n");
+		cr_assert(end);
+		*end = 0;
+		if (strcmp(p, "data: [DONE]")) {
+			json_object *j = json_tokener_parse(p + 6), *ch, *c0, *v, *d, *l;
+			cr_assert(j, "%s", p);
+			cr_assert(json_object_object_get_ex(j, "choices", &ch));
+			c0 = json_object_array_get_idx(ch, 0);
+			cr_assert(json_object_object_get_ex(c0, "index", &v));
+			int i = json_object_get_int(v);
+			cr_assert(i >= 0 && i < NCH, "%s", p);
+			cr_assert(json_object_object_get_ex(c0, "delta", &d));
+			if (json_object_object_get_ex(d, "role", NULL)) {
+				cr_expect(!role[i] && !finish[i], "%s", p);
+				role[i]++;
+			} else if (json_object_object_get_ex(d, "content", &v)) {
+				cr_expect(role[i] && !finish[i], "text before the role: %s", p);
+				strncat(text[i], json_object_get_string(v), 255 - strlen(text[i]));
+			}
+			if (json_object_object_get_ex(c0, "logprobs", &l) && l &&
+			    json_object_object_get_ex(l, "content", &v) && v)
+				lp[i] += (int)json_object_array_length(v);
+			if (json_object_object_get_ex(c0, "finish_reason", &v) && v) {
+				cr_expect_str_eq(json_object_get_string(v), "length");
+				finish[i]++;
+			}
+			json_object_put(j);
+		}
+		p = end + 2;
+	}
+	free(b);
+	free(r);
+	snprintf(body, sizeof(body), CHAT("%s"), opts);
+	cr_assert_eq(post(s.port, "/v1/chat/completions", body, &r), 200, "%s", r);
+	json_object *j = json_tokener_parse(body_of(r)), *ch, *v;
+	cr_assert(j && json_object_object_get_ex(j, "choices", &ch), "%s", r);
+	for (int i = 0; i < NCH; i++) {
+		cr_expect_eq(role[i], 1, "choice %d", i);
+		cr_expect_eq(finish[i], 1, "choice %d", i);
+		cr_expect_eq(lp[i], 5, "choice %d: %d logprobs", i, lp[i]);
+		json_object *m;
+		cr_assert(json_object_object_get_ex(json_object_array_get_idx(ch, (size_t)i), "message", &m));
+		cr_assert(json_object_object_get_ex(m, "content", &v));
+		cr_expect_str_eq(text[i], json_object_get_string(v), "choice %d", i);
+	}
+	json_object_put(j);
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
