@@ -747,6 +747,29 @@ Test(serve_http, sigterm_finishes_the_running_request_then_exits_0)
 	cr_expect_eq(system(cmd), 0);
 }
 
+/* A second signal while a request finishes: out at once, status 1. */
+Test(serve_http, a_second_signal_stops_at_once)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	int fd = start_stream(s.port, 1800);
+	kill(s.pid, SIGTERM);
+	double t0 = now();
+	while (!strstr(read_log(&s), "prefix-serve: stopping"))
+		cr_assert_lt(now() - t0, 10);
+	kill(s.pid, SIGINT);
+	int st;
+	while (waitpid(s.pid, &st, WNOHANG) == 0)
+		cr_assert_lt(now() - t0, 10, "still running after two signals");
+	s.stopped = true;
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+	cr_expect(strstr(read_log(&s), "a second signal"), "%s", read_log(&s));
+	close(fd);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", s.dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
 Test(serve_http, two_processes_on_one_port_with_reuse_port)
 {
 	struct srv a, b, c;

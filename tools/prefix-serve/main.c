@@ -44,7 +44,7 @@ static const char usage[] =
 	"checkpoint in DIR and its tokenizer.json, sharing prompt prefixes with\n"
 	"other processes through prefixd. It listens at once; /health answers 503\n"
 	"until the model is loaded, then 200. SIGTERM or SIGINT: it stops accepting,\n"
-	"finishes what runs (within --grace) and exits 0.\n"
+	"finishes what runs (within --grace) and exits 0; a second one: at once, 1.\n"
 	"\n"
 	"  --model DIR         the checkpoint's directory (config.json, safetensors,\n"
 	"                      tokenizer.json, tokenizer_config.json)\n"
@@ -145,6 +145,7 @@ struct args {
 
 /* 1 while loading: a stop signal then exits at once (nothing runs yet). */
 static atomic_int loading = 1;
+static atomic_int signals;
 static int stop_pipe[2] = { -1, -1 };
 
 static void on_signal(int sig)
@@ -155,6 +156,13 @@ static void on_signal(int sig)
 		ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
 		(void)w;
 		_exit(0);
+	}
+	/* A second one while requests finish: the user will not wait. */
+	if (atomic_fetch_add(&signals, 1) > 0) {
+		static const char msg[] = "prefix-serve: stopped at once (a second signal)\n";
+		ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+		(void)w;
+		_exit(1);
 	}
 	int e = errno;
 	ssize_t w = write(stop_pipe[1], "x", 1);
