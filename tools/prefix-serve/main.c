@@ -460,8 +460,9 @@ int main(int argc, char **argv)
 	}
 	struct api_limits lim = { .ctx = ctx, .max_tokens_default = 0 /* what fits */,
 				  .parse_special = a.parse_special };
-	http_ready(http, engine, tok, &lim);
+	/* From here a signal stops gracefully: requests may run. */
 	atomic_store(&loading, 0);
+	http_ready(http, engine, tok, &lim);
 	serve_log("ready: %s (%s), ctx %zu, %ld sequences at once, queue %ld, %s", name,
 		  cfg->arch, ctx, a.parallel, a.queue,
 		  cache ? "sharing prefixes through prefixd" : "without prefixd");
