@@ -720,8 +720,31 @@ Test(serve_http, client_gone_mid_stream_is_cancelled)
 		     200, "%s", r);
 	free(r);
 	cr_expect_lt(metric(s.port, "vllm:generation_tokens_total{"), 1800);
+
+	/* Not streamed: the same, and 499 in the log and the metrics. */
+	fd = dial(s.port);
+	const char *body = CHAT(",\"ignore_eos\":true,\"max_tokens\":1800");
+	char head[512];
+	snprintf(head, sizeof(head), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+		 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	send_all(fd, head, strlen(head));
+	t0 = now();
+	while (metric(s.port, "vllm:num_requests_running{") != 1)
+		cr_assert_lt(now() - t0, 10, "the request does not run");
+	close(fd);
+	t0 = now();
+	while (metric(s.port, "vllm:num_requests_running{") != 0)
+		cr_assert_lt(now() - t0, 10, "still running %.1f s after its client left", now() - t0);
+	t0 = now();
+	while (!strstr(read_log(&s), " 499"))
+		cr_assert_lt(now() - t0, 10, "no 499 logged: %s", read_log(&s));
+	char *r499;
+	cr_assert_eq(get(s.port, "/metrics", &r499), 200);
+	cr_expect(strstr(r499, "status=\"499\"} 1\n"), "%s", r499);
+	free(r499);
 	cr_expect_eq(srv_stop(&s), 0);
 	cr_expect(strstr(read_log(&s), "(client gone)"), "%s", read_log(&s));
+	cr_expect(strstr(read_log(&s), "POST /v1/chat/completions 499"), "%s", read_log(&s));
 }
 
 Test(serve_http, sigterm_finishes_the_running_request_then_exits_0)

@@ -500,10 +500,15 @@ static enum MHD_Result continue_job(struct req *r)
 	serve_job_unlock(r->job);
 	if (bad == SERVE_FAILED)
 		return reply_error(r, 500, "server_error", NULL, 0, "%s", why);
-	if (bad == SERVE_CANCELLED)
+	if (bad == SERVE_CANCELLED && atomic_load(&r->h->quiescing))
 		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
-				   "the request was cancelled before its end (the server is "
-				   "stopping, or the client went away)");
+				   "the request was cancelled: the server is stopping");
+	if (bad == SERVE_CANCELLED) {
+		/* The engine saw the client hang up: no one to answer. The
+		 * log and the metrics say 499, as nginx does. */
+		r->status = 499;
+		return MHD_NO;
+	}
 	return reply(r, 200, json, "application/json", 0, NULL);
 }
 

@@ -26,7 +26,8 @@ struct histogram {
 };
 
 /* The statuses prefix-serve answers with; anything else counts as "other". */
-static const int statuses[] = { 200, 400, 401, 404, 405, 413, 429, 431, 500, 503 };
+/* 499: the client left before its response (nginx's code; never sent). */
+static const int statuses[] = { 200, 400, 401, 404, 405, 413, 429, 431, 499, 500, 503 };
 #define NSTATUS (NB(statuses) + 1)
 
 struct metrics {
