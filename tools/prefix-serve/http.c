@@ -121,6 +121,7 @@ struct req {
 	bool stream;
 	struct stream_choice sc[SERVE_MAX_CHOICES];
 	bool ended;
+	bool client_left;          /* the engine saw the client hang up */
 	char *pending;
 	size_t pending_len, pending_off;
 };
@@ -389,6 +390,13 @@ static int stream_next(struct req *r)
 			}
 		}
 		bool finished = ch->finish != SERVE_RUNNING;
+		if (ch->finish == SERVE_CANCELLED && !atomic_load(&h->quiescing)) {
+			/* The engine saw the client hang up: nothing more to
+			 * send, and the connection goes. */
+			r->client_left = true;
+			rc = -1;
+			break;
+		}
 		size_t ntok = ch->tokens && c->req.logprobs ? ch->ntokens : 0;
 		if (ch->text_len > sc->text_sent ||
 		    (finished && !sc->finish_sent && ntok > sc->tokens_sent)) {
@@ -507,6 +515,7 @@ static enum MHD_Result continue_job(struct req *r)
 		/* The engine saw the client hang up: no one to answer. The
 		 * log and the metrics say 499, as nginx does. */
 		r->status = 499;
+		r->client_left = true;
 		return MHD_NO;
 	}
 	return reply(r, 200, json, "application/json", 0, NULL);
@@ -753,7 +762,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		slot_put(h, s);
 	}
 	struct serve_job_usage u;
-	bool gone = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
+	bool gone = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->client_left;
+	if (!r->status && gone)
+		r->status = 499; /* left before any answer */
 	if (r->job) {
 		/* Without a slot notify cannot reach r any more; the job may
 		 * still run (the client left): cancel, then let it go. */

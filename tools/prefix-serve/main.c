@@ -460,12 +460,13 @@ int main(int argc, char **argv)
 	}
 	struct api_limits lim = { .ctx = ctx, .max_tokens_default = 0 /* what fits */,
 				  .parse_special = a.parse_special };
-	/* From here a signal stops gracefully: requests may run. */
+	/* From here a signal stops gracefully: requests may run. The line
+	 * comes first, so that whoever sees a 200 from /health can find it. */
 	atomic_store(&loading, 0);
-	http_ready(http, engine, tok, &lim);
 	serve_log("ready: %s (%s), ctx %zu, %ld sequences at once, queue %ld, %s", name,
 		  cfg->arch, ctx, a.parallel, a.queue,
 		  cache ? "sharing prefixes through prefixd" : "without prefixd");
+	http_ready(http, engine, tok, &lim);
 
 	char c;
 	while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR)
