@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -893,4 +894,51 @@ Test(serve_engine, a_failing_sequence_fails_its_job_only)
 	serve_engine_stop(e);
 	free(p);
 	free(q);
+}
+
+/* What B's notifications saw of A when B's first token came. */
+struct seen {
+	struct serve_job *a;
+	_Atomic(struct serve_job *) b; /* set once submit returned */
+	long a_tokens;           /* -1: B has no token yet (the engine thread's) */
+};
+
+static void notify_seen(void *arg)
+{
+	struct seen *s = arg;
+	struct serve_job *b = atomic_load(&s->b);
+	if (b && s->a_tokens < 0 && ntokens(b, 0) > 0)
+		s->a_tokens = (long)ntokens(s->a, 0);
+	notify(NULL);
+}
+
+/* Prompts are computed first come, first served whatever slot they run
+ * in: B, admitted into a slot before A's while A's long prompt is being
+ * computed, gets its first token after A's. */
+Test(serve_engine, prompts_are_computed_first_come_first_served)
+{
+	int32_t *x = prompt(5, 51), *pa = prompt(800, 52), *pb = prompt(10, 53);
+	struct serve_engine *e = start((struct serve_engine_opts){ .parallel = 2, .ctx = 1000,
+								   .step_tokens = 8 });
+	struct serve_job *jx = submit(e, req(x, 5, 1)), *ja = submit(e, req(pa, 800, 2));
+	wait_done(jx);
+	static struct seen s = { .a_tokens = -1 };
+	s.a = ja;
+	struct serve_request r = req(pb, 10, 2);
+	r.notify = notify_seen;
+	r.notify_arg = &s;
+	struct serve_job *jb;
+	struct pfx_error err = { "" };
+	cr_assert_eq(serve_engine_submit(e, &r, &jb, &err), 0, "%s", err.msg);
+	atomic_store(&s.b, jb);
+	wait_done(ja);
+	wait_done(jb);
+	cr_expect_gt(s.a_tokens, 0, "B's first token came before A's");
+	serve_job_release(jx);
+	serve_job_release(ja);
+	serve_job_release(jb);
+	serve_engine_stop(e);
+	free(x);
+	free(pa);
+	free(pb);
 }

@@ -67,6 +67,7 @@ struct seq {
 	size_t pos;               /* prompt tokens in s (SEQ_PREFILL) */
 	size_t chunk;             /* prompt tokens in this step's batch */
 	uint32_t generated;       /* tokens sampled, EOS included */
+	uint64_t order;           /* its job's admission: prompts first come first served */
 	int32_t next;
 };
 
