@@ -797,6 +797,17 @@ Test(serve_engine, a_second_engine_attaches_through_prefixd)
 	cr_expect_eq(t_counter(&td, "dedup"), dedup, "no block sent again");
 	cr_expect_eq(t_counter(&td, "blocks"), blocks + 1);
 	free(q3);
+	/* Only the prompt computed here was kept locally: one attached from
+	 * prefixd is not, nor its lease, which would hold the daemon's
+	 * blocks against eviction. */
+	struct serve_engine_stats st;
+	serve_engine_stats(e1, &st);
+	size_t per = pfx_kv_bytes_per_token(pfx_model_config(model), pfx_model_kv_dtype(model));
+	cr_expect_eq(st.local_bytes, (SYS + Q) / BT * BT * per);
+	unsigned long long leases = 1;
+	for (int i = 0; i < 200 && (leases = t_counter(&td, "leases")); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "an idle engine holds no lease");
 	serve_engine_stop(e1);
 	pfx_cache_close(c1);
 	cr_expect_eq(t_counter(&td, "blocks"), (SYS + Q) / BT + 1,

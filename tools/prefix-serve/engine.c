@@ -35,6 +35,7 @@ struct serve_engine {
 	unsigned ending;          /* jobs off the queue being ended: not idle yet */
 	bool draining, cancel_all, stopping;
 	uint64_t steps;
+	size_t local_bytes;       /* local_prefix_bytes after the last step */
 	/* The engine thread's: */
 	struct seq *seqs;         /* (parallel) */
 	struct pfx_batch_item *items;
@@ -135,7 +136,7 @@ static int start_prompt(struct serve_engine *e, struct seq *q, struct pfx_error 
 		if (rc)
 			return rc;
 		if (info.attached && info.attached >= local) {
-			q->pos = info.attached;
+			q->pos = q->attached = info.attached;
 			return 0;
 		}
 		pfx_session_free(q->s);
@@ -278,7 +279,10 @@ static int prompt_done(struct serve_engine *e, struct seq *q0, float *logits,
 		struct pfx_error cerr;
 		pfx_session_publish(q0->s, e->o.cache, r->prompt, r->nprompt, &info, &cerr, NULL);
 	}
-	if (!rc && e->local)
+	/* Kept locally only when its blocks are this process's own: attached
+	 * ones are prefixd's already, and a lease kept here would hold them
+	 * against the daemon's eviction. */
+	if (!rc && e->local && !q0->attached)
 		local_prefix_put(e->local, q0->s, r->prompt, full, NULL);
 	for (unsigned i = 0; !rc && i < e->o.parallel; i++) {
 		struct seq *q = &e->seqs[i];
@@ -403,8 +407,10 @@ static void step(struct serve_engine *e)
 		if (q && q->state != SEQ_FREE && q->s == e->items[k].s)
 			after(e, q, e->items[k].logits);
 	}
+	size_t kept = e->local ? local_prefix_bytes(e->local) : 0;
 	pthread_mutex_lock(&e->mu);
 	e->steps++;
+	e->local_bytes = kept;
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -620,5 +626,6 @@ void serve_engine_stats(struct serve_engine *e, struct serve_engine_stats *out)
 	out->running = e->running;
 	out->queued = e->nqueued;
 	out->steps = e->steps;
+	out->local_bytes = e->local_bytes;
 	pthread_mutex_unlock(&e->mu);
 }
