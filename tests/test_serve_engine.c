@@ -953,3 +953,40 @@ Test(serve_engine, prompts_are_computed_first_come_first_served)
 	free(pa);
 	free(pb);
 }
+
+/* Local prompts under a budget of two: the least recently used one goes
+ * when a third comes. */
+Test(serve_engine, local_prompts_are_evicted_least_recently_used_first)
+{
+	enum { N = 41 };
+	size_t per = pfx_kv_bytes_per_token(pfx_model_config(model), pfx_model_kv_dtype(model));
+	size_t kept = N / BT * BT * per; /* what one prompt keeps */
+	struct serve_engine *e = start((struct serve_engine_opts){ .local_bytes = 2 * kept + kept / 2 });
+	int32_t *a = prompt(N, 61), *b = prompt(N, 62), *c = prompt(N, 63);
+	struct {
+		const int32_t *p;
+		size_t cached, bytes;
+	} runs[] = {
+		{ a, 0, kept }, { b, 0, 2 * kept },
+		{ a, N / BT * BT, 2 * kept },     /* reused, now the most recent */
+		{ c, 0, 2 * kept },               /* b goes */
+		{ a, N / BT * BT, 2 * kept },
+		{ b, 0, 2 * kept },               /* computed again; c goes */
+		{ c, 0, 2 * kept },
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		struct serve_job *j = submit(e, req(runs[i].p, N, 2));
+		wait_done(j);
+		struct serve_job_usage u;
+		serve_job_usage(j, &u);
+		cr_expect_eq(u.cached_tokens, runs[i].cached, "run %zu: %zu cached", i, u.cached_tokens);
+		struct serve_engine_stats st;
+		serve_engine_stats(e, &st);
+		cr_expect_eq(st.local_bytes, runs[i].bytes, "run %zu: %zu bytes kept", i, st.local_bytes);
+		serve_job_release(j);
+	}
+	serve_engine_stop(e);
+	free(a);
+	free(b);
+	free(c);
+}
