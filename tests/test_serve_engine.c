@@ -990,3 +990,31 @@ Test(serve_engine, local_prompts_are_evicted_least_recently_used_first)
 	free(b);
 	free(c);
 }
+
+/* A prompt of whole blocks is frozen whole: its choices fork all of it
+ * and decode into blocks of their own; the same prompt again reuses all
+ * but its last block (whose last token's logits are the answer). */
+Test(serve_engine, a_prompt_of_whole_blocks)
+{
+	enum { N = 6 * BT };
+	int32_t *p = prompt(N, 71);
+	struct serve_engine *e = start((struct serve_engine_opts){ .local_bytes = 1 << 20 });
+	for (int round = 0; round < 2; round++) {
+		struct serve_request r = req(p, N, 12);
+		r.n = 2;
+		struct serve_job *j = submit(e, r);
+		wait_done(j);
+		struct serve_job_usage u;
+		serve_job_usage(j, &u);
+		cr_expect_eq(u.cached_tokens, round ? N - BT : 0);
+		expect_alone(j, p, N, 12, round ? "again" : "whole blocks");
+		size_t n0, n1;
+		int32_t *c0 = ids_of(j, 0, &n0), *c1 = ids_of(j, 1, &n1);
+		cr_expect(n0 == n1 && !memcmp(c0, c1, n0 * sizeof(*c0)), "the greedy choices agree");
+		free(c0);
+		free(c1);
+		serve_job_release(j);
+	}
+	serve_engine_stop(e);
+	free(p);
+}
