@@ -860,6 +860,12 @@ Test(serve_engine, what_cannot_run_is_refused_with_a_reason)
 	r = req(p, 8, 4);
 	r.n = 0;
 	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "no choices");
+	r = req(p, 8, 4);
+	r.temperature = NAN;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "a NaN temperature");
+	r = req(p, 8, 4);
+	r.top_p = -1;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "a negative top_p");
 	r = req(p, 8, 60);
 	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "past ctx");
 	/* The engine serves on. */

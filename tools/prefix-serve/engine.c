@@ -10,6 +10,7 @@
  * process's frozen prompts, and the other choices fork it when it is done.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -533,6 +534,10 @@ int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct 
 	    r->top_logprobs > SERVE_MAX_TOP_LOGPROBS)
 		rc = pfx_errorf(err, -EINVAL, "a request out of range (prompt, max_tokens, n, stop, "
 					      "top_logprobs)");
+	else if (!(r->temperature >= 0) || !isfinite(r->temperature) || !(r->top_p >= 0) ||
+		 !isfinite(r->top_p) || r->top_k < 0)
+		rc = pfx_errorf(err, -EINVAL, "sampling options out of range (temperature and top_p "
+					      "finite and >= 0, top_k >= 0)");
 	else if (r->n > e->o.parallel)
 		rc = pfx_errorf(err, -EINVAL, "n = %u choices cannot run on %u parallel sequences",
 				r->n, e->o.parallel);
