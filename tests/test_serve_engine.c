@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -796,6 +797,17 @@ Test(serve_engine, a_second_engine_attaches_through_prefixd)
 	cr_expect_eq(t_counter(&td, "dedup"), dedup, "no block sent again");
 	cr_expect_eq(t_counter(&td, "blocks"), blocks + 1);
 	free(q3);
+	/* Only the prompt computed here was kept locally: one attached from
+	 * prefixd is not, nor its lease, which would hold the daemon's
+	 * blocks against eviction. */
+	struct serve_engine_stats st;
+	serve_engine_stats(e1, &st);
+	size_t per = pfx_kv_bytes_per_token(pfx_model_config(model), pfx_model_kv_dtype(model));
+	cr_expect_eq(st.local_bytes, (SYS + Q) / BT * BT * per);
+	unsigned long long leases = 1;
+	for (int i = 0; i < 200 && (leases = t_counter(&td, "leases")); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "an idle engine holds no lease");
 	serve_engine_stop(e1);
 	pfx_cache_close(c1);
 	cr_expect_eq(t_counter(&td, "blocks"), (SYS + Q) / BT + 1,
@@ -848,6 +860,12 @@ Test(serve_engine, what_cannot_run_is_refused_with_a_reason)
 	r = req(p, 8, 4);
 	r.n = 0;
 	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "no choices");
+	r = req(p, 8, 4);
+	r.temperature = NAN;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "a NaN temperature");
+	r = req(p, 8, 4);
+	r.top_p = -1;
+	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "a negative top_p");
 	r = req(p, 8, 60);
 	cr_expect_eq(serve_engine_submit(e, &r, &j, &err), -EINVAL, "past ctx");
 	/* The engine serves on. */
@@ -893,4 +911,116 @@ Test(serve_engine, a_failing_sequence_fails_its_job_only)
 	serve_engine_stop(e);
 	free(p);
 	free(q);
+}
+
+/* What B's notifications saw of A when B's first token came. */
+struct seen {
+	struct serve_job *a;
+	_Atomic(struct serve_job *) b; /* set once submit returned */
+	long a_tokens;           /* -1: B has no token yet (the engine thread's) */
+};
+
+static void notify_seen(void *arg)
+{
+	struct seen *s = arg;
+	struct serve_job *b = atomic_load(&s->b);
+	if (b && s->a_tokens < 0 && ntokens(b, 0) > 0)
+		s->a_tokens = (long)ntokens(s->a, 0);
+	notify(NULL);
+}
+
+/* Prompts are computed first come, first served whatever slot they run
+ * in: B, admitted into a slot before A's while A's long prompt is being
+ * computed, gets its first token after A's. */
+Test(serve_engine, prompts_are_computed_first_come_first_served)
+{
+	int32_t *x = prompt(5, 51), *pa = prompt(800, 52), *pb = prompt(10, 53);
+	struct serve_engine *e = start((struct serve_engine_opts){ .parallel = 2, .ctx = 1000,
+								   .step_tokens = 8 });
+	struct serve_job *jx = submit(e, req(x, 5, 1)), *ja = submit(e, req(pa, 800, 2));
+	wait_done(jx);
+	static struct seen s = { .a_tokens = -1 };
+	s.a = ja;
+	struct serve_request r = req(pb, 10, 2);
+	r.notify = notify_seen;
+	r.notify_arg = &s;
+	struct serve_job *jb;
+	struct pfx_error err = { "" };
+	cr_assert_eq(serve_engine_submit(e, &r, &jb, &err), 0, "%s", err.msg);
+	atomic_store(&s.b, jb);
+	wait_done(ja);
+	wait_done(jb);
+	cr_expect_gt(s.a_tokens, 0, "B's first token came before A's");
+	serve_job_release(jx);
+	serve_job_release(ja);
+	serve_job_release(jb);
+	serve_engine_stop(e);
+	free(x);
+	free(pa);
+	free(pb);
+}
+
+/* Local prompts under a budget of two: the least recently used one goes
+ * when a third comes. */
+Test(serve_engine, local_prompts_are_evicted_least_recently_used_first)
+{
+	enum { N = 41 };
+	size_t per = pfx_kv_bytes_per_token(pfx_model_config(model), pfx_model_kv_dtype(model));
+	size_t kept = N / BT * BT * per; /* what one prompt keeps */
+	struct serve_engine *e = start((struct serve_engine_opts){ .local_bytes = 2 * kept + kept / 2 });
+	int32_t *a = prompt(N, 61), *b = prompt(N, 62), *c = prompt(N, 63);
+	struct {
+		const int32_t *p;
+		size_t cached, bytes;
+	} runs[] = {
+		{ a, 0, kept }, { b, 0, 2 * kept },
+		{ a, N / BT * BT, 2 * kept },     /* reused, now the most recent */
+		{ c, 0, 2 * kept },               /* b goes */
+		{ a, N / BT * BT, 2 * kept },
+		{ b, 0, 2 * kept },               /* computed again; c goes */
+		{ c, 0, 2 * kept },
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		struct serve_job *j = submit(e, req(runs[i].p, N, 2));
+		wait_done(j);
+		struct serve_job_usage u;
+		serve_job_usage(j, &u);
+		cr_expect_eq(u.cached_tokens, runs[i].cached, "run %zu: %zu cached", i, u.cached_tokens);
+		struct serve_engine_stats st;
+		serve_engine_stats(e, &st);
+		cr_expect_eq(st.local_bytes, runs[i].bytes, "run %zu: %zu bytes kept", i, st.local_bytes);
+		serve_job_release(j);
+	}
+	serve_engine_stop(e);
+	free(a);
+	free(b);
+	free(c);
+}
+
+/* A prompt of whole blocks is frozen whole: its choices fork all of it
+ * and decode into blocks of their own; the same prompt again reuses all
+ * but its last block (whose last token's logits are the answer). */
+Test(serve_engine, a_prompt_of_whole_blocks)
+{
+	enum { N = 6 * BT };
+	int32_t *p = prompt(N, 71);
+	struct serve_engine *e = start((struct serve_engine_opts){ .local_bytes = 1 << 20 });
+	for (int round = 0; round < 2; round++) {
+		struct serve_request r = req(p, N, 12);
+		r.n = 2;
+		struct serve_job *j = submit(e, r);
+		wait_done(j);
+		struct serve_job_usage u;
+		serve_job_usage(j, &u);
+		cr_expect_eq(u.cached_tokens, round ? N - BT : 0);
+		expect_alone(j, p, N, 12, round ? "again" : "whole blocks");
+		size_t n0, n1;
+		int32_t *c0 = ids_of(j, 0, &n0), *c1 = ids_of(j, 1, &n1);
+		cr_expect(n0 == n1 && !memcmp(c0, c1, n0 * sizeof(*c0)), "the greedy choices agree");
+		free(c0);
+		free(c1);
+		serve_job_release(j);
+	}
+	serve_engine_stop(e);
+	free(p);
 }

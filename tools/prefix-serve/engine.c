@@ -10,6 +10,7 @@
  * process's frozen prompts, and the other choices fork it when it is done.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ struct serve_engine {
 	unsigned ending;          /* jobs off the queue being ended: not idle yet */
 	bool draining, cancel_all, stopping;
 	uint64_t steps;
+	size_t local_bytes;       /* local_prefix_bytes after the last step */
 	/* The engine thread's: */
 	struct seq *seqs;         /* (parallel) */
 	struct pfx_batch_item *items;
@@ -43,6 +45,7 @@ struct serve_engine {
 	struct pollfd *pfd;
 	struct local_prefix *local;
 	uint64_t jobs;            /* admitted so far */
+	bool *chosen;             /* (parallel): build's */
 	struct serve_job **touched; /* jobs with new output this step */
 	size_t ntouched;
 };
@@ -134,7 +137,7 @@ static int start_prompt(struct serve_engine *e, struct seq *q, struct pfx_error 
 		if (rc)
 			return rc;
 		if (info.attached && info.attached >= local) {
-			q->pos = info.attached;
+			q->pos = q->attached = info.attached;
 			return 0;
 		}
 		pfx_session_free(q->s);
@@ -156,12 +159,14 @@ static void admit(struct serve_engine *e, struct serve_job *j)
 	uint32_t ok = 0;
 	int rc = 0;
 	/* Every request samples from a seed of its own unless it names one. */
+	uint64_t order = ++e->jobs;
 	if (!j->r.has_seed)
-		j->r.seed = e->sc.seed + ++e->jobs * 0x9e3779b97f4a7c15ull;
+		j->r.seed = e->sc.seed + order * 0x9e3779b97f4a7c15ull;
 	for (unsigned i = 0; i < e->o.parallel && ok < j->r.n && !rc; i++) {
 		if (e->seqs[i].state != SEQ_FREE)
 			continue;
 		rc = seq_init(&e->seqs[i], j, ok, &e->sc, &err);
+		e->seqs[i].order = order;
 		if (!rc && !ok)
 			first = &e->seqs[i];
 		ok += !rc;
@@ -275,7 +280,10 @@ static int prompt_done(struct serve_engine *e, struct seq *q0, float *logits,
 		struct pfx_error cerr;
 		pfx_session_publish(q0->s, e->o.cache, r->prompt, r->nprompt, &info, &cerr, NULL);
 	}
-	if (!rc && e->local)
+	/* Kept locally only when its blocks are this process's own: attached
+	 * ones are prefixd's already, and a lease kept here would hold them
+	 * against the daemon's eviction. */
+	if (!rc && e->local && !q0->attached)
 		local_prefix_put(e->local, q0->s, r->prompt, full, NULL);
 	for (unsigned i = 0; !rc && i < e->o.parallel; i++) {
 		struct seq *q = &e->seqs[i];
@@ -293,36 +301,54 @@ static int prompt_done(struct serve_engine *e, struct seq *q0, float *logits,
 	return rc;
 }
 
-/* One batch: returns the number of items. */
+/* The prefilling sequence admitted first among those not in the batch
+ * yet (chosen: false), or NULL. */
+static struct seq *next_prefill(struct serve_engine *e, const bool *chosen)
+{
+	struct seq *best = NULL;
+	for (unsigned i = 0; i < e->o.parallel; i++) {
+		struct seq *q = &e->seqs[i];
+		if (q->state == SEQ_PREFILL && !chosen[i] && (!best || q->order < best->order))
+			best = q;
+	}
+	return best;
+}
+
+static void add(struct serve_engine *e, size_t *n, struct seq *q, struct pfx_batch_item it)
+{
+	it.logits = it.want == PFX_LOGITS_NONE ? NULL : e->logits + *n * (size_t)e->sc.vocab;
+	e->items[*n] = it;
+	e->item_seq[(*n)++] = q;
+}
+
+/* One batch: a token of every decoding sequence, then prompt chunks, first
+ * come first served, up to step_tokens in all (so a long prompt neither
+ * stalls the streams nor, for long, the prompts behind it). Returns the
+ * number of items. */
 static size_t build(struct serve_engine *e)
 {
 	size_t n = 0, budget = e->o.step_tokens;
-	int V = e->sc.vocab;
 	for (unsigned i = 0; i < e->o.parallel; i++) {
 		struct seq *q = &e->seqs[i];
-		struct pfx_batch_item *it = &e->items[n];
-		if (q->state == SEQ_DECODE) {
-			*it = (struct pfx_batch_item){ .s = q->s, .tokens = &q->next, .n = 1,
-						       .commit = true, .want = PFX_LOGITS_LAST };
-		} else if (q->state == SEQ_PREFILL && budget) {
-			size_t left = q->job->r.nprompt - q->pos, take = left < budget ? left : budget;
-			/* Chunks end on block boundaries where they can: whole
-			 * blocks are what a later prompt reuses. */
-			size_t end = q->pos + take;
-			if (take < left && end / e->B * e->B > q->pos)
-				take = end / e->B * e->B - q->pos;
-			budget -= take;
-			q->chunk = take;
-			*it = (struct pfx_batch_item){
-				.s = q->s, .tokens = q->job->r.prompt + q->pos, .n = take, .commit = true,
-				.want = q->pos + take == q->job->r.nprompt ? PFX_LOGITS_LAST
-									   : PFX_LOGITS_NONE,
-			};
-		} else {
-			continue;
-		}
-		it->logits = it->want == PFX_LOGITS_NONE ? NULL : e->logits + n * (size_t)V;
-		e->item_seq[n++] = q;
+		e->chosen[i] = false;
+		if (q->state == SEQ_DECODE)
+			add(e, &n, q, (struct pfx_batch_item){ .s = q->s, .tokens = &q->next, .n = 1,
+							       .commit = true, .want = PFX_LOGITS_LAST });
+	}
+	struct seq *q;
+	while (budget && (q = next_prefill(e, e->chosen))) {
+		e->chosen[q - e->seqs] = true;
+		size_t left = q->job->r.nprompt - q->pos, take = left < budget ? left : budget;
+		/* Chunks end on block boundaries where they can: whole blocks
+		 * are what a later prompt reuses. */
+		size_t end = q->pos + take;
+		if (take < left && end / e->B * e->B > q->pos)
+			take = end / e->B * e->B - q->pos;
+		budget -= take;
+		q->chunk = take;
+		add(e, &n, q, (struct pfx_batch_item){
+			.s = q->s, .tokens = q->job->r.prompt + q->pos, .n = take, .commit = true,
+			.want = take == left ? PFX_LOGITS_LAST : PFX_LOGITS_NONE });
 	}
 	return n;
 }
@@ -382,8 +408,10 @@ static void step(struct serve_engine *e)
 		if (q && q->state != SEQ_FREE && q->s == e->items[k].s)
 			after(e, q, e->items[k].logits);
 	}
+	size_t kept = e->local ? local_prefix_bytes(e->local) : 0;
 	pthread_mutex_lock(&e->mu);
 	e->steps++;
+	e->local_bytes = kept;
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -414,6 +442,7 @@ static void engine_free(struct serve_engine *e)
 	free(e->item_seq);
 	free(e->pfd);
 	free(e->touched);
+	free(e->chosen);
 	free(e->logits);
 	free(e);
 }
@@ -447,9 +476,11 @@ int serve_engine_start(const struct serve_engine_opts *o, struct serve_engine **
 	/* Touched in a step: jobs that left their slots between steps, and
 	 * those in the slots during it. */
 	e->touched = calloc(2 * (size_t)P, sizeof(*e->touched));
+	e->chosen = calloc(P, sizeof(*e->chosen));
 	e->logits = malloc((size_t)P * (size_t)c->vocab * sizeof(float));
 	int rc = 0;
-	if (!e->seqs || !e->items || !e->item_seq || !e->pfd || !e->touched || !e->logits)
+	if (!e->seqs || !e->items || !e->item_seq || !e->pfd || !e->touched || !e->chosen ||
+	    !e->logits)
 		rc = -ENOMEM;
 	if (!rc && o->local_bytes)
 		rc = local_prefix_new(o->local_bytes, e->B,
@@ -503,6 +534,10 @@ int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct 
 	    r->top_logprobs > SERVE_MAX_TOP_LOGPROBS)
 		rc = pfx_errorf(err, -EINVAL, "a request out of range (prompt, max_tokens, n, stop, "
 					      "top_logprobs)");
+	else if (!(r->temperature >= 0) || !isfinite(r->temperature) || !(r->top_p >= 0) ||
+		 !isfinite(r->top_p) || r->top_k < 0)
+		rc = pfx_errorf(err, -EINVAL, "sampling options out of range (temperature and top_p "
+					      "finite and >= 0, top_k >= 0)");
 	else if (r->n > e->o.parallel)
 		rc = pfx_errorf(err, -EINVAL, "n = %u choices cannot run on %u parallel sequences",
 				r->n, e->o.parallel);
@@ -596,5 +631,6 @@ void serve_engine_stats(struct serve_engine *e, struct serve_engine_stats *out)
 	out->running = e->running;
 	out->queued = e->nqueued;
 	out->steps = e->steps;
+	out->local_bytes = e->local_bytes;
 	pthread_mutex_unlock(&e->mu);
 }

@@ -59,6 +59,8 @@ struct serve_engine_stats {
 	unsigned running;          /* sequences */
 	unsigned queued;           /* jobs */
 	uint64_t steps;
+	size_t local_bytes;        /* KV bytes of the local frozen prompts
+				    * (counted per prompt, shared blocks too) */
 };
 void serve_engine_stats(struct serve_engine *e, struct serve_engine_stats *out);
 

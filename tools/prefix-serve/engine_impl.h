@@ -65,8 +65,10 @@ struct seq {
 	char *hold;               /* decoded text that may begin a stop string */
 	size_t nhold, hold_cap;
 	size_t pos;               /* prompt tokens in s (SEQ_PREFILL) */
+	size_t attached;          /* of them, attached from prefixd */
 	size_t chunk;             /* prompt tokens in this step's batch */
 	uint32_t generated;       /* tokens sampled, EOS included */
+	uint64_t order;           /* its job's admission: prompts first come first served */
 	int32_t next;
 };
 
