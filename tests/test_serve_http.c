@@ -877,6 +877,9 @@ Test(serve_http, metrics_after_requests)
 	cr_expect(strstr(m, "vllm:time_per_output_token_seconds_count{model_name=\"tiny\"} 1\n"), "%s", m);
 	cr_expect(strstr(m, "vllm:num_requests_running{model_name=\"tiny\"} 0\n"), "%s", m);
 	cr_expect(strstr(m, "vllm:num_requests_waiting{model_name=\"tiny\"} 0\n"), "%s", m);
+	/* The chat's prompt is kept for the next request (--local-kv). */
+	cr_expect(!strstr(m, "prefix_serve_local_kv_bytes{model_name=\"tiny\"} 0\n") &&
+		  strstr(m, "prefix_serve_local_kv_bytes{model_name=\"tiny\"} "), "%s", m);
 	free(r);
 	/* The log line of the completion. */
 	cr_expect_eq(srv_stop(&s), 0);

@@ -171,6 +171,9 @@ char *metrics_render(struct metrics *m, const struct serve_engine_stats *s, int 
 	    label, s ? s->queued : 0);
 	put(&o, "# HELP prefix_serve_ready 1 once the model is loaded and requests are served.\n"
 		"# TYPE prefix_serve_ready gauge\nprefix_serve_ready{%s} %d\n", label, ready);
+	put(&o, "# HELP prefix_serve_local_kv_bytes KV bytes of this process's frozen prompts.\n"
+		"# TYPE prefix_serve_local_kv_bytes gauge\nprefix_serve_local_kv_bytes{%s} %zu\n",
+	    label, s ? s->local_bytes : 0);
 	put(&o, "# HELP prefix_serve_engine_steps_total Forward steps the engine ran.\n"
 		"# TYPE prefix_serve_engine_steps_total counter\n"
 		"prefix_serve_engine_steps_total{%s} %llu\n",
