@@ -965,6 +965,26 @@ Test(serve_http, keep_alive_serves_several_requests_on_one_connection)
 	struct srv s;
 	srv_start(&s, NULL);
 	int fd = dial(s.port);
+	/* GETs first, an unknown path among them: answered, kept alive. */
+	const char *gets[] = { "/health", "/nope", "/v1/models", "/metrics" };
+	const int want[] = { 200, 404, 200, 200 };
+	for (int i = 0; i < 4; i++) {
+		char head[256], buf[65536];
+		snprintf(head, sizeof(head), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", gets[i]);
+		send_all(fd, head, strlen(head));
+		size_t len = 0;
+		for (;;) {
+			ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+			cr_assert(n > 0, "%s: the connection closed: %.*s", gets[i], (int)len, buf);
+			len += (size_t)n;
+			buf[len] = 0;
+			const char *b = strstr(buf, "\r\n\r\n");
+			if (b && header(buf, "Content-Length") &&
+			    strlen(b + 4) >= (size_t)atoi(header(buf, "Content-Length")))
+				break;
+		}
+		cr_expect_eq(status_of(buf), want[i], "%s: %s", gets[i], buf);
+	}
 	const char *bodies[] = { CHAT(",\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true"),
 				 CHAT(",\"max_tokens\":3,\"ignore_eos\":true"),
 				 CHAT(",\"max_tokens\":2,\"ignore_eos\":true,\"stream\":true") };
@@ -1255,5 +1275,33 @@ Test(serve_http, choices_stream_with_logprobs)
 	}
 	json_object_put(j);
 	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+/* --per-ip: a third connection from one address is closed at once while
+ * two are open; once one closes, requests are served again. */
+Test(serve_http, per_ip_limit)
+{
+	struct srv s;
+	const char *args[] = { "--per-ip", "2", NULL };
+	srv_start(&s, args);
+	int a = dial(s.port), b = dial(s.port);
+	/* Both accepted: a request on each, kept alive. */
+	const char *req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+	char buf[1024];
+	send_all(a, req, strlen(req));
+	cr_assert_gt(recv(a, buf, sizeof(buf), 0), 0);
+	send_all(b, req, strlen(req));
+	cr_assert_gt(recv(b, buf, sizeof(buf), 0), 0);
+	int c = dial(s.port);
+	send(c, req, strlen(req), MSG_NOSIGNAL);
+	ssize_t n = recv(c, buf, sizeof(buf), 0);
+	cr_expect_leq(n, 0, "a third connection was served: %.*s", (int)(n > 0 ? n : 0), buf);
+	close(c);
+	close(a);
+	double t0 = now();
+	while (get(s.port, "/health", NULL) != 200)
+		cr_assert_lt(now() - t0, 5, "not served after a connection closed");
+	close(b);
 	cr_expect_eq(srv_stop(&s), 0);
 }

@@ -37,6 +37,7 @@
 
 #include <errno.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -76,11 +77,25 @@ static const struct {
 	{ "/metrics", R_METRICS, "GET" },
 };
 
-/* A connection's deadline for its request to arrive whole. */
+/* A client's address, as the per-address count knows it. */
+struct ipkey {
+	uint8_t b[17];             /* family, then 4 or 16 bytes */
+};
+
+/* A connection's deadline for its request to arrive whole, and its
+ * address for --per-ip. */
 struct watch {
 	struct watch *prev, *next;
 	int fd;
 	int64_t deadline;          /* CLOCK_MONOTONIC ns; 0: none */
+	struct ipkey ip;
+	bool counted;              /* in http.ips */
+};
+
+/* Connections open from one address (--per-ip). */
+struct ipcount {
+	struct ipkey ip;
+	unsigned n;                /* 0: a free entry */
 };
 
 struct req;
@@ -112,6 +127,7 @@ struct req {
 	char *body;
 	size_t len, cap;
 	bool too_big;
+	bool deferred;             /* not a POST: judged at the request's end */
 	struct api_call call;
 	bool have_call;
 	struct serve_job *job;     /* set under slot->mu */
@@ -141,9 +157,10 @@ struct http {
 	pthread_mutex_t slots_mu;
 	struct slot *slots, *free_slots;
 
-	pthread_mutex_t wmu;
+	pthread_mutex_t wmu;       /* watches, ips */
 	pthread_cond_t wcv;
 	struct watch watches;      /* list head */
+	struct ipcount *ips;       /* max_conns entries, with --per-ip */
 	bool wstop;
 	pthread_t watchdog;
 	bool watchdog_started;
@@ -184,6 +201,60 @@ static void *watchdog_main(void *arg)
 	return NULL;
 }
 
+/* ==== Connections per address ====
+ *
+ * libmicrohttpd's own MHD_OPTION_PER_IP_CONNECTION_LIMIT does nothing in
+ * Debian 12's build (checked: a limit of 1 lets four in), so the count is
+ * kept here: the accept policy refuses an address at its limit, the
+ * started notification counts, the closed one uncounts. MHD's one thread
+ * runs all three for a connection in that order, so the check and the
+ * count cannot be split by another connection. */
+
+static bool ip_key(const struct sockaddr *a, struct ipkey *k)
+{
+	memset(k, 0, sizeof(*k));
+	if (!a)
+		return false;
+	k->b[0] = (uint8_t)a->sa_family;
+	if (a->sa_family == AF_INET)
+		memcpy(k->b + 1, &((const struct sockaddr_in *)a)->sin_addr, 4);
+	else if (a->sa_family == AF_INET6)
+		memcpy(k->b + 1, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+	else
+		return false;
+	return true;
+}
+
+/* The entry of k (under wmu); with make, a free one if none (NULL: full). */
+static struct ipcount *ip_find(struct http *h, const struct ipkey *k, bool make)
+{
+	struct ipcount *free_one = NULL;
+	for (unsigned i = 0; i < h->o.max_conns; i++) {
+		struct ipcount *e = &h->ips[i];
+		if (e->n && !memcmp(&e->ip, k, sizeof(*k)))
+			return e;
+		if (!e->n && !free_one)
+			free_one = e;
+	}
+	if (make && free_one)
+		free_one->ip = *k;
+	return make ? free_one : NULL;
+}
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	struct http *h = cls;
+	struct ipkey k;
+	(void)len;
+	if (!h->ips || !ip_key(addr, &k))
+		return MHD_YES;
+	pthread_mutex_lock(&h->wmu);
+	struct ipcount *e = ip_find(h, &k, false);
+	bool ok = !e || e->n < h->o.per_ip;
+	pthread_mutex_unlock(&h->wmu);
+	return ok ? MHD_YES : MHD_NO;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			  enum MHD_ConnectionNotificationCode code)
 {
@@ -198,7 +269,15 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		}
 		w->fd = ci->connect_fd;
 		w->deadline = now_ns() + (int64_t)h->o.timeout_s * 1000000000;
+		const union MHD_ConnectionInfo *ai =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		bool keyed = h->ips && ai && ip_key(ai->client_addr, &w->ip);
 		pthread_mutex_lock(&h->wmu);
+		struct ipcount *e = keyed ? ip_find(h, &w->ip, true) : NULL;
+		if (e) {
+			e->n++;
+			w->counted = true;
+		}
 		w->next = h->watches.next;
 		w->prev = &h->watches;
 		w->next->prev = w;
@@ -208,6 +287,9 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 	} else if (*socket_context) {
 		struct watch *w = *socket_context;
 		pthread_mutex_lock(&h->wmu);
+		struct ipcount *e = w->counted ? ip_find(h, &w->ip, false) : NULL;
+		if (e)
+			e->n--;
 		w->prev->next = w->next;
 		w->next->prev = w->prev;
 		pthread_mutex_unlock(&h->wmu);
@@ -706,6 +788,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		sodium_bin2hex(r->id, sizeof(r->id), rnd, sizeof(rnd));
 		atomic_fetch_add(&h->inflight, 1);
 		*con_cls = r;
+		/* A POST is judged by its headers, before its body is read (a
+		 * reply now discards the body and closes the connection).
+		 * Anything else waits for the request's end: a reply then
+		 * keeps the connection alive. */
+		if (!strcmp(method, "POST"))
+			return first_call(r, url, method);
+		r->deferred = true;
+		return MHD_YES;
+	}
+	if (r->deferred && !*upload_size) {
+		r->deferred = false;
+		set_deadline(h, c, 0);
 		return first_call(r, url, method);
 	}
 	if (r->job)
@@ -832,6 +926,11 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		pthread_mutex_init(&h->slots[i].mu, NULL);
 		slot_put(h, &h->slots[i]);
 	}
+	if (o->per_ip && !(h->ips = calloc(o->max_conns, sizeof(*h->ips)))) {
+		close(o->listen_fd);
+		http_free(h);
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	}
 	if (pthread_create(&h->watchdog, NULL, watchdog_main, h)) {
 		close(o->listen_fd);
 		http_free(h);
@@ -841,11 +940,10 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 	h->d = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
 			MHD_USE_ERROR_LOG,
-		0, NULL, NULL, on_request, h,
+		0, on_accept, h, on_request, h,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, /* first, or MHD says so */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->listen_fd,
 		MHD_OPTION_CONNECTION_LIMIT, o->max_conns,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT, o->timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->conn_memory,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -904,6 +1002,7 @@ void http_free(struct http *h)
 		for (unsigned i = 0; i < h->o.max_conns; i++)
 			pthread_mutex_destroy(&h->slots[i].mu);
 	free(h->slots);
+	free(h->ips);
 	pthread_mutex_destroy(&h->slots_mu);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->wcv);
