@@ -1305,3 +1305,30 @@ Test(serve_http, per_ip_limit)
 	close(b);
 	cr_expect_eq(srv_stop(&s), 0);
 }
+
+/* --max-conns: past it, a connection waits in the backlog, unserved, until
+ * one of the open ones closes. */
+Test(serve_http, max_conns_limit)
+{
+	struct srv s;
+	const char *args[] = { "--max-conns", "2", NULL };
+	srv_start(&s, args);
+	const char *req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+	char buf[1024];
+	int a = dial(s.port), b = dial(s.port);
+	send_all(a, req, strlen(req));
+	cr_assert_gt(recv(a, buf, sizeof(buf), 0), 0);
+	send_all(b, req, strlen(req));
+	cr_assert_gt(recv(b, buf, sizeof(buf), 0), 0);
+	int c = dial(s.port); /* the kernel's backlog takes it */
+	send_all(c, req, strlen(req));
+	struct pollfd p = { .fd = c, .events = POLLIN };
+	cr_expect_eq(poll(&p, 1, 500), 0, "a third connection was served");
+	close(a);
+	cr_expect_eq(poll(&p, 1, 5000), 1, "the third is not served once one closed");
+	ssize_t n = recv(c, buf, sizeof(buf) - 1, 0);
+	cr_expect(n > 0 && status_of(buf) == 200, "%.*s", (int)(n > 0 ? n : 0), buf);
+	close(b);
+	close(c);
+	cr_expect_eq(srv_stop(&s), 0);
+}
