@@ -24,7 +24,13 @@
  * suspends again. A request (struct req) is freed when MHD says it is
  * complete, after its slot is emptied and its job released.
  *
- * Lock order: slot.mu -> job lock. wmu (the deadlines) is a leaf.
+ * Lock order: slot.mu -> job lock. wmu (the deadlines and the counts per
+ * address), slots_mu (the free slots) and the metrics' mutex are leaves.
+ *
+ * Keep-alive: a reply queued before the request is whole makes MHD close
+ * the connection, so only POSTs are judged by their headers (a 401, 404,
+ * 405 or 413 then spares reading the body); other methods are answered at
+ * the request's end and their connections stay open.
  *
  * Slow clients: MHD's idle timeout does not cover a client that trickles
  * a byte a second, so a watchdog thread gives each request --timeout

@@ -21,7 +21,9 @@ struct http_opts {
 	const char *api_key;       /* NULL: no authentication */
 	size_t api_key_len;
 	unsigned max_conns;        /* connections at once */
-	unsigned per_ip;           /* connections at once from one address (0: any) */
+	unsigned per_ip;           /* connections at once from one address (0: any);
+				    * counted here, MHD's own limit does nothing in
+				    * Debian 12's build */
 	unsigned timeout_s;        /* idle time, and the time a request has to arrive whole */
 	size_t max_body;           /* bytes of a request body */
 	size_t conn_memory;        /* per connection: headers beyond it are refused (431) */
