@@ -29,8 +29,8 @@ extern "C" {
 struct pfx_tokenizer;
 
 /* Loads dir/tokenizer.json and, when there, dir/tokenizer_config.json (its
- * chat_template, bos/eos tokens, clean_up_tokenization_spaces) and
- * dir/generation_config.json (eos_token_id, one or a list). A component the
+ * chat_template, bos/eos tokens, clean_up_tokenization_spaces) and the
+ * folder's end-of-sequence ids (pfx_eos_read). A component the
  * tokenizer does not implement is refused by its name (-ENOTSUP), never
  * encoded wrongly; a malformed file is -EINVAL naming the file and what. */
 int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err);
@@ -43,9 +43,24 @@ size_t pfx_tokenizer_vocab_size(const struct pfx_tokenizer *t);
 /* The token's string as the vocabulary holds it (e.g. "Ġthe", "<0x0A>"),
  * NULL for an id out of range. */
 const char *pfx_tokenizer_piece(const struct pfx_tokenizer *t, int32_t id);
-/* End-of-sequence ids: generation_config.json's eos_token_id, else the
- * config's eos_token. *n may be 0. */
+/* End-of-sequence ids: pfx_eos_read's of the folder, else
+ * tokenizer_config.json's eos_token. *n may be 0. */
 const int32_t *pfx_tokenizer_eos(const struct pfx_tokenizer *t, size_t *n);
+
+/* A model folder's end-of-sequence ids, as transformers' generate takes
+ * them: generation_config.json's eos_token_id (an id or a list), else
+ * config.json's; n = 0 (from NULL) when neither file names one or neither
+ * is there. Needs no tokenizer (pfx_tokenizer_load reads them here too).
+ * Each id must be below vocab; a malformed file, a bad id or a list
+ * longer than PFX_EOS_MAX is -EINVAL naming the file, an unreadable one
+ * -errno. */
+#define PFX_EOS_MAX 64
+struct pfx_eos_ids {
+	size_t n;
+	int32_t id[PFX_EOS_MAX];
+	const char *from; /* "generation_config.json" or "config.json" (static) */
+};
+int pfx_eos_read(const char *dir, size_t vocab, struct pfx_eos_ids *out, struct pfx_error *err);
 /* Whether id is a special added token (skipped by PFX_TEXT_SKIP_SPECIAL). */
 bool pfx_tokenizer_is_special(const struct pfx_tokenizer *t, int32_t id);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What the loader's files share: json-c look-ups and the steps each file
  * does (load.c the model and added tokens, components.c the pipeline's
- * stages, config.c tokenizer_config.json and generation_config.json). */
+ * stages, config.c tokenizer_config.json and the end-of-sequence ids). */
 #ifndef PFX_TEXT_LOAD_JSON_H
 #define PFX_TEXT_LOAD_JSON_H
 
@@ -44,8 +44,8 @@ int32_t added_or_vocab(const struct pfx_tokenizer *t, const char *s);
 /* components.c: the normalizer, pre_tokenizer, post_processor and decoder
  * of tokenizer.json's root object. */
 int load_components(struct pfx_tokenizer *t, json_object *root, struct pfx_error *err);
-/* config.c: dir's tokenizer_config.json and generation_config.json, when
- * there. */
+/* config.c: dir's tokenizer_config.json, when there, and end-of-sequence
+ * ids (pfx_eos_read). */
 int load_configs(struct pfx_tokenizer *t, const char *dir, struct pfx_error *err);
 
 #endif
