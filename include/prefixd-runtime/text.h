@@ -136,6 +136,22 @@ struct pfx_chat_message {
 /* Whether the tokenizer folder has a chat template. */
 bool pfx_tokenizer_has_chat_template(const struct pfx_tokenizer *t);
 
+/* What a render takes besides the messages, as apply_chat_template's
+ * arguments: zeroed, no generation prompt and no further variables. */
+struct pfx_chat_opts {
+	bool add_generation_prompt;
+	/* NULL, or a JSON object (UTF-8 text) of further template variables,
+	 * as apply_chat_template's **kwargs: {"enable_thinking": false}
+	 * (Qwen3), {"tools": [...]} (function schemas), "documents", or a
+	 * template's own. tools and documents are none when not given, as
+	 * there; a variable may override bos_token and the like, not
+	 * messages or add_generation_prompt (-EINVAL). Its strings but
+	 * those special-token strings are a caller's text, as the contents:
+	 * special-token text in them is plain text unless
+	 * PFX_TEXT_PARSE_SPECIAL. */
+	const char *vars_json;
+};
+
 /* Renders the tokenizer's chat template (tokenizer_config.json's
  * chat_template; a named list's "default") over messages, as transformers'
  * apply_chat_template(tokenize=False, add_generation_prompt=...) does:
@@ -144,6 +160,10 @@ bool pfx_tokenizer_has_chat_template(const struct pfx_tokenizer *t);
  * messages' contents. A template that uses what the interpreter lacks, or
  * raises an exception, is -ENOTSUP / -EINVAL naming it and the template
  * line. */
+int pfx_chat_render_opts(const struct pfx_tokenizer *t, const struct pfx_chat_message *m,
+			 size_t n, const struct pfx_chat_opts *o, char **text, size_t *len,
+			 struct pfx_text_span **spans, size_t *nspans, struct pfx_error *err);
+/* pfx_chat_render_opts with only add_generation_prompt. */
 int pfx_chat_render(const struct pfx_tokenizer *t, const struct pfx_chat_message *m, size_t n,
 		    bool add_generation_prompt, char **text, size_t *len,
 		    struct pfx_text_span **spans, size_t *nspans, struct pfx_error *err);
@@ -152,6 +172,10 @@ int pfx_chat_render(const struct pfx_tokenizer *t, const struct pfx_chat_message
  * the contents as plain text unless PFX_TEXT_PARSE_SPECIAL (flags as
  * pfx_tokenize; transformers adds no BOS/EOS of its own to a rendered
  * chat, so neither does this without PFX_TEXT_ADD_SPECIAL). */
+int pfx_chat_encode_opts(const struct pfx_tokenizer *t, const struct pfx_chat_message *m,
+			 size_t n, const struct pfx_chat_opts *o, unsigned flags, int32_t **ids,
+			 size_t *nids, struct pfx_error *err);
+/* pfx_chat_encode_opts with only add_generation_prompt. */
 int pfx_chat_encode(const struct pfx_tokenizer *t, const struct pfx_chat_message *m, size_t n,
 		    bool add_generation_prompt, unsigned flags, int32_t **ids, size_t *nids,
 		    struct pfx_error *err);
