@@ -52,6 +52,9 @@
 	"  --user TEXT          its user message\n" \
 	"  --messages FILE      or all its messages: a JSON list of {\"role\": ...,\n" \
 	"                       \"content\": ...} (-: standard input)\n" \
+	"  --chat-kwargs JSON   further template variables, a JSON object, as\n" \
+	"                       apply_chat_template's **kwargs: '{\"enable_thinking\":\n" \
+	"                       false}' (Qwen3), '{\"tools\": [...]}'\n" \
 	"  --parse-special    match special-token text (\"<|im_start|>\") in the prompt or\n" \
 	"                     the messages as special tokens, as Hugging Face does; by\n" \
 	"                     default it is plain text, so a user cannot inject a turn\n"
@@ -119,7 +122,8 @@ static const char usage[] =
 	"\n"
 	"PROMPT: text, encoded with DIR's tokenizer.json (prefix-run generate --help):\n"
 	"  --prompt TEXT | --prompt-file FILE | --chat --user TEXT [--system TEXT]\n"
-	"  | --chat --messages FILE, and --parse-special to match special-token text\n"
+	"  | --chat --messages FILE, with --chat-kwargs JSON for the template's further\n"
+	"  variables, and --parse-special to match special-token text\n"
 	"  in it (by default it is plain text: no prompt injection)\n"
 	IDS_HELP;
 
@@ -267,8 +271,9 @@ static const char help_warm[] =
 
 static const char help_tokenize[] =
 	"usage: prefix-run tokenize --model DIR (--prompt TEXT | --prompt-file FILE |\n"
-	"                           --chat (--user TEXT [--system TEXT] | --messages FILE))\n"
-	"                           [--no-special] [--parse-special] [--pieces]\n"
+	"                           --chat (--user TEXT [--system TEXT] | --messages FILE)\n"
+	"                           [--chat-kwargs JSON]) [--no-special] [--parse-special]\n"
+	"                           [--pieces]\n"
 	"\n"
 	"Prints the token ids of a prompt or chat on one line, comma-separated (what\n"
 	"--tokens takes), as the model's tokenizer encodes it. DIR needs only\n"
@@ -349,6 +354,7 @@ enum opt_index {
 	I_IDS,
 	I_STOP,
 	I_SKIP_SPECIAL,
+	I_CHAT_KWARGS,
 	I_COUNT,
 };
 _Static_assert(I_COUNT < ':', "option indices must not collide with getopt's returns");
@@ -391,9 +397,11 @@ _Static_assert(I_COUNT < ':', "option indices must not collide with getopt's ret
 #define O_IDS (UINT64_C(1) << I_IDS)
 #define O_STOP (UINT64_C(1) << I_STOP)
 #define O_SKIP_SPECIAL (UINT64_C(1) << I_SKIP_SPECIAL)
-#define O_LAST O_SKIP_SPECIAL
+#define O_CHAT_KWARGS (UINT64_C(1) << I_CHAT_KWARGS)
+#define O_LAST O_CHAT_KWARGS
 #define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED)
-#define O_TEXT (O_PROMPT | O_PROMPT_FILE | O_CHAT | O_SYSTEM | O_USER | O_MESSAGES | O_PARSE_SPECIAL | O_NO_SPECIAL)
+#define O_TEXT (O_PROMPT | O_PROMPT_FILE | O_CHAT | O_SYSTEM | O_USER | O_MESSAGES | O_CHAT_KWARGS | \
+		O_PARSE_SPECIAL | O_NO_SPECIAL)
 #define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE | O_MATMUL) /* every command that loads a model */
 
 static const struct option longopts[] = {
@@ -436,6 +444,7 @@ static const struct option longopts[] = {
 	{ "ids", no_argument, NULL, I_IDS },
 	{ "stop", required_argument, NULL, I_STOP },
 	{ "skip-special", no_argument, NULL, I_SKIP_SPECIAL },
+	{ "chat-kwargs", required_argument, NULL, I_CHAT_KWARGS },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -1023,6 +1032,7 @@ int main(int argc, char **argv)
 		case O_SYSTEM: a.text.system = optarg; break;
 		case O_USER: a.text.user = optarg; break;
 		case O_MESSAGES: a.text.messages = optarg; break;
+		case O_CHAT_KWARGS: a.text.chat_kwargs = optarg; break;
 		case O_PARSE_SPECIAL: a.text.parse_special = 1; break;
 		case O_NO_SPECIAL: a.text.no_special = 1; break;
 		case O_PIECES: a.text.pieces = 1; break;
