@@ -452,6 +452,61 @@ Test(tokenizer, refused_at_load)
 	cr_expect_eq(pfx_tokenizer_load("/nonexistent-pfx", &t, &err), -ENOENT);
 }
 
+/* A tokenizer.json of n merges ("a b" each, a duplicate list is allowed)
+ * but for bad[] (at their indices), in a malloc'd string. */
+static char *many_merges(size_t n, const size_t *at, const char *const *bad, size_t nbad)
+{
+	char *js = malloc(n * 16 + 256), *p = js;
+	p += sprintf(p, "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[");
+	for (size_t i = 0; i < n; i++) {
+		const char *m = "[\"a\",\"b\"]";
+		for (size_t k = 0; k < nbad; k++)
+			if (at[k] == i)
+				m = bad[k];
+		p += sprintf(p, "%s%s", i ? "," : "", m);
+	}
+	strcpy(p, "]}}");
+	return js;
+}
+
+/* Large merge lists are looked up on two threads: the error names the
+ * first bad merge of the list whichever half it is in, and a good list
+ * encodes as a small one does. */
+Test(tokenizer, merges_checked_in_order_on_two_threads)
+{
+	struct pfx_error err;
+	static const struct {
+		size_t at[2];
+		const char *bad[2], *want;
+	} cases[] = {
+		{ { 15000, 17000 }, { "[\"a\",\"zz\"]", "7" }, "merge 15000 names a token not in the vocabulary" },
+		{ { 3000, 15000 }, { "[\"a\",\"zz\"]", "7" }, "merge 3000 names a token not in the vocabulary" },
+		{ { 12000, 19999 }, { "7", "[\"a\",\"zz\"]" }, "merge 12000 is not a pair" },
+		{ { 19999, 19999 }, { "\"a\"", "\"a\"" }, "merge 19999 is not a pair" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char *js = many_merges(20000, cases[i].at, cases[i].bad, 2);
+		err.msg[0] = 0;
+		cr_expect_eq(load_text(js, &err), -EINVAL, "case %zu", i);
+		cr_expect(strstr(err.msg, cases[i].want), "case %zu: %s", i, err.msg);
+		free(js);
+	}
+	char *js = many_merges(20000, NULL, NULL, 0);
+	char dir[] = "/tmp/pfx-tok-XXXXXX";
+	cr_assert(mkdtemp(dir));
+	write_file(dir, "tokenizer.json", js, strlen(js));
+	free(js);
+	struct pfx_tokenizer *t;
+	cr_assert_eq(pfx_tokenizer_load(dir, &t, &err), 0, "%s", err.msg);
+	int32_t *ids;
+	size_t n;
+	cr_assert_eq(pfx_tokenize(t, "abab", 4, 0, &ids, &n, &err), 0, "%s", err.msg);
+	cr_expect(n == 2 && ids[0] == 2 && ids[1] == 2, "%zu ids", n);
+	free(ids);
+	pfx_tokenizer_free(t);
+	remove_dir(dir);
+}
+
 /* tokenizer_config.json and generation_config.json: chat template, special
  * strings, eos ids. */
 Test(tokenizer, config_files)

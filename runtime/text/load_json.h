@@ -41,6 +41,8 @@ int text_read_file(const char *dir, const char *name, char **buf, size_t *len, s
 int ids_append(int32_t **v, size_t *n, int32_t id);
 /* The id of an added token's or the vocabulary's string s, or -1. */
 int32_t added_or_vocab(const struct pfx_tokenizer *t, const char *s);
+/* merges.c: the BPE model's merges (a JSON list), after its vocabulary. */
+int load_merges(struct pfx_tokenizer *t, json_object *merges, struct pfx_error *err);
 /* components.c: the normalizer, pre_tokenizer, post_processor and decoder
  * of tokenizer.json's root object. */
 int load_components(struct pfx_tokenizer *t, json_object *root, struct pfx_error *err);
