@@ -271,7 +271,7 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 		return r;
 	}
 	json_object *o;
-	r = json_parse_object(buf, len, &o, err);
+	r = tokenizer_json_parse(buf, len, &o, err);
 	free(buf);
 	if (r) {
 		char m[sizeof(err->msg)];

@@ -41,6 +41,12 @@ int text_read_file(const char *dir, const char *name, char **buf, size_t *len, s
 int ids_append(int32_t **v, size_t *n, int32_t id);
 /* The id of an added token's or the vocabulary's string s, or -1. */
 int32_t added_or_vocab(const struct pfx_tokenizer *t, const char *s);
+/* split_parse.c: tokenizer.json's text as json_parse_object parses it,
+ * on two threads where the file's layout allows. */
+int tokenizer_json_parse(const char *buf, size_t len, json_object **out, struct pfx_error *err);
+/* Its split parse: the tree, or NULL when the file does not split (the
+ * whole-file parse then runs). */
+json_object *tokenizer_json_split(const char *buf, size_t len);
 /* merges.c: the BPE model's merges (a JSON list), after its vocabulary. */
 int load_merges(struct pfx_tokenizer *t, json_object *merges, struct pfx_error *err);
 /* components.c: the normalizer, pre_tokenizer, post_processor and decoder
