@@ -97,7 +97,45 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
 	return 0;
 }
 
-static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error *err)
+/* A large tokenizer.json is a million json-c objects, and freeing them
+ * takes as long as a fifth of the load: the vocabulary's subtree is freed
+ * on a thread of its own once its table is built, while the merges are
+ * looked up, and the rest of the model's once the merges are in theirs,
+ * while the rest loads (pfx_tokenizer_load joins them before returning). */
+struct json_freeing {
+	pthread_t thread[2];
+	int n;
+};
+
+static void *put_json(void *o)
+{
+	json_object_put(o);
+	return NULL;
+}
+
+/* Takes parent's member key out of it and frees it, on a thread if one
+ * starts, else here. */
+static void free_member(json_object *parent, const char *key, struct json_freeing *f)
+{
+	json_object *m = jget(parent, key);
+	if (!m)
+		return;
+	json_object_get(m);
+	json_object_object_del(parent, key);
+	if (f->n == 2 || pthread_create(&f->thread[f->n], NULL, put_json, m))
+		json_object_put(m);
+	else
+		f->n++;
+}
+
+static void freeing_join(struct json_freeing *f)
+{
+	while (f->n)
+		pthread_join(f->thread[--f->n], NULL);
+}
+
+static int load_model(struct pfx_tokenizer *t, json_object *m, struct json_freeing *f,
+		      struct pfx_error *err)
 {
 	const char *type = jstr(m, "type");
 	if (!m)
@@ -137,6 +175,7 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error 
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	if ((s = jstr(m, "end_of_word_suffix")) && *s && !(t->suffix = strdup(s)))
 		return pfx_errorf(err, -ENOMEM, "out of memory");
+	free_member(m, "vocab", f);
 	return load_merges(t, merges, err);
 }
 
@@ -191,42 +230,6 @@ static void byte_ids(struct pfx_tokenizer *t)
 	}
 }
 
-/* A large tokenizer.json is a million json-c objects, and freeing them
- * takes a tenth of the load: once the model's vocabulary and merges are
- * in the tables, its subtree is freed on a thread of its own while the
- * rest loads (pfx_tokenizer_load joins it before returning). */
-struct json_freeing {
-	pthread_t thread;
-	bool on;
-};
-
-static void *put_json(void *o)
-{
-	json_object_put(o);
-	return NULL;
-}
-
-/* Takes the root's "model" out of o and frees it, on a thread if one
- * starts, else here. */
-static void free_model(json_object *o, struct json_freeing *f)
-{
-	json_object *m = jget(o, "model");
-	if (!m)
-		return;
-	json_object_get(m);
-	json_object_object_del(o, "model");
-	f->on = !pthread_create(&f->thread, NULL, put_json, m);
-	if (!f->on)
-		json_object_put(m);
-}
-
-static void freeing_join(struct json_freeing *f)
-{
-	if (f->on)
-		pthread_join(f->thread, NULL);
-	f->on = false;
-}
-
 static int load_json(struct pfx_tokenizer *t, json_object *o, struct json_freeing *f,
 		     struct pfx_error *err)
 {
@@ -235,9 +238,9 @@ static int load_json(struct pfx_tokenizer *t, json_object *o, struct json_freein
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: truncation is not implemented");
 	if (pad && !json_object_is_type(pad, json_type_null))
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: padding is not implemented");
-	int r = load_model(t, jget(o, "model"), err);
+	int r = load_model(t, jget(o, "model"), f, err);
 	if (!r)
-		free_model(o, f);
+		free_member(o, "model", f);
 	if (!r)
 		r = load_added(t, jget(o, "added_tokens"), err);
 	if (!r)
@@ -279,7 +282,7 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 		free(t);
 		return pfx_errorf(err, r, "%s/tokenizer.json: %s", dir, m);
 	}
-	struct json_freeing f = { .on = false };
+	struct json_freeing f = { .n = 0 };
 	r = load_json(t, o, &f, err);
 	json_object_put(o);
 	if (r && err && !strncmp(err->msg, "tokenizer.json", 14)) {
