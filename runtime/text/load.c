@@ -103,6 +103,7 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
  * looked up, and the rest of the model's once the merges are in theirs,
  * while the rest loads (pfx_tokenizer_load joins them before returning). */
 struct json_freeing {
+	bool threads; /* a file large enough for a thread to pay */
 	pthread_t thread[2];
 	int n;
 };
@@ -122,7 +123,7 @@ static void free_member(json_object *parent, const char *key, struct json_freein
 		return;
 	json_object_get(m);
 	json_object_object_del(parent, key);
-	if (f->n == 2 || pthread_create(&f->thread[f->n], NULL, put_json, m))
+	if (!f->threads || f->n == 2 || pthread_create(&f->thread[f->n], NULL, put_json, m))
 		json_object_put(m);
 	else
 		f->n++;
@@ -282,7 +283,7 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 		free(t);
 		return pfx_errorf(err, r, "%s/tokenizer.json: %s", dir, m);
 	}
-	struct json_freeing f = { .n = 0 };
+	struct json_freeing f = { .threads = len >= (1u << 20), .n = 0 };
 	r = load_json(t, o, &f, err);
 	json_object_put(o);
 	if (r && err && !strncmp(err->msg, "tokenizer.json", 14)) {
