@@ -309,7 +309,8 @@ int conn_on_input(struct conn *c)
 		if (rc || (c->h.flags & PD_FLAG_REPLY) || c->h.status ||
 		    (oneway && c->h.op != PD_OP_RELEASE) ||
 		    ((c->h.flags & PD_FLAG_LEASE) && c->h.op != PD_OP_PUBLISH) ||
-		    ((c->h.flags & PD_FLAG_SHARED) && c->h.op != PD_OP_HELLO)) {
+		    ((c->h.flags & PD_FLAG_SHARED) && c->h.op != PD_OP_HELLO) ||
+		    ((c->h.flags & PD_FLAG_FLIGHT) && c->h.op != PD_OP_MATCH)) {
 			static struct pd_log_limit malformed;
 			atomic_fetch_add(&c->d->errors, 1);
 			pd_log_limited(&malformed, "pid %d uid %u: malformed frame header; closing the connection",

@@ -890,3 +890,32 @@ Test(proto, golden_error_body)
 	cr_expect_eq(d.len, 11);
 	cr_expect_arr_eq(d.msg, "budget full", 11);
 }
+
+Test(proto, single_flight_fields_round_trip_and_refuse_bad_values)
+{
+	uint8_t b[32];
+	struct pd_flight f = { 1500, PD_FLIGHT_CLAIM }, g;
+	cr_assert_eq(pd_flight_encode(&f, b, sizeof(b)), PD_FLIGHT_SIZE);
+	cr_assert_eq(pd_flight_decode(b, 64, &g), 0, "the MATCH body follows");
+	cr_expect(g.wait_ms == 1500 && g.flags == PD_FLIGHT_CLAIM);
+	cr_expect_eq(pd_flight_decode(b, PD_FLIGHT_SIZE - 1, &g), PD_E_MALFORMED);
+	b[4] = 2; /* an unknown flag */
+	cr_expect_eq(pd_flight_decode(b, PD_FLIGHT_SIZE, &g), PD_E_MALFORMED);
+	f.wait_ms = PD_MAX_WAIT_MS + 1;
+	cr_expect_eq(pd_flight_encode(&f, b, sizeof(b)), 0, "an encoder refuses what a decoder would");
+	uint32_t w = PD_MAX_WAIT_MS + 1;
+	memcpy(b, &w, 4);
+	b[4] = 1;
+	cr_expect_eq(pd_flight_decode(b, PD_FLIGHT_SIZE, &g), PD_E_LIMIT);
+
+	/* The reply's fields come last, after the MATCH reply. */
+	struct pd_flight_reply r = { PD_FLIGHT_INHERITED, 77 }, s;
+	cr_assert_eq(pd_flight_reply_encode(&r, b + 16, 16), PD_FLIGHT_REPLY_SIZE);
+	cr_assert_eq(pd_flight_reply_decode(b, 16 + PD_FLIGHT_REPLY_SIZE, &s), 0);
+	cr_expect(s.outcome == PD_FLIGHT_INHERITED && s.waited_ms == 77);
+	cr_expect_eq(pd_flight_reply_decode(b, PD_FLIGHT_REPLY_SIZE - 1, &s), PD_E_MALFORMED);
+	b[16] = PD_FLIGHT_OUTCOME_MAX + 1;
+	cr_expect_eq(pd_flight_reply_decode(b, 16 + PD_FLIGHT_REPLY_SIZE, &s), PD_E_MALFORMED);
+	r.outcome = PD_FLIGHT_OUTCOME_MAX + 1;
+	cr_expect_eq(pd_flight_reply_encode(&r, b, sizeof(b)), 0);
+}
