@@ -29,6 +29,7 @@ struct kv_lease {
 	atomic_int refs;
 	struct pfx_cache *cache;
 	uint64_t id;
+	uint32_t blocks;  /* the daemon's count: a publish continues its last */
 };
 
 static void cache_put(struct pfx_cache *c)
@@ -113,15 +114,14 @@ void kv_lease_put(struct kv_lease *l)
 /* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
  * empty session s. Returns the number attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, uint64_t *lease_id, uint32_t *leased, uint32_t *from_disk,
-		  struct pfx_error *err)
+		  uint32_t nblocks, uint32_t *from_disk, struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
 	uint32_t hit = 0;
-	int rc = kv && l ? prefixd_match2(c->c, tokens, nblocks, lease_id, &hit, from_disk, kv)
+	uint64_t lease_id = 0;
+	int rc = kv && l ? prefixd_match2(c->c, tokens, nblocks, &lease_id, &hit, from_disk, kv)
 			 : -ENOMEM;
-	*leased = hit;
 	if (rc || !hit) {
 		free(kv);
 		free(l);
@@ -131,7 +131,8 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	atomic_init(&l->refs, 1); /* ours until the blocks hold it */
 	atomic_fetch_add(&c->refs, 1);
 	l->cache = c;
-	l->id = *lease_id;
+	l->id = lease_id;
+	l->blocks = hit;
 	uint32_t i = 0;
 	for (; i < hit; i++) {
 		struct kv_block *b = kv_block_attached(kv[i], l);
@@ -141,10 +142,146 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 		}
 		atomic_fetch_add(&l->refs, 1);
 	}
-	/* Out of memory half-way: what is attached stays, consistently. */
+	/* Out of memory half-way: what is attached stays, consistently (a
+	 * publish then starts from the prompt's beginning, see publish). */
 	kv_lease_put(l);
 	free(kv);
 	return i || !hit ? (int)i : pfx_errorf(err, -ENOMEM, "out of memory");
+}
+
+/* tokens as the daemon's ids, after checking them against the vocabulary. */
+static int ids_of(const struct pfx_session *s, const int32_t *tokens, size_t n, uint32_t **out,
+		  struct pfx_error *err)
+{
+	int V = pfx_model_config(s->m)->vocab;
+	for (size_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= V)
+			return pfx_errorf(err, -EINVAL, "token %zu is %d, outside the vocabulary [0, %d)",
+					  i, tokens[i], V);
+	uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+	if (!ids)
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		ids[i] = (uint32_t)tokens[i];
+	*out = ids;
+	return 0;
+}
+
+int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+		       struct pfx_error *err)
+{
+	memset(info, 0, sizeof(*info));
+	if (s->len)
+		return pfx_errorf(err, -EINVAL,
+				  "cannot attach cached blocks to a session that holds %zu tokens",
+				  s->len);
+	info->computed = n;
+	if (!c || n < 2)
+		return 0;
+	uint32_t *ids;
+	int rc = ids_of(s, tokens, n, &ids, err);
+	if (rc)
+		return rc;
+	/* Leave at least one token to compute: its logits are the answer. */
+	size_t B = (size_t)pfx_model_block_tokens(s->m), matchable = (n - 1) / B;
+	uint32_t from_disk = 0;
+	int hit = attach(s, c, ids, (uint32_t)matchable, &from_disk, cache_err);
+	free(ids);
+	if (hit < 0) {
+		info->cache_rc = hit;
+		return 0;
+	}
+	info->attached = (size_t)hit * B;
+	info->from_disk = hit > 0 ? from_disk : 0;
+	info->computed = n - info->attached;
+	return 0;
+}
+
+/* The leading blocks of s attached through one lease of c, all of those
+ * the lease holds: a publish may continue it from there. 0 otherwise (a
+ * session that attached nothing, forked a part of a lease, ran out of
+ * memory half-way through an attach, or attached from another cache):
+ * the publish then starts at the prompt's beginning and the daemon counts
+ * the blocks it has as deduplicated. */
+static uint32_t continuable(const struct pfx_session *s, const struct pfx_cache *c,
+			    uint64_t *lease)
+{
+	*lease = 0;
+	if (!s->nblocks || !s->blocks[0]->lease || s->blocks[0]->lease->cache != c)
+		return 0;
+	const struct kv_lease *l = s->blocks[0]->lease;
+	uint32_t k = 0;
+	while (k < s->nblocks && s->blocks[k]->lease == l)
+		k++;
+	if (k != l->blocks)
+		return 0;
+	*lease = l->id;
+	return k;
+}
+
+int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			struct pfx_error *err)
+{
+	info->published = info->deduplicated = info->unpublished = 0;
+	info->publish_rc = 0;
+	info->recomputed = 0;
+	size_t B = (size_t)pfx_model_block_tokens(s->m), full = n / B;
+	if (full * B > s->len)
+		return pfx_errorf(err, -EINVAL,
+				  "cannot publish %zu blocks of a prompt: the session holds %zu tokens",
+				  full, s->len);
+	if (!c)
+		return 0;
+	uint64_t lease;
+	uint32_t first = continuable(s, c, &lease);
+	/* Blocks attached from the cache are the daemon's already. */
+	size_t attached = 0;
+	while (attached < s->nblocks && attached < full && s->blocks[attached]->lease)
+		attached++;
+	if (full <= attached)
+		return 0;
+	uint32_t *ids;
+	int rc = ids_of(s, tokens, full * B, &ids, err);
+	if (rc)
+		return rc;
+	uint32_t todo = (uint32_t)(full - first);
+	const void **kv = malloc(todo * sizeof(*kv));
+	for (size_t i = first; kv && i < full; i++)
+		kv[i - first] = s->blocks[i]->data;
+	int prc = kv ? prefixd_publish(c->c, lease, ids, first, todo, kv, &info->published,
+				       &info->deduplicated)
+		     : -ENOMEM;
+	/* The report counts the blocks computed here: attached ones that a
+	 * publish from the beginning sent again are the daemon's own. */
+	uint32_t again = (uint32_t)(attached - first);
+	info->deduplicated = info->deduplicated > again ? info->deduplicated - again : 0;
+	uint32_t mine = (uint32_t)(full - attached);
+	uint32_t done = info->published + info->deduplicated;
+	info->unpublished = mine > done ? mine - done : 0;
+	/* The client library's messages repeat the counts; the report has
+	 * them already, so say only why. */
+	if (prc == -ENOSPC)
+		info->publish_rc = pfx_errorf(cache_err, prc,
+					      "prefixd's memory budget is full of leased or pinned blocks");
+	else if (prc == -EDQUOT)
+		info->publish_rc = pfx_errorf(cache_err, prc,
+					      "this user's quota in prefixd is full of their leased or pinned blocks");
+	else if (prc)
+		info->publish_rc = pfx_errorf(cache_err, prc, "%s",
+					      prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
+	else if (info->unpublished)
+		info->publish_rc = pfx_errorf(cache_err, -EEXIST,
+					      "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)");
+	/* A prompt that ends on a block boundary leaves its last block to
+	 * compute (its last token's logits are the answer): say so when that
+	 * block was cached all along. */
+	if (n % B == 0 && mine == 1 && info->deduplicated == 1)
+		info->recomputed = B;
+	free(kv);
+	free(ids);
+	return 0;
 }
 
 int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
@@ -153,84 +290,23 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 			struct pfx_error *err)
 {
 	memset(info, 0, sizeof(*info));
-	size_t B = (size_t)pfx_model_block_tokens(s->m);
-	int V = pfx_model_config(s->m)->vocab;
 	if (!c || s->len || n < 2) {
 		info->computed = n;
 		return pfx_session_append(s, tokens, n, want, logits, err);
 	}
-	for (size_t i = 0; i < n; i++)
-		if (tokens[i] < 0 || tokens[i] >= V)
-			return pfx_errorf(err, -EINVAL, "token %zu is %d, outside the vocabulary [0, %d)",
-					  i, tokens[i], V);
-	uint32_t *ids = malloc(n * sizeof(*ids));
-	if (!ids)
-		return pfx_errorf(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < n; i++)
-		ids[i] = (uint32_t)tokens[i];
-	/* Leave at least one token to compute: its logits are the answer. */
-	size_t full = n / B, matchable = (n - 1) / B;
-	uint64_t lease = 0;
-	uint32_t lease_blocks = 0;
-	/* A publish continues the lease's last block: only when all of them
-	 * were attached. */
-	uint32_t from_disk = 0;
-	int hit = attach(s, c, ids, (uint32_t)matchable, &lease, &lease_blocks, &from_disk,
-			 cache_err);
-	if (hit < 0) {
-		info->cache_rc = hit;
-		hit = 0;
-		lease = 0;
-	}
-	size_t done = (size_t)hit * B;
-	info->attached = done;
-	info->from_disk = hit > 0 ? from_disk : 0;
-	info->computed = n - done;
-	int rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
+	int rc = pfx_session_attach(s, c, tokens, n, info, cache_err, err);
+	if (rc)
+		return rc;
+	size_t done = info->attached;
+	rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
 	if (rc) {
 		pfx_session_rewind(s, done, NULL);
-		free(ids);
 		return rc;
 	}
 	/* Publish the prompt's full blocks computed here; the daemon copies
 	 * them, so these stay private and writable. */
-	uint32_t todo = full > (size_t)hit ? (uint32_t)(full - (size_t)hit) : 0;
-	if (!info->cache_rc && todo && lease_blocks != (uint32_t)hit) {
-		/* Out of memory half-way through the attach: a publish would
-		 * have to continue a block this session does not hold. */
-		info->unpublished = todo;
-		info->publish_rc = pfx_errorf(cache_err, -ENOMEM,
-					      "out of memory while attaching cached blocks");
-	} else if (!info->cache_rc && todo) {
-		const void **kv = malloc(todo * sizeof(*kv));
-		for (size_t i = (size_t)hit; kv && i < full; i++)
-			kv[i - (size_t)hit] = s->blocks[i]->data;
-		int prc = kv ? prefixd_publish(c->c, lease, ids, (uint32_t)hit, todo, kv,
-					       &info->published, &info->deduplicated)
-			     : -ENOMEM;
-		info->unpublished = todo - info->published - info->deduplicated;
-		/* The client library's messages repeat the counts; the report
-		 * has them already, so say only why. */
-		if (prc == -ENOSPC)
-			info->publish_rc = pfx_errorf(cache_err, prc,
-						      "prefixd's memory budget is full of leased or pinned blocks");
-		else if (prc == -EDQUOT)
-			info->publish_rc = pfx_errorf(cache_err, prc,
-						      "this user's quota in prefixd is full of their leased or pinned blocks");
-		else if (prc)
-			info->publish_rc = pfx_errorf(cache_err, prc, "%s",
-						      prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
-		else if (info->unpublished)
-			info->publish_rc = pfx_errorf(cache_err, -EEXIST,
-						      "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)");
-		/* A prompt that ends on a block boundary leaves its last block
-		 * to compute (its last token's logits are the answer): say so
-		 * when that block was cached all along. */
-		if (n % B == 0 && todo == 1 && info->deduplicated == 1)
-			info->recomputed = B;
-		free(kv);
-	}
-	free(ids);
+	if (!info->cache_rc)
+		pfx_session_publish(s, c, tokens, n, info, cache_err, NULL);
 	return 0;
 }
 

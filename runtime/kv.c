@@ -116,6 +116,26 @@ void kv_freeze(struct pfx_session *s)
 	s->frozen = s->len;
 }
 
+void kv_freeze_at(struct pfx_session *s, size_t len)
+{
+	s->frozen = len;
+}
+
+int kv_share_prefix(struct pfx_session *c, const struct pfx_session *s, size_t len)
+{
+	size_t B = (size_t)s->m->block_tokens, n = len / B;
+	if (table_grow(c, n))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		/* relaxed: the new owner got the block through s, which we hold. */
+		atomic_fetch_add_explicit(&s->blocks[i]->refs, 1, memory_order_relaxed);
+		c->blocks[i] = s->blocks[i];
+	}
+	c->nblocks = n;
+	c->len = c->frozen = len;
+	return 0;
+}
+
 void kv_free(struct pfx_session *s)
 {
 	kv_trim(s, 0);

@@ -53,6 +53,13 @@ void kv_free(struct pfx_session *s);
 /* Gives the empty session c s's tokens: the frozen blocks shared, the rest
  * copied. -ENOMEM (c then holds some blocks: free it). */
 int kv_copy(struct pfx_session *c, const struct pfx_session *s);
+/* Gives the empty session c the first len tokens of s (len a multiple of
+ * the block size, at most s's frozen length): their blocks shared.
+ * -ENOMEM (c is then still empty). */
+int kv_share_prefix(struct pfx_session *c, const struct pfx_session *s, size_t len);
+/* Freezes the first len tokens (frozen <= len <= length, checked by the
+ * caller). */
+void kv_freeze_at(struct pfx_session *s, size_t len);
 /* Lease references, kept by attached blocks (cache.c). */
 void kv_lease_put(struct kv_lease *l);
 

@@ -86,6 +86,37 @@ int pfx_session_fork(struct pfx_session *s, struct pfx_session **out, struct pfx
 	return 0;
 }
 
+int pfx_session_freeze_at(struct pfx_session *s, size_t len, struct pfx_error *err)
+{
+	if (len < s->frozen || len > s->len)
+		return pfx_errorf(err, -EINVAL,
+				  "cannot freeze the first %zu tokens: the session holds %zu, %zu of them frozen",
+				  len, s->len, s->frozen);
+	kv_freeze_at(s, len);
+	return 0;
+}
+
+int pfx_session_fork_prefix(struct pfx_session *s, size_t len, struct pfx_session **out,
+			    struct pfx_error *err)
+{
+	size_t B = (size_t)s->m->block_tokens;
+	if (len % B || len > s->frozen)
+		return pfx_errorf(err, -EINVAL,
+				  "cannot fork the first %zu tokens: a prefix must be whole blocks of %zu "
+				  "and frozen (%zu are)",
+				  len, B, s->frozen);
+	struct pfx_session *c;
+	int rc = pfx_session_new(s->m, &c, err);
+	if (rc)
+		return rc;
+	if (kv_share_prefix(c, s, len)) {
+		pfx_session_free(c);
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	}
+	*out = c;
+	return 0;
+}
+
 int pfx_session_kv(const struct pfx_session *s, int layer, int kv, int head, size_t pos,
 		   float *out)
 {

@@ -205,6 +205,59 @@ Test(session, rewind_and_freeze_rules)
 	pfx_model_free(m);
 }
 
+/* A session frozen at a block boundary inside it: the part after stays
+ * writable (rewind, append), forks of the frozen prefix share its KV and
+ * continue exactly as an uncached run, and what the parent does after
+ * the fork does not reach them. */
+Test(session, freeze_at_and_fork_prefix)
+{
+	struct pfx_model *m = load_fixture_model_bt("llama-tiny-gqa", 4);
+	int V = pfx_model_config(m)->vocab;
+	size_t n;
+	int32_t *tok = expected_i32("llama-tiny-gqa", "tokens", &n);
+	float *full = logits_uncached(m, tok, n);
+	struct pfx_session *s, *f, *g;
+	struct pfx_error err = { "" };
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	cr_assert_eq(pfx_session_append(s, tok, 14, PFX_LOGITS_NONE, NULL, &err), 0);
+	cr_expect_eq(pfx_session_fork_prefix(s, 8, &f, &err), -EINVAL, "nothing frozen yet");
+	cr_expect_eq(pfx_session_freeze_at(s, 15, &err), -EINVAL, "past the length");
+	cr_assert_eq(pfx_session_freeze_at(s, 12, &err), 0, "%s", err.msg);
+	cr_expect_eq(pfx_session_frozen(s), 12);
+	cr_expect_eq(pfx_session_freeze_at(s, 8, &err), -EINVAL, "below the frozen length");
+	cr_expect_eq(pfx_session_rewind(s, 11, &err), -EPERM);
+	cr_expect_eq(pfx_session_rewind(s, 13, &err), 0, "the tail stays private");
+	cr_expect_eq(pfx_session_fork_prefix(s, 10, &f, &err), -EINVAL, "not whole blocks");
+	cr_expect_eq(pfx_session_fork_prefix(s, 16, &f, &err), -EINVAL, "past the frozen length");
+	cr_assert_eq(pfx_session_fork_prefix(s, 12, &f, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_session_fork_prefix(s, 8, &g, &err), 0, "%s", err.msg);
+	cr_expect_eq(pfx_session_length(f), 12);
+	cr_expect_eq(pfx_session_frozen(f), 12);
+	cr_expect_eq(pfx_session_length(g), 8);
+	float *before = snapshot(f, 12);
+	/* The parent goes on with other tokens after its frozen part. */
+	int32_t other[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	cr_assert_eq(pfx_session_append(s, other, 8, PFX_LOGITS_NONE, NULL, &err), 0);
+	pfx_session_free(s);
+	float *after = snapshot(f, 12);
+	cr_expect(!memcmp(before, after, snapshot_floats(f, 12) * sizeof(float)));
+	float *l = malloc(n * V * sizeof(float));
+	cr_assert_eq(pfx_session_append(f, tok + 12, n - 12, PFX_LOGITS_ALL, l, &err), 0);
+	float d = max_abs_diff(l, full + 12 * V, (n - 12) * V);
+	cr_expect(d <= TOL_SELF, "a fork of 12 continued: %g", d);
+	cr_assert_eq(pfx_session_append(g, tok + 8, n - 8, PFX_LOGITS_ALL, l, &err), 0);
+	d = max_abs_diff(l, full + 8 * V, (n - 8) * V);
+	cr_expect(d <= TOL_SELF, "a fork of 8 continued: %g", d);
+	free(l);
+	free(before);
+	free(after);
+	pfx_session_free(f);
+	pfx_session_free(g);
+	free(full);
+	free(tok);
+	pfx_model_free(m);
+}
+
 /* Every position decoded one at a time (mistral-tiny-swa: past its window). */
 Test(session, decode_equals_append)
 {

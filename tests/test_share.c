@@ -263,6 +263,114 @@ Test(share, prefixd_default_socket_follows_the_environment)
 	unsetenv("XDG_RUNTIME_DIR");
 }
 
+/* The prefill's two halves apart: attach, compute in the caller's own
+ * pieces, publish. A second session attaches what the first published,
+ * its logits match transformers', and its publish continues the lease
+ * (only its own new blocks counted). */
+Test(share, attach_and_publish_apart_match_a_prefill)
+{
+	struct pfx_model *m = load_fixture_model_bt(MODEL, 4);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c;
+	cr_assert_eq(pfx_cache_open(m, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	size_t V = (size_t)pfx_model_config(m)->vocab;
+	float *logits = malloc(ntok * V * sizeof(float));
+	struct pfx_session *a, *b;
+	struct pfx_prefill_info info;
+	cr_assert_eq(pfx_session_new(m, &a, &err), 0);
+	cr_assert_eq(pfx_session_attach(a, c, tok, HEAD, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_expect_eq(info.attached, 0);
+	cr_expect_eq(info.computed, HEAD);
+	cr_expect_eq(info.cache_rc, 0, "%s", cerr.msg);
+	cr_expect_eq(pfx_session_publish(a, c, tok, HEAD, &info, &cerr, &err), -EINVAL,
+		     "nothing computed yet");
+	cr_assert_eq(pfx_session_append(a, tok, 10, PFX_LOGITS_NONE, NULL, &err), 0);
+	cr_assert_eq(pfx_session_append(a, tok + 10, HEAD - 10, PFX_LOGITS_NONE, NULL, &err), 0);
+	cr_assert_eq(pfx_session_publish(a, c, tok, HEAD, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_expect_eq(info.published, HEAD / 4);
+	cr_expect_eq(info.unpublished, 0);
+	cr_expect_eq(pfx_session_attach(a, c, tok, HEAD, &info, &cerr, &err), -EINVAL,
+		     "a session that is not empty");
+	pfx_session_free(a);
+
+	cr_assert_eq(pfx_session_new(m, &b, &err), 0);
+	cr_assert_eq(pfx_session_attach(b, c, tok, ntok, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_expect_eq(info.attached, HEAD);
+	cr_expect_eq(info.computed, ntok - HEAD);
+	cr_expect_eq(pfx_session_frozen(b), HEAD);
+	cr_assert_eq(pfx_session_append(b, tok + HEAD, ntok - HEAD, PFX_LOGITS_ALL, logits, &err), 0);
+	size_t nl;
+	float *ref = expected_f32(MODEL, "logits_full", &nl);
+	float d = max_abs_diff(logits, ref + HEAD * V, (ntok - HEAD) * V);
+	cr_expect_leq(d, TOL_LOGITS, "%g", d);
+	unsigned long long before = t_counter(&td, "blocks"), dedup = t_counter(&td, "dedup");
+	cr_assert_eq(pfx_session_publish(b, c, tok, ntok, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_expect_eq(info.published, ntok / 4 - HEAD / 4);
+	cr_expect_eq(info.deduplicated, 0);
+	cr_expect_eq(t_counter(&td, "blocks"), before + ntok / 4 - HEAD / 4);
+	cr_expect_eq(t_counter(&td, "dedup"), dedup,
+		     "continued the lease: the attached blocks not sent again");
+	pfx_session_free(b);
+	pfx_cache_close(c);
+	free(ref);
+	free(logits);
+	pfx_model_free(m);
+}
+
+/* A fork of part of an attached prefix holds the lease's blocks it took,
+ * continues on them (logits as transformers'), and publishes from the
+ * prompt's beginning since it cannot continue the lease. */
+Test(share, a_fork_of_an_attached_prefix_keeps_its_blocks_and_publishes)
+{
+	struct pfx_model *m = load_fixture_model_bt(MODEL, 4);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c;
+	cr_assert_eq(pfx_cache_open(m, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	size_t V = (size_t)pfx_model_config(m)->vocab;
+	float *logits = malloc(ntok * V * sizeof(float));
+	struct pfx_session *a, *b, *f;
+	struct pfx_prefill_info info;
+	cr_assert_eq(pfx_session_new(m, &a, &err), 0);
+	cr_assert_eq(pfx_session_prefill(a, c, tok, HEAD, PFX_LOGITS_LAST, logits, &info, &cerr, &err), 0);
+	pfx_session_free(a);
+	cr_assert_eq(pfx_session_new(m, &b, &err), 0);
+	cr_assert_eq(pfx_session_attach(b, c, tok, HEAD + 1, &info, &cerr, &err), 0);
+	cr_assert_eq(info.attached, HEAD);
+	cr_expect_eq(pfx_session_fork_prefix(b, 6, &f, &err), -EINVAL, "not whole blocks");
+	cr_expect_eq(pfx_session_fork_prefix(b, HEAD + 4, &f, &err), -EINVAL, "past the frozen length");
+	cr_assert_eq(pfx_session_fork_prefix(b, 16, &f, &err), 0, "%s", err.msg);
+	cr_expect_eq(pfx_session_length(f), 16);
+	cr_expect_eq(pfx_session_frozen(f), 16);
+	pfx_session_free(b);
+	pfx_cache_close(c);
+	cr_expect_eq(t_counter(&td, "leases"), 1, "the fork holds the lease");
+	cr_assert_eq(pfx_session_append(f, tok + 16, ntok - 16, PFX_LOGITS_ALL, logits, &err), 0);
+	size_t nl;
+	float *ref = expected_f32(MODEL, "logits_full", &nl);
+	float d = max_abs_diff(logits, ref + 16 * V, (ntok - 16) * V);
+	cr_expect_leq(d, TOL_LOGITS, "%g", d);
+	struct pfx_cache *c2;
+	cr_assert_eq(pfx_cache_open(m, td.sock, NULL, 0, &c2, &err), 0, "%s", err.msg);
+	unsigned long long before = t_counter(&td, "blocks"), dedup = t_counter(&td, "dedup");
+	cr_assert_eq(pfx_session_publish(f, c2, tok, ntok, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_expect_eq(t_counter(&td, "dedup"), dedup + HEAD / 4,
+		     "from the beginning: the 4 attached blocks sent again, and 2 computed here");
+	cr_expect_eq(info.publish_rc, 0, "%s", cerr.msg);
+	cr_expect_eq(info.published + info.deduplicated, ntok / 4 - 4,
+		     "the blocks computed here: %u + %u", info.published, info.deduplicated);
+	cr_expect_eq(info.deduplicated, HEAD / 4 - 4, "those the daemon had");
+	cr_expect_eq(t_counter(&td, "blocks"), before + info.published);
+	pfx_cache_close(c2);
+	pfx_session_free(f);
+	unsigned long long leases = 1;
+	for (int i = 0; i < 200 && (leases = t_counter(&td, "leases")); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "freeing the fork released the lease");
+	free(ref);
+	free(logits);
+	pfx_model_free(m);
+}
+
 /* 20 blocks of 4 tokens against a budget of 16: the run's own chain holds
  * the memory (a block being extended is never evicted), so 4 blocks are
  * refused, and the process says so, with the reason, apart from its

@@ -97,6 +97,35 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 			struct pfx_prefill_info *info, struct pfx_error *cache_err,
 			struct pfx_error *err);
 
+/*
+ * The two halves of pfx_session_prefill, for callers that compute the rest
+ * themselves (in their own batches, in chunks).
+ *
+ * pfx_session_attach: on an empty session, attaches from c (NULL: nothing)
+ * the longest cached run of the prompt tokens[0, n)'s full blocks, always
+ * leaving at least one token to compute. info->attached (frozen tokens now
+ * in s), from_disk and cache_rc (a cache failure is not an error: nothing
+ * is attached and cache_err says why) are as pfx_session_prefill reports
+ * them; computed is n - attached. -EINVAL for a session that is not empty
+ * or a token outside the vocabulary.
+ *
+ * pfx_session_publish: once s holds the prompt's full blocks (its first
+ * n / block tokens are tokens[0, n)'s, which the caller guarantees),
+ * publishes those it did not attach to c (NULL: nothing), continuing the
+ * attach's lease when s holds all of its blocks (else from the prompt's
+ * beginning: the daemon counts the blocks it has). Sets info's published,
+ * deduplicated, unpublished, publish_rc and recomputed as
+ * pfx_session_prefill does (a publish cut short is not an error);
+ * -EINVAL when s holds fewer tokens than the full blocks or a token is
+ * outside the vocabulary.
+ */
+int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+		       struct pfx_error *err);
+int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			struct pfx_error *err);
+
 /* Pins the chain of the prompt's full blocks in the daemon against
  * eviction, for ttl_s seconds (0: until unpinned): the chain of this
  * user, or of the shared namespace for a cache opened with

@@ -63,6 +63,18 @@ int pfx_session_freeze(struct pfx_session *s, struct pfx_error *err);
  * private tail is copied. */
 int pfx_session_fork(struct pfx_session *s, struct pfx_session **out, struct pfx_error *err);
 
+/* Freezes the first len tokens (frozen length <= len <= length): as
+ * pfx_session_freeze at that length, while the tokens after it stay
+ * private (a prompt's full blocks kept, its last partial block and what
+ * follows still growing). 0, or -EINVAL out of that range. */
+int pfx_session_freeze_at(struct pfx_session *s, size_t len, struct pfx_error *err);
+/* A new session holding the first len tokens of s, sharing their blocks
+ * (attached ones too, which keep their lease): len must be a multiple of
+ * the block size and at most s's frozen length (-EINVAL), so that a
+ * frozen prompt can start any number of sequences. -ENOMEM. */
+int pfx_session_fork_prefix(struct pfx_session *s, size_t len, struct pfx_session **out,
+			    struct pfx_error *err);
+
 /* Copies the head_dim values of K (kv = 0) or V (kv = 1) of one layer, kv
  * head and position < length into out as f32 (keys after rotary; 16-bit KV
  * converted). 0, or -EINVAL if out of range. */

@@ -34,8 +34,11 @@ struct serve_engine_opts {
 	const struct pfx_tokenizer *tok;
 	struct pfx_cache *cache;   /* NULL: no prefixd (--no-cache, or none answered) */
 	unsigned parallel;         /* sequences running at once (choices count) */
-	unsigned queue;            /* jobs waiting beyond those */
-	size_t ctx;                /* prompt + generated tokens of one sequence */
+	unsigned queue;            /* jobs waiting beyond those (counted in
+				    * choices: -EAGAIN past parallel + queue) */
+	size_t ctx;                /* prompt + generated tokens of one sequence
+				    * (at most the model's max_positions: a
+				    * sequence past them fails its request) */
 	size_t step_tokens;        /* prompt tokens per step, all sequences (0: 256) */
 	size_t local_bytes;        /* KV bytes kept in local frozen sessions (0: none) */
 };
@@ -92,7 +95,9 @@ enum serve_finish {
 
 struct serve_token {
 	int32_t id;
-	float logprob;             /* log-softmax of the raw logits */
+	float logprob;             /* log-softmax of the raw logits (of the
+				    * tokenizer's ids: an embedding's padding
+				    * rows past them are never sampled) */
 	uint32_t ntop;
 	int32_t top_id[SERVE_MAX_TOP_LOGPROBS];
 	float top_logprob[SERVE_MAX_TOP_LOGPROBS];
@@ -101,9 +106,10 @@ struct serve_token {
 /* One choice's output so far; read under serve_job_lock. text grows and
  * is final (never revised; stop strings held back until decided). */
 struct serve_choice {
-	char *text;
+	char *text;                /* NUL-terminated, "" before any output */
 	size_t text_len;
-	struct serve_token *tokens; /* when logprobs: every generated token */
+	struct serve_token *tokens; /* every generated token (EOS excluded); its
+				    * logprob and top ones when logprobs */
 	size_t ntokens;            /* generated tokens (also without logprobs) */
 	enum serve_finish finish;
 };
@@ -111,8 +117,10 @@ struct serve_choice {
 struct serve_job;
 
 /* Queues the request. 0 and *out (one reference for the caller), or
- * -EAGAIN (queue full: 429), -ESHUTDOWN (draining: 503), -EINVAL, -ENOMEM
- * with err. The request's allocations are the job's even on failure. */
+ * -EAGAIN (queue full: 429), -ESHUTDOWN (draining: 503), -EINVAL (also n
+ * past parallel, a prompt id past the model's vocabulary, an empty stop
+ * string), -ENOMEM with err. The request's allocations are the job's even
+ * on failure. A queued job whose client hangs up is noticed once it runs. */
 int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct serve_job **out,
 			struct pfx_error *err);
 /* Cancels at the next step (a client went away); the job still ends with
@@ -131,11 +139,12 @@ bool serve_job_done(const struct serve_job *j);
 /* SERVE_FAILED's reason. */
 const char *serve_job_error(const struct serve_job *j);
 
-/* Figures for usage, the log line and /metrics (final once done). */
+/* Figures for usage, the log line and /metrics (final once done); takes
+ * the job's lock itself (a recursive one: holding it already is fine). */
 struct serve_job_usage {
 	size_t prompt_tokens;
 	size_t cached_tokens;      /* attached from prefixd or forked locally */
-	size_t completion_tokens;  /* all choices */
+	size_t completion_tokens;  /* all choices (an EOS that ended one too) */
 	int64_t queued_ns;         /* submit -> admitted */
 	int64_t ttft_ns;           /* submit -> first token of any choice */
 	int64_t total_ns;          /* submit -> done */
