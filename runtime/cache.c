@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,7 @@ int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *sa
 			 size_t salt_len, unsigned flags, struct pfx_cache **out,
 			 struct pfx_error *err)
 {
-	if (flags & ~(unsigned)PFX_CACHE_SHARED)
+	if (flags & ~(unsigned)(PFX_CACHE_SHARED | PFX_CACHE_NO_WAIT))
 		return pfx_errorf(err, -EINVAL, "unknown cache flags %#x", flags);
 	/* KV computed on the bf16 matmul is off the f32 products' by more than
 	 * the f32 path's fidelity: its chains are kept apart by a salt of their
@@ -120,8 +121,13 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	struct kv_lease *l = malloc(sizeof(*l));
 	uint32_t hit = 0;
 	uint64_t lease_id = 0;
-	int rc = kv && l ? prefixd_match2(c->c, tokens, nblocks, &lease_id, &hit, from_disk, kv)
+	/* Single flight: wait for a process computing these blocks, or
+	 * claim them for this one (PFX_CACHE_NO_WAIT: neither). */
+	struct prefixd_match_info mi;
+	uint32_t wait_ms = c->flags & PFX_CACHE_NO_WAIT ? 0 : PFX_CACHE_WAIT_MS;
+	int rc = kv && l ? prefixd_match_wait(c->c, tokens, nblocks, wait_ms, &lease_id, &hit, kv, &mi)
 			 : -ENOMEM;
+	*from_disk = rc ? 0 : mi.from_disk;
 	if (rc || !hit) {
 		free(kv);
 		free(l);
@@ -284,6 +290,62 @@ int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_
 	return 0;
 }
 
+/*
+ * The rest of a long prompt after the attach, in chunks that end on block
+ * boundaries, publishing the full blocks after each: processes waiting for
+ * this prompt's blocks (single flight) wake at each chunk, and a crash
+ * loses at most a chunk. Each publish resends the blocks of the chunks
+ * before (the daemon copies only new ones); the report counts each block
+ * once, as one publish at the end would.
+ */
+static int prefill_chunks(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			  size_t n, enum pfx_logits want, float *logits,
+			  struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			  struct pfx_error *err)
+{
+	size_t B = (size_t)pfx_model_block_tokens(s->m), attached = info->attached;
+	size_t V = (size_t)pfx_model_config(s->m)->vocab, chunk = PFX_PREFILL_CHUNK / B * B;
+	if (!chunk)
+		chunk = B;
+	uint32_t published = 0;
+	bool publishing = true;
+	struct pfx_prefill_info step = *info;
+	for (size_t done = attached; done < n;) {
+		size_t end = (done / chunk + 1) * chunk;
+		/* No short chunk at the end: the last takes up to 1.5 chunks. */
+		if (end >= n || n - end < chunk / 2)
+			end = n;
+		enum pfx_logits w = want == PFX_LOGITS_ALL ? PFX_LOGITS_ALL
+				    : end == n              ? want
+							    : PFX_LOGITS_NONE;
+		float *rows = w == PFX_LOGITS_NONE	 ? NULL
+			      : want == PFX_LOGITS_ALL ? logits + (done - attached) * V
+						       : logits;
+		int rc = pfx_session_append(s, tokens + done, end - done, w, rows, err);
+		if (rc) {
+			pfx_session_rewind(s, attached, NULL);
+			return rc;
+		}
+		done = end;
+		if (!publishing || (done < n && done / B * B <= attached))
+			continue;
+		pfx_session_publish(s, c, tokens, done, &step, cache_err, NULL);
+		published += step.published;
+		publishing = !step.publish_rc; /* a publish cut short ends them */
+	}
+	info->published = published;
+	/* The last publish found the earlier chunks' blocks there. */
+	uint32_t earlier = published - step.published;
+	info->deduplicated = step.deduplicated > earlier ? step.deduplicated - earlier : 0;
+	/* A publish cut short leaves the later chunks' blocks unsent too. */
+	uint32_t mine = (uint32_t)(n / B - attached / B);
+	uint32_t sent = info->published + info->deduplicated;
+	info->unpublished = publishing ? step.unpublished : mine > sent ? mine - sent : 0;
+	info->publish_rc = step.publish_rc;
+	info->recomputed = step.recomputed;
+	return 0;
+}
+
 int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			size_t n, enum pfx_logits want, float *logits,
 			struct pfx_prefill_info *info, struct pfx_error *cache_err,
@@ -298,6 +360,9 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 	if (rc)
 		return rc;
 	size_t done = info->attached;
+	if (!(c->flags & PFX_CACHE_NO_WAIT) && !info->cache_rc &&
+	    n - done > PFX_PREFILL_CHUNK + PFX_PREFILL_CHUNK / 2)
+		return prefill_chunks(s, c, tokens, n, want, logits, info, cache_err, err);
 	rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
 	if (rc) {
 		pfx_session_rewind(s, done, NULL);

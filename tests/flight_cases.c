@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ struct client {
 	const char *sock;
 	pthread_barrier_t *start;
 	bool stall;          /* after claiming, hold the claim until told */
-	volatile bool *release_stall;
+	atomic_bool *release_stall;
 	uint32_t flight, hit, waited_ms;
 	double answered_s;   /* when its match came back */
 	char why[200];
@@ -92,7 +93,7 @@ static void *client_main(void *arg)
 		prefixd_release(c, lease);
 	bool owns = info.flight == PREFIXD_FLIGHT_CLAIMED || info.flight == PREFIXD_FLIGHT_INHERITED;
 	if (owns && cl->stall) {
-		while (!*cl->release_stall)
+		while (!atomic_load(cl->release_stall))
 			usleep(1000);
 	} else if (owns && !cl->why[0]) {
 		compute_and_publish(c, t, cl->why, sizeof(cl->why));
@@ -302,7 +303,7 @@ int case_flight_claimant_stalls(char *why, size_t len)
 		snprintf(why, len, "cannot start prefixd");
 		return -1;
 	}
-	volatile bool release = false;
+	atomic_bool release = false;
 	struct client staller = { .sock = d.sock, .stall = true, .release_stall = &release };
 	pthread_t st;
 	pthread_create(&st, NULL, client_main, &staller);
@@ -317,7 +318,7 @@ int case_flight_claimant_stalls(char *why, size_t len)
 	for (int i = 0; i < 3; i++)
 		pthread_join(th[i], NULL);
 	double took = td_now_s() - t0;
-	release = true;
+	atomic_store(&release, true);
 	pthread_join(st, NULL);
 	int count[4];
 	if (staller.why[0] || staller.flight != PREFIXD_FLIGHT_CLAIMED) {
