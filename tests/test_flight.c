@@ -14,8 +14,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <math.h>
+#include <sys/mman.h>
+
+#include "cache.h"
 #include "daemon_util.h"
 #include "flight_cases.h"
+#include "helpers.h"
 
 static struct test_daemon td;
 
@@ -185,7 +190,9 @@ Test(flight, a_connection_holds_a_bounded_number_of_claims)
 	double t0 = td_now_s();
 	cr_assert_eq(prefixd_match_wait(b, t, 2, 3000, &lease, &hit, kv, &info), 0);
 	cr_expect_lt(td_now_s() - t0, 1.0);
-	cr_expect_eq(info.flight, PREFIXD_FLIGHT_CLAIMED);
+	/* Inherited when the daemon read a's close while b waited. */
+	cr_expect(info.flight == PREFIXD_FLIGHT_CLAIMED || info.flight == PREFIXD_FLIGHT_INHERITED,
+		  "flight %u", info.flight);
 	prefixd_close(b);
 	cr_expect_eq(td_stop(&td), 0);
 }
@@ -300,5 +307,156 @@ Test(flight, a_flood_of_waiters_is_bounded_and_never_delays_another_user)
 	s = stats();
 	cr_expect_eq(s.claims, 2, "root's claim and nobody's");
 	prefixd_close(owner);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+/* ==== The runtime's prefill ==== */
+
+#define RT_MODEL "llama3-tiny-ropescaled" /* 1024 positions: room for chunks */
+#define RT_N 900
+#define RT_PROCS 3
+#define RT_V 512
+
+struct rt_report {
+	int rc;
+	size_t attached, computed;
+	uint32_t published, deduplicated;
+	float last[RT_V];       /* logits of the prompt's last position */
+	char why[200];
+};
+
+static void rt_prompt(int32_t *t)
+{
+	for (int i = 0; i < RT_N; i++)
+		t[i] = (int32_t)((i * 7919u + 13u) % RT_V);
+}
+
+/* One process: loads the model (after the fork: no inherited threads),
+ * waits at the barrier (a byte on fd), prefills through the cache. */
+static int rt_process(int barrier, unsigned flags, struct rt_report *r)
+{
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/%s", fixtures_dir(), RT_MODEL);
+	struct pfx_model_opts o = { .threads = 1, .block_tokens = 4 };
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_model *m;
+	struct pfx_cache *c;
+	struct pfx_session *s;
+	if (pfx_model_load(dir, &o, &m, &err) || pfx_model_config(m)->vocab != RT_V ||
+	    pfx_cache_open_flags(m, td.sock, NULL, 0, flags, &c, &err) ||
+	    pfx_session_new(m, &s, &err)) {
+		snprintf(r->why, sizeof(r->why), "set-up: %s", err.msg);
+		return 1;
+	}
+	int32_t t[RT_N];
+	rt_prompt(t);
+	char go;
+	if (read(barrier, &go, 1) != 1)
+		return 2;
+	struct pfx_prefill_info info;
+	r->rc = pfx_session_prefill(s, c, t, RT_N, PFX_LOGITS_LAST, r->last, &info, &cerr, &err);
+	if (r->rc || info.cache_rc || info.publish_rc)
+		snprintf(r->why, sizeof(r->why), "prefill: %s / %s", err.msg, cerr.msg);
+	r->attached = info.attached;
+	r->computed = info.computed;
+	r->published = info.published;
+	r->deduplicated = info.deduplicated;
+	pfx_session_free(s);
+	pfx_cache_close(c);
+	pfx_model_free(m);
+	return r->why[0] ? 3 : 0;
+}
+
+/* RT_PROCS processes start the prompt at once; their reports. */
+static struct rt_report *rt_run(unsigned flags)
+{
+	struct rt_report *r = mmap(NULL, RT_PROCS * sizeof(*r), PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(r, MAP_FAILED);
+	memset(r, 0, RT_PROCS * sizeof(*r));
+	int barrier[2];
+	cr_assert_eq(pipe(barrier), 0);
+	pid_t pid[RT_PROCS];
+	for (int i = 0; i < RT_PROCS; i++) {
+		pid[i] = fork();
+		cr_assert_geq(pid[i], 0);
+		if (pid[i] == 0) {
+			close(barrier[1]);
+			_exit(rt_process(barrier[0], flags, &r[i]));
+		}
+	}
+	close(barrier[0]);
+	usleep(300000); /* every process has loaded its model */
+	char go[RT_PROCS] = { 0 };
+	cr_assert_eq(write(barrier[1], go, RT_PROCS), RT_PROCS);
+	close(barrier[1]);
+	for (int i = 0; i < RT_PROCS; i++) {
+		int st;
+		waitpid(pid[i], &st, 0);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "process %d: status %d: %s", i,
+			  WEXITSTATUS(st), r[i].why);
+	}
+	return r;
+}
+
+/* The prompt computed alone, in one piece. */
+static void rt_reference(float *out)
+{
+	struct pfx_model *m = load_fixture_model_bt(RT_MODEL, 4);
+	struct pfx_error err = { "" };
+	struct pfx_session *s;
+	int32_t t[RT_N];
+	rt_prompt(t);
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	cr_assert_eq(pfx_session_append(s, t, RT_N, PFX_LOGITS_LAST, out, &err), 0, "%s", err.msg);
+	pfx_session_free(s);
+	pfx_model_free(m);
+}
+
+Test(flight, processes_that_prefill_one_prompt_at_once_compute_it_once)
+{
+	start(NULL);
+	struct rt_report *r = rt_run(0);
+	float ref[RT_V];
+	rt_reference(ref);
+	size_t full = RT_N / 4, matchable = (RT_N - 1) / 4;
+	int computing = 0;
+	uint64_t computed = 0;
+	for (int i = 0; i < RT_PROCS; i++) {
+		computed += r[i].computed;
+		if (r[i].attached == 0) {
+			computing++;
+			cr_expect_eq(r[i].published, full, "the claimant published every block");
+		} else {
+			cr_expect_eq(r[i].attached, matchable * 4, "a waiter attached the whole prompt");
+			cr_expect_eq(r[i].published, 0);
+		}
+		float d = 0;
+		for (int v = 0; v < RT_V; v++)
+			d = fmaxf(d, fabsf(r[i].last[v] - ref[v]));
+		cr_expect_leq(d, TOL_LOGITS, "process %d: logits off the uncached run by %g", i, d);
+	}
+	cr_expect_eq(computing, 1, "one process computed the prompt");
+	cr_expect_eq(computed, RT_N + (RT_PROCS - 1) * (RT_N - matchable * 4),
+		     "the others computed only what follows the last full block");
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.published, full, "each block stored once");
+	cr_expect_eq(s.claims, 1);
+	cr_expect_eq(s.waits, RT_PROCS - 1);
+	munmap(r, RT_PROCS * sizeof(*r));
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+Test(flight, with_no_wait_every_process_computes_alone)
+{
+	start(NULL);
+	struct rt_report *r = rt_run(PFX_CACHE_NO_WAIT);
+	struct prefixd_stats s = stats();
+	cr_expect_eq(s.claims, 0, "no claim, no wait");
+	cr_expect_eq(s.waits, 0);
+	for (int i = 0; i < RT_PROCS; i++)
+		cr_expect_eq(r[i].published + r[i].deduplicated + r[i].attached / 4, RT_N / 4,
+			     "every block published, found or attached");
+	munmap(r, RT_PROCS * sizeof(*r));
 	cr_expect_eq(td_stop(&td), 0);
 }
