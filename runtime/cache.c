@@ -115,16 +115,16 @@ void kv_lease_put(struct kv_lease *l)
 /* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
  * empty session s. Returns the number attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, uint32_t *from_disk, struct pfx_error *err)
+		  uint32_t nblocks, bool wait, uint32_t *from_disk, struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
 	uint32_t hit = 0;
 	uint64_t lease_id = 0;
 	/* Single flight: wait for a process computing these blocks, or
-	 * claim them for this one (PFX_CACHE_NO_WAIT: neither). */
+	 * claim them for this one. */
 	struct prefixd_match_info mi;
-	uint32_t wait_ms = c->flags & PFX_CACHE_NO_WAIT ? 0 : PFX_CACHE_WAIT_MS;
+	uint32_t wait_ms = wait ? PFX_CACHE_WAIT_MS : 0;
 	int rc = kv && l ? prefixd_match_wait(c->c, tokens, nblocks, wait_ms, &lease_id, &hit, kv, &mi)
 			 : -ENOMEM;
 	*from_disk = rc ? 0 : mi.from_disk;
@@ -173,9 +173,10 @@ static int ids_of(const struct pfx_session *s, const int32_t *tokens, size_t n, 
 	return 0;
 }
 
-int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
-		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
-		       struct pfx_error *err)
+/* pfx_session_attach; wait: with single flight (pfx_session_prefill). */
+static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens, size_t n,
+		     bool wait, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+		     struct pfx_error *err)
 {
 	memset(info, 0, sizeof(*info));
 	if (s->len)
@@ -192,7 +193,7 @@ int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t
 	/* Leave at least one token to compute: its logits are the answer. */
 	size_t B = (size_t)pfx_model_block_tokens(s->m), matchable = (n - 1) / B;
 	uint32_t from_disk = 0;
-	int hit = attach(s, c, ids, (uint32_t)matchable, &from_disk, cache_err);
+	int hit = attach(s, c, ids, (uint32_t)matchable, wait, &from_disk, cache_err);
 	free(ids);
 	if (hit < 0) {
 		info->cache_rc = hit;
@@ -202,6 +203,15 @@ int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t
 	info->from_disk = hit > 0 ? from_disk : 0;
 	info->computed = n - info->attached;
 	return 0;
+}
+
+/* Never waits: a caller that computes in its own batches (a server's
+ * engine) must not stall them on another process. */
+int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+		       struct pfx_error *err)
+{
+	return do_attach(s, c, tokens, n, false, info, cache_err, err);
 }
 
 /* The leading blocks of s attached through one lease of c, all of those
@@ -356,11 +366,12 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 		info->computed = n;
 		return pfx_session_append(s, tokens, n, want, logits, err);
 	}
-	int rc = pfx_session_attach(s, c, tokens, n, info, cache_err, err);
+	bool flight = !(c->flags & PFX_CACHE_NO_WAIT);
+	int rc = do_attach(s, c, tokens, n, flight, info, cache_err, err);
 	if (rc)
 		return rc;
 	size_t done = info->attached;
-	if (!(c->flags & PFX_CACHE_NO_WAIT) && !info->cache_rc &&
+	if (flight && !info->cache_rc &&
 	    n - done > PFX_PREFILL_CHUNK + PFX_PREFILL_CHUNK / 2)
 		return prefill_chunks(s, c, tokens, n, want, logits, info, cache_err, err);
 	rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);

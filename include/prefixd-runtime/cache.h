@@ -35,7 +35,7 @@ enum pfx_cache_flag {
 	 * or, with none, the shared ones, and publish into the shared namespace,
 	 * which only its publishers may (the prefill then reports -EACCES). */
 	PFX_CACHE_SHARED = 1u << 0,
-	/* No single flight: a prefill neither waits for another process that
+	/* No single flight: pfx_session_prefill neither waits for another process that
 	 * computes the same prompt's blocks nor claims them (libprefixd's
 	 * prefixd_match_wait), and computes and publishes its rest at once.
 	 * By default it waits up to PFX_CACHE_WAIT_MS for a process of this
@@ -113,6 +113,8 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
  * themselves (in their own batches, in chunks).
  *
  * pfx_session_attach: on an empty session, attaches from c (NULL: nothing)
+ * without waiting for another process (no single flight, whatever the
+ * cache's flags: a caller's own batches must not stall on it)
  * the longest cached run of the prompt tokens[0, n)'s full blocks, always
  * leaving at least one token to compute. info->attached (frozen tokens now
  * in s), from_disk and cache_rc (a cache failure is not an error: nothing
