@@ -460,3 +460,31 @@ Test(flight, with_no_wait_every_process_computes_alone)
 	munmap(r, RT_PROCS * sizeof(*r));
 	cr_expect_eq(td_stop(&td), 0);
 }
+
+Test(flight, prefixctl_prints_the_flight_counters_also_for_prometheus)
+{
+	start(NULL);
+	struct prefixd *a = client(), *b = client();
+	uint32_t t[2 * TD_BLOCK_TOKENS], hit;
+	td_prompt(t, 2, 5);
+	uint64_t lease;
+	const void *kv[2];
+	struct prefixd_match_info info;
+	cr_assert_eq(prefixd_match_wait(a, t, 2, 1000, &lease, &hit, kv, &info), 0);
+	cr_assert_eq(prefixd_match_wait(b, t, 2, 100, &lease, &hit, kv, &info), 0);
+	cr_assert_eq(info.flight, PREFIXD_FLIGHT_WAITED);
+	static char out[65536];
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats --prometheus", PREFIXCTL, td.sock), 0,
+		     "%s", out);
+	cr_expect(strstr(out, "\nprefixd_flight_claims_total 1\n"), "%s", out);
+	cr_expect(strstr(out, "\nprefixd_flight_waits_total 1\n"), "%s", out);
+	cr_expect(strstr(out, "\nprefixd_flight_wait_milliseconds_total "), "%s", out);
+	cr_expect(strstr(out, "\nprefixd_flight_claims_inherited_total 0\n"), "%s", out);
+	cr_expect(strstr(out, "\nprefixd_flight_claims_expired_total 0\n"), "%s", out);
+	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats", PREFIXCTL, td.sock), 0, "%s", out);
+	cr_expect(strstr(out, "claims made by a MATCH (single flight)"), "%s", out);
+	cr_expect(strstr(out, "MATCH requests that waited for another's claim"), "%s", out);
+	prefixd_close(a);
+	prefixd_close(b);
+	cr_expect_eq(td_stop(&td), 0);
+}

@@ -113,10 +113,10 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
  * themselves (in their own batches, in chunks).
  *
  * pfx_session_attach: on an empty session, attaches from c (NULL: nothing)
- * without waiting for another process (no single flight, whatever the
- * cache's flags: a caller's own batches must not stall on it)
  * the longest cached run of the prompt tokens[0, n)'s full blocks, always
- * leaving at least one token to compute. info->attached (frozen tokens now
+ * leaving at least one token to compute. It never waits for another
+ * process (no single flight, whatever the cache's flags: a caller's own
+ * batches must not stall on it). info->attached (frozen tokens now
  * in s), from_disk and cache_rc (a cache failure is not an error: nothing
  * is attached and cache_err says why) are as pfx_session_prefill reports
  * them; computed is n - attached. -EINVAL for a session that is not empty
