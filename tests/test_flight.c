@@ -6,6 +6,7 @@
  * connection and per user, and never cross users.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <grp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -128,6 +129,7 @@ struct half {
 	struct prefixd *c;
 	const uint32_t *t;
 	int rc;
+	uint32_t blocks; /* 0: 4 */
 };
 
 static void *publish_half(void *arg)
@@ -135,7 +137,7 @@ static void *publish_half(void *arg)
 	struct half *h = arg;
 	uint32_t stored, dedup;
 	usleep(200000);
-	h->rc = td_publish(h->c, 0, h->t, 0, 4, &stored, &dedup);
+	h->rc = td_publish(h->c, 0, h->t, 0, h->blocks ? h->blocks : 4, &stored, &dedup);
 	return NULL;
 }
 
@@ -152,7 +154,7 @@ Test(flight, a_publish_wakes_waiters_that_need_only_part_of_the_prefix)
 	cr_assert_eq(info.flight, PREFIXD_FLIGHT_CLAIMED);
 	/* b needs the first 4 blocks only; a publishes them from another
 	 * thread while b waits. */
-	struct half h = { a, t, -1 };
+	struct half h = { a, t, -1, 4 };
 	pthread_t th;
 	pthread_create(&th, NULL, publish_half, &h);
 	cr_assert_eq(prefixd_match_wait(b, t, 4, 5000, &lease, &hit, kv, &info), 0);
@@ -484,6 +486,41 @@ Test(flight, prefixctl_prints_the_flight_counters_also_for_prometheus)
 	cr_assert_eq(td_sh(out, sizeof(out), "%s --socket %s stats", PREFIXCTL, td.sock), 0, "%s", out);
 	cr_expect(strstr(out, "claims made by a MATCH (single flight)"), "%s", out);
 	cr_expect(strstr(out, "MATCH requests that waited for another's claim"), "%s", out);
+	prefixd_close(a);
+	prefixd_close(b);
+	cr_expect_eq(td_stop(&td), 0);
+}
+
+Test(flight, a_claim_whose_blocks_cannot_be_stored_sends_its_waiters_to_compute)
+{
+	/* Room for 8 blocks of 8 KiB, all leased by a bystander. */
+	const char *extra[] = { "--memory", "64K", "--claim-timeout", "10", NULL };
+	start(extra);
+	struct prefixd *full = client(), *a = client(), *b = client();
+	uint32_t t[8 * TD_BLOCK_TOKENS], p[2 * TD_BLOCK_TOKENS], hit, stored, dedup;
+	td_prompt(t, 8, 1000);
+	td_prompt(p, 2, 5000);
+	uint64_t held, lease;
+	const void *kv[8];
+	cr_assert_eq(td_publish(full, 0, t, 0, 8, &stored, &dedup), 0);
+	cr_assert_eq(prefixd_match(full, t, 8, &held, &hit, kv), 0);
+	cr_assert_eq(hit, 8, "the budget is full of leased blocks");
+	struct prefixd_match_info info;
+	cr_assert_eq(prefixd_match_wait(a, p, 2, 5000, &lease, &hit, kv, &info), 0);
+	cr_assert_eq(info.flight, PREFIXD_FLIGHT_CLAIMED);
+	struct half h = { a, p, 0, 2 };
+	pthread_t th;
+	pthread_create(&th, NULL, publish_half, &h); /* fails: the budget is full */
+	double t0 = td_now_s();
+	cr_assert_eq(prefixd_match_wait(b, p, 2, 8000, &lease, &hit, kv, &info), 0);
+	double took = td_now_s() - t0;
+	pthread_join(th, NULL);
+	cr_expect_eq(h.rc, -ENOSPC, "the claimant's publish stopped at the budget");
+	cr_expect_eq(info.flight, PREFIXD_FLIGHT_WAITED);
+	cr_expect_eq(hit, 0);
+	cr_expect_lt(took, 2.0, "told to compute at the failed publish (%.2f s), not at the claim's timeout",
+		     took);
+	prefixd_close(full);
 	prefixd_close(a);
 	prefixd_close(b);
 	cr_expect_eq(td_stop(&td), 0);
