@@ -439,9 +439,11 @@ int req_match(struct conn *c)
 		if (rc || !flight || hit == m.count || !flight_ns(c, &v, hit, &ns, &may_claim))
 			break;
 		uint64_t now = conn_now_ms(), wake_at = 0;
+		/* A body that draws on the daemon's request memory is not kept
+		 * while it waits: waiters must not hold it from others. */
 		struct flight_ask a = { ns, m.hashes + (size_t)hit * PD_HASH_SIZE, m.count - hit,
 					may_claim && (fl.flags & PD_FLIGHT_CLAIM) && !dropped,
-					!dropped && now < c->wait_end_ms, seq };
+					!dropped && !c->body_charged && now < c->wait_end_ms, seq };
 		enum flight_verdict verdict = flight_decide(d->flight, &c->fl, &a, now, &wake_at);
 		if (verdict == FLIGHT_CLAIMED || verdict == FLIGHT_INHERITED) {
 			fr.outcome = verdict == FLIGHT_CLAIMED ? PD_FLIGHT_CLAIMED : PD_FLIGHT_INHERITED;

@@ -525,3 +525,29 @@ Test(flight, a_claim_whose_blocks_cannot_be_stored_sends_its_waiters_to_compute)
 	prefixd_close(b);
 	cr_expect_eq(td_stop(&td), 0);
 }
+
+Test(flight, a_match_too_large_for_a_connections_own_buffer_never_waits)
+{
+	start(NULL);
+	struct prefixd *a = client(), *b = client();
+	/* 4000 blocks of 4 tokens: a 192 KB body, past the 128 KiB a
+	 * connection keeps, so it draws on --request-memory. */
+	enum { N = 4000 };
+	static uint32_t t[N * TD_BLOCK_TOKENS];
+	static const void *kv[N];
+	td_prompt(t, N, 10);
+	uint64_t lease;
+	uint32_t hit;
+	struct prefixd_match_info info;
+	cr_assert_eq(prefixd_match_wait(a, t, N, 1000, &lease, &hit, kv, &info), 0, "%s",
+		     prefixd_errmsg());
+	cr_expect_eq(info.flight, PREFIXD_FLIGHT_CLAIMED);
+	double t0 = td_now_s();
+	cr_assert_eq(prefixd_match_wait(b, t, N, 3000, &lease, &hit, kv, &info), 0);
+	cr_expect_lt(td_now_s() - t0, 1.0, "it did not wait");
+	cr_expect_eq(info.flight, PREFIXD_FLIGHT_NONE);
+	cr_expect_eq(stats().waits, 0);
+	prefixd_close(a);
+	prefixd_close(b);
+	cr_expect_eq(td_stop(&td), 0);
+}
