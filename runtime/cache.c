@@ -113,9 +113,13 @@ void kv_lease_put(struct kv_lease *l)
 }
 
 /* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
- * empty session s. Returns the number attached, or -errno. */
+ * empty session s. copy_last: when all nblocks hit, the last one is copied
+ * into a private block instead, all but its last token committed (the
+ * caller computes that token, whose logits are the answer). Returns the
+ * tokens attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, bool wait, uint32_t *from_disk, struct pfx_error *err)
+		  uint32_t nblocks, bool wait, bool copy_last, uint32_t *from_disk,
+		  struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
@@ -139,8 +143,9 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	l->cache = c;
 	l->id = lease_id;
 	l->blocks = hit;
-	uint32_t i = 0;
-	for (; i < hit; i++) {
+	bool copy = copy_last && hit == nblocks;
+	uint32_t frozen = copy ? hit - 1 : hit, i = 0;
+	for (; i < frozen; i++) {
 		struct kv_block *b = kv_block_attached(kv[i], l);
 		if (!b || kv_attach_frozen(s, b)) {
 			free(b);
@@ -148,11 +153,19 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 		}
 		atomic_fetch_add(&l->refs, 1);
 	}
+	size_t B = (size_t)pfx_model_block_tokens(s->m), got = (size_t)i * B;
+	/* Copied while the lease still holds it: a private block the forward
+	 * pass may write, as if its tokens but the last were computed here. */
+	if (copy && i == frozen && !kv_reserve(s, (size_t)hit * B)) {
+		memcpy(s->blocks[i]->data, kv[i], kv_block_bytes(s->m));
+		kv_commit(s, B - 1);
+		got += B - 1;
+	}
 	/* Out of memory half-way: what is attached stays, consistently (a
 	 * publish then starts from the prompt's beginning, see publish). */
 	kv_lease_put(l);
 	free(kv);
-	return i || !hit ? (int)i : pfx_errorf(err, -ENOMEM, "out of memory");
+	return got || !hit ? (int)got : pfx_errorf(err, -ENOMEM, "out of memory");
 }
 
 /* tokens as the daemon's ids, after checking them against the vocabulary. */
@@ -190,17 +203,23 @@ static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *
 	int rc = ids_of(s, tokens, n, &ids, err);
 	if (rc)
 		return rc;
-	/* Leave at least one token to compute: its logits are the answer. */
+	/* Leave at least one token to compute: its logits are the answer.
+	 * With single flight, a prompt that ends on a block boundary asks for
+	 * its last block too, and computes only its last token again: the
+	 * processes that waited for another's prefill then compute one token,
+	 * not a block. */
 	size_t B = (size_t)pfx_model_block_tokens(s->m), matchable = (n - 1) / B;
+	bool whole = wait && n % B == 0;
 	uint32_t from_disk = 0;
-	int hit = attach(s, c, ids, (uint32_t)matchable, wait, &from_disk, cache_err);
+	int got = attach(s, c, ids, (uint32_t)(whole ? n / B : matchable), wait, whole, &from_disk,
+			 cache_err);
 	free(ids);
-	if (hit < 0) {
-		info->cache_rc = hit;
+	if (got < 0) {
+		info->cache_rc = got;
 		return 0;
 	}
-	info->attached = (size_t)hit * B;
-	info->from_disk = hit > 0 ? from_disk : 0;
+	info->attached = (size_t)got;
+	info->from_disk = got > 0 ? from_disk : 0;
 	info->computed = n - info->attached;
 	return 0;
 }
@@ -380,8 +399,10 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 		return rc;
 	}
 	/* Publish the prompt's full blocks computed here; the daemon copies
-	 * them, so these stay private and writable. */
-	if (!info->cache_rc)
+	 * them, so these stay private and writable. A last block copied from
+	 * the cache (attach) is the daemon's already. */
+	size_t B = (size_t)pfx_model_block_tokens(s->m);
+	if (!info->cache_rc && !(n % B == 0 && done == n - 1))
 		pfx_session_publish(s, c, tokens, n, info, cache_err, NULL);
 	return 0;
 }
