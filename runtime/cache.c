@@ -319,13 +319,36 @@ int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_
 	return 0;
 }
 
+/* Publishes the session's blocks [have, full), which continue blocks an
+ * earlier chunk published: a lease on those (a plain MATCH, which the
+ * daemon counts as one) lets the publish send only the new ones. */
+static int publish_next(struct pfx_session *s, struct pfx_cache *c, const uint32_t *ids,
+			uint32_t have, uint32_t full, uint32_t *stored, uint32_t *dedup)
+{
+	const void **kv = malloc(full * sizeof(*kv));
+	uint64_t lease = 0;
+	uint32_t hit = 0;
+	*stored = *dedup = 0;
+	int rc = kv ? prefixd_match(c->c, ids, have, &lease, &hit, kv) : -ENOMEM;
+	if (!rc) {
+		for (uint32_t i = hit; i < full; i++)
+			kv[i - hit] = s->blocks[i]->data;
+		rc = prefixd_publish(c->c, lease, ids, hit, full - hit, kv, stored, dedup);
+		if (!rc && *stored + *dedup < full - hit)
+			rc = -EEXIST; /* a hash collision stopped it */
+	}
+	if (lease)
+		prefixd_release(c->c, lease);
+	free(kv);
+	return rc;
+}
+
 /*
  * The rest of a long prompt after the attach, in chunks that end on block
  * boundaries, publishing the full blocks after each: processes waiting for
  * this prompt's blocks (single flight) wake at each chunk, and a crash
- * loses at most a chunk. Each publish resends the blocks of the chunks
- * before (the daemon copies only new ones); the report counts each block
- * once, as one publish at the end would.
+ * loses at most a chunk. The first publish continues the attach (as
+ * pfx_session_publish does), the later ones the chunks before.
  */
 static int prefill_chunks(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			  size_t n, enum pfx_logits want, float *logits,
@@ -336,7 +359,11 @@ static int prefill_chunks(struct pfx_session *s, struct pfx_cache *c, const int3
 	size_t V = (size_t)pfx_model_config(s->m)->vocab, chunk = PFX_PREFILL_CHUNK / B * B;
 	if (!chunk)
 		chunk = B;
-	uint32_t published = 0;
+	uint32_t *ids;
+	int rc = ids_of(s, tokens, n, &ids, err);
+	if (rc)
+		return rc;
+	uint32_t have = 0; /* leading blocks published (or attached) so far */
 	bool publishing = true;
 	struct pfx_prefill_info step = *info;
 	for (size_t done = attached; done < n;) {
@@ -350,28 +377,42 @@ static int prefill_chunks(struct pfx_session *s, struct pfx_cache *c, const int3
 		float *rows = w == PFX_LOGITS_NONE	 ? NULL
 			      : want == PFX_LOGITS_ALL ? logits + (done - attached) * V
 						       : logits;
-		int rc = pfx_session_append(s, tokens + done, end - done, w, rows, err);
-		if (rc) {
+		if ((rc = pfx_session_append(s, tokens + done, end - done, w, rows, err))) {
 			pfx_session_rewind(s, attached, NULL);
+			free(ids);
 			return rc;
 		}
 		done = end;
-		if (!publishing || (done < n && done / B * B <= attached))
+		uint32_t full = (uint32_t)(done / B);
+		if (!publishing || full * B <= attached)
 			continue;
-		pfx_session_publish(s, c, tokens, done, &step, cache_err, NULL);
-		published += step.published;
-		publishing = !step.publish_rc; /* a publish cut short ends them */
+		if (!have) {
+			pfx_session_publish(s, c, tokens, done, &step, cache_err, NULL);
+			info->published = step.published;
+			info->deduplicated = step.deduplicated;
+			info->recomputed = step.recomputed;
+			if ((info->publish_rc = step.publish_rc))
+				publishing = false;
+		} else {
+			uint32_t stored, dedup;
+			int prc = publish_next(s, c, ids, have, full, &stored, &dedup);
+			info->published += stored;
+			info->deduplicated += dedup;
+			if (prc) {
+				info->publish_rc = pfx_errorf(cache_err, prc, "%s",
+							      prc == -EEXIST ? "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)"
+							      : prc == -ENOMEM ? "out of memory"
+									       : prefixd_errmsg());
+				publishing = false;
+			}
+		}
+		have = full;
 	}
-	info->published = published;
-	/* The last publish found the earlier chunks' blocks there. */
-	uint32_t earlier = published - step.published;
-	info->deduplicated = step.deduplicated > earlier ? step.deduplicated - earlier : 0;
+	free(ids);
 	/* A publish cut short leaves the later chunks' blocks unsent too. */
 	uint32_t mine = (uint32_t)(n / B - attached / B);
 	uint32_t sent = info->published + info->deduplicated;
-	info->unpublished = publishing ? step.unpublished : mine > sent ? mine - sent : 0;
-	info->publish_rc = step.publish_rc;
-	info->recomputed = step.recomputed;
+	info->unpublished = mine > sent ? mine - sent : 0;
 	return 0;
 }
 

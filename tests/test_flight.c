@@ -445,6 +445,7 @@ Test(flight, processes_that_prefill_one_prompt_at_once_compute_it_once)
 	cr_expect_eq(computed, RT_N + RT_PROCS - 1, "the others computed the last token only");
 	struct prefixd_stats s = stats();
 	cr_expect_eq(s.published, full, "each block stored once");
+	cr_expect_eq(s.dedup, 0, "the chunks' publishes sent each block once");
 	cr_expect_eq(s.claims, 1);
 	cr_expect_eq(s.waits, RT_PROCS - 1);
 	munmap(r, RT_PROCS * sizeof(*r));
