@@ -554,3 +554,68 @@ Test(flight, a_match_too_large_for_a_connections_own_buffer_never_waits)
 	prefixd_close(b);
 	cr_expect_eq(td_stop(&td), 0);
 }
+
+/* In a child as nobody, a member of the shared namespace's group: waits
+ * for the publisher's claim on p there, then cannot claim q there.
+ * Exit code: 0, or which step failed. */
+static int member_waits(const uint32_t *p, const uint32_t *q)
+{
+	gid_t g = 65534;
+	if (setgroups(1, &g) || setgid(65534) || setuid(65534))
+		return 64;
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	if (prefixd_connect_flags(td.sock, &l, PREFIXD_CONNECT_SHARED, &c))
+		return 65;
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[2];
+	struct prefixd_match_info info;
+	if (prefixd_match_wait(c, p, 2, 5000, &lease, &hit, kv, &info))
+		return 66;
+	if (info.flight != PREFIXD_FLIGHT_WAITED || hit != 2 || !td_block_ok(p, 1, kv[1]))
+		return 1; /* did not wait for the publisher's blocks */
+	if (prefixd_match_wait(c, q, 2, 1000, &lease, &hit, kv, &info))
+		return 67;
+	if (info.flight != PREFIXD_FLIGHT_NONE)
+		return 2; /* a member claimed in the shared namespace */
+	prefixd_close(c);
+	return 0;
+}
+
+Test(flight, members_of_the_shared_namespace_wait_on_its_publishers_claims_only)
+{
+	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root (the README's test command does)");
+	const char *extra[] = { "--group", "65534", "--shared-group", "65534", "--shared-publishers",
+				"0", NULL };
+	start(extra);
+	td_share_dir(&td);
+	uint32_t p[2 * TD_BLOCK_TOKENS], q[2 * TD_BLOCK_TOKENS], hit, stored, dedup;
+	td_prompt(p, 2, 300);
+	td_prompt(q, 2, 900);
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *pub;
+	cr_assert_eq(prefixd_connect_flags(td.sock, &l, PREFIXD_CONNECT_SHARED, &pub), 0, "%s",
+		     prefixd_errmsg());
+	uint64_t lease;
+	const void *kv[2];
+	struct prefixd_match_info info;
+	cr_assert_eq(prefixd_match_wait(pub, p, 2, 1000, &lease, &hit, kv, &info), 0);
+	cr_assert_eq(info.flight, PREFIXD_FLIGHT_CLAIMED, "the publisher claims in the shared namespace");
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(member_waits(p, q));
+	struct prefixd_stats s = { 0 };
+	for (int i = 0; i < 300 && (td_stats(&td, &s) || !s.waits); i++)
+		usleep(10000);
+	cr_expect_eq(s.waits, 1, "the member waits");
+	cr_assert_eq(td_publish(pub, 0, p, 0, 2, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	int st;
+	waitpid(pid, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the member: status %d (1: did not wait for the publisher's blocks, 2: claimed)",
+		  WEXITSTATUS(st));
+	cr_expect_eq(stats().claims, 1, "the publisher's claim only");
+	prefixd_close(pub);
+	cr_expect_eq(td_stop(&td), 0);
+}
