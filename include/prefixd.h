@@ -121,7 +121,9 @@ int prefixd_match2(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, 
  * and publish it (in parts as you go: each publish wakes the waiters;
  * prefixd --claim-timeout is how long one may take), or close the
  * connection: the waiters then take over. wait_ms 0 is prefixd_match2.
- * At most 600000 ms are waited.
+ * At most 600000 ms are waited; meanwhile the connection serves no other
+ * call (one request at a time): threads that must not wait on each other
+ * use connections of their own.
  */
 enum prefixd_flight {
 	PREFIXD_FLIGHT_NONE = 0,      /* nothing claimed, no wait */

@@ -42,7 +42,9 @@ enum pfx_cache_flag {
 	 * user that started the prompt first, claims the blocks no one
 	 * computes, and prefills in chunks of PFX_PREFILL_CHUNK tokens,
 	 * publishing each chunk's full blocks as it goes, so that waiters
-	 * start early and a crash loses at most a chunk. */
+	 * start early and a crash loses at most a chunk. A prefill that
+	 * waits holds the cache's connection: other threads' calls on the
+	 * same cache wait behind it. */
 	PFX_CACHE_NO_WAIT = 1u << 1,
 };
 #define PFX_CACHE_WAIT_MS 60000
