@@ -118,6 +118,9 @@ static const char usage[] =
 	"                    --shared-group): a prompt with nothing cached of this user's\n"
 	"                    attaches the shared prefix, and what it computes is published\n"
 	"                    there (by prefixd --shared-publishers only; others are told)\n"
+	"  --no-wait         compute the prompt's missing blocks at once, even while\n"
+	"                    another process computes them (by default it waits for\n"
+	"                    that process's blocks: single flight)\n"
 	"  --no-cache        compute everything here\n"
 	"\n"
 	"PROMPT: text, encoded with DIR's tokenizer.json (prefix-run generate --help):\n"
@@ -355,6 +358,7 @@ enum opt_index {
 	I_STOP,
 	I_SKIP_SPECIAL,
 	I_CHAT_KWARGS,
+	I_NO_WAIT,
 	I_COUNT,
 };
 _Static_assert(I_COUNT < ':', "option indices must not collide with getopt's returns");
@@ -398,8 +402,9 @@ _Static_assert(I_COUNT < ':', "option indices must not collide with getopt's ret
 #define O_STOP (UINT64_C(1) << I_STOP)
 #define O_SKIP_SPECIAL (UINT64_C(1) << I_SKIP_SPECIAL)
 #define O_CHAT_KWARGS (UINT64_C(1) << I_CHAT_KWARGS)
-#define O_LAST O_CHAT_KWARGS
-#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED)
+#define O_NO_WAIT (UINT64_C(1) << I_NO_WAIT)
+#define O_LAST O_NO_WAIT
+#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED | O_NO_WAIT)
 #define O_TEXT (O_PROMPT | O_PROMPT_FILE | O_CHAT | O_SYSTEM | O_USER | O_MESSAGES | O_CHAT_KWARGS | \
 		O_PARSE_SPECIAL | O_NO_SPECIAL)
 #define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE | O_MATMUL) /* every command that loads a model */
@@ -445,6 +450,7 @@ static const struct option longopts[] = {
 	{ "stop", required_argument, NULL, I_STOP },
 	{ "skip-special", no_argument, NULL, I_SKIP_SPECIAL },
 	{ "chat-kwargs", required_argument, NULL, I_CHAT_KWARGS },
+	{ "no-wait", no_argument, NULL, I_NO_WAIT },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -666,8 +672,8 @@ struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int 
 	struct pfx_cache *c;
 	struct pfx_error err = { "" };
 	const char *salt = a->salt ? a->salt : "";
-	if (pfx_cache_open_flags(m, path, salt, strlen(salt), a->shared ? PFX_CACHE_SHARED : 0, &c,
-				 &err)) {
+	unsigned flags = (a->shared ? PFX_CACHE_SHARED : 0) | (a->no_wait ? PFX_CACHE_NO_WAIT : 0);
+	if (pfx_cache_open_flags(m, path, salt, strlen(salt), flags, &c, &err)) {
 		fprintf(stderr, "prefix-run: not using prefixd: %s; computing alone\n", err.msg);
 		return NULL;
 	}
@@ -1021,6 +1027,7 @@ int main(int argc, char **argv)
 		case O_SALT: a.salt = optarg; break;
 		case O_NOCACHE: a.no_cache = 1; break;
 		case O_SHARED: a.shared = 1; break;
+		case O_NO_WAIT: a.no_wait = 1; break;
 		case O_SHAPE: a.shape = optarg; break;
 		case O_PIN: a.pin = 1; break;
 		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
@@ -1093,8 +1100,8 @@ int main(int argc, char **argv)
 					opt_name(bit));
 		return 2;
 	}
-	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT | O_SHARED))) {
-		fprintf(stderr, "prefix-run: --no-cache excludes --socket, --salt and --shared\n");
+	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT | O_SHARED | O_NO_WAIT))) {
+		fprintf(stderr, "prefix-run: --no-cache excludes --socket, --salt, --shared and --no-wait\n");
 		return 2;
 	}
 	if (a.salt && strlen(a.salt) > PREFIXD_MAX_SALT) {
