@@ -270,26 +270,37 @@ static int release_oneway(struct prefixd *c, uint64_t lease)
 
 /* MATCH of the first nblocks blocks of a prompt, hashed. */
 static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t nblocks,
-		    uint64_t *lease, uint32_t *hit, uint32_t *disk_out, const void **kv)
+		    uint32_t wait_ms, uint64_t *lease, uint32_t *hit, uint32_t *disk_out,
+		    struct pd_flight_reply *fr, const void **kv)
 {
 	uint8_t *rb = NULL, *owned;
 	int rc;
-	size_t cap = pd_chain_body_size(nblocks, c->block_tokens);
+	/* Single flight: wait for another's claim, or claim the rest. */
+	size_t pre = wait_ms ? PD_FLIGHT_SIZE : 0;
+	struct pd_flight fl = { wait_ms, PD_FLIGHT_CLAIM };
+	size_t cap = pre + pd_chain_body_size(nblocks, c->block_tokens);
 	const uint8_t *le = le_tokens(p->tokens, (size_t)nblocks * c->block_tokens, &owned);
 	struct pd_match m = { nblocks, p->hashes, le };
 	uint8_t *body = pd_buf_reserve(&c->req, cap);
-	size_t len = body && le ? pd_match_encode(&m, c->block_tokens, body, cap) : 0;
+	size_t len = body && le ? pd_match_encode(&m, c->block_tokens, body + pre, cap - pre) : 0;
 	free(owned);
+	if (len && pre && pd_flight_encode(&fl, body, pre) != pre)
+		len = 0;
 	if (!len)
 		return pd_fail(-ENOMEM, "out of memory");
+	len += pre;
 	int fds[PD_MAX_FDS], nfds = 0;
 	uint32_t rlen = 0;
-	rc = pd_call(c, PD_OP_MATCH, body, len, -1, &rb, &rlen, fds, &nfds);
+	rc = pd_call_flags(c, PD_OP_MATCH, wait_ms ? PD_FLAG_FLIGHT : 0, body, len, -1, &rb, &rlen,
+			   fds, &nfds);
 	pd_buf_trim(&c->req);
 	if (rc)
 		return rc;
 	struct pd_match_reply r;
-	if (pd_match_reply_decode(rb, rlen, &r) || r.hit > nblocks) {
+	*fr = (struct pd_flight_reply){ PD_FLIGHT_NONE, 0 };
+	if ((pre && pd_flight_reply_decode(rb, rlen, fr)) ||
+	    pd_match_reply_decode(rb, rlen - (pre ? PD_FLIGHT_REPLY_SIZE : 0), &r) ||
+	    r.hit > nblocks) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		free(rb);
@@ -331,50 +342,77 @@ static int do_match(struct prefixd *c, const struct prefixd_prompt *p, uint32_t 
 	return rc;
 }
 
-int prefixd_match2(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
-		   uint32_t *hit, uint32_t *disk, const void **kv)
+/* Every match call: tokens (then hashed into the connection's memo) or an
+ * already hashed prompt p, at most max_blocks of its full blocks. */
+static int match_any(struct prefixd *c, const uint32_t *tokens, const struct prefixd_prompt *p,
+		     uint32_t max_blocks, uint32_t wait_ms, uint64_t *lease, uint32_t *hit,
+		     const void **kv, struct prefixd_match_info *info)
 {
-	uint32_t ignored;
-	disk = disk ? disk : &ignored;
+	struct prefixd_match_info ignored;
+	info = info ? info : &ignored;
 	*lease = 0;
 	*hit = 0;
-	*disk = 0;
-	int rc = need_layout(c);
-	if (rc || !nblocks)
-		return rc;
-	if (nblocks > c->max_hashes)
-		nblocks = c->max_hashes;
-	pthread_mutex_lock(&c->lock);
-	if (!(rc = pd_prompt_set(c->memo, tokens, nblocks)))
-		rc = do_match(c, c->memo, nblocks, lease, hit, disk, kv);
-	pthread_mutex_unlock(&c->lock);
-	return rc;
-}
-
-int prefixd_match_prompt2(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
-			  uint64_t *lease, uint32_t *hit, uint32_t *disk, const void **kv)
-{
-	uint32_t ignored;
-	disk = disk ? disk : &ignored;
-	*lease = 0;
-	*hit = 0;
-	*disk = 0;
+	memset(info, 0, sizeof(*info));
 	int rc = need_layout(c);
 	if (rc)
 		return rc;
-	if (memcmp(p->h0, c->memo->h0, PD_HASH_SIZE))
+	if (p && memcmp(p->h0, c->memo->h0, PD_HASH_SIZE))
 		return pd_fail(-EINVAL, "the prompt was made for another layout than the connection's");
-	size_t n = p->len / p->block_tokens;
+	size_t n = p ? p->len / p->block_tokens : max_blocks;
 	if (n > max_blocks)
 		n = max_blocks;
 	if (n > c->max_hashes)
 		n = c->max_hashes;
 	if (!n)
 		return 0;
+	if (wait_ms > PD_MAX_WAIT_MS)
+		wait_ms = PD_MAX_WAIT_MS;
+	struct pd_flight_reply fr;
 	pthread_mutex_lock(&c->lock);
-	rc = do_match(c, p, (uint32_t)n, lease, hit, disk, kv);
+	if (!p && !(rc = pd_prompt_set(c->memo, tokens, (uint32_t)n)))
+		p = c->memo;
+	if (!rc)
+		rc = do_match(c, p, (uint32_t)n, wait_ms, lease, hit, &info->from_disk, &fr, kv);
 	pthread_mutex_unlock(&c->lock);
+	if (!rc) {
+		info->flight = fr.outcome;
+		info->waited_ms = fr.waited_ms;
+	}
 	return rc;
+}
+
+int prefixd_match2(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
+		   uint32_t *hit, uint32_t *disk, const void **kv)
+{
+	struct prefixd_match_info info;
+	int rc = match_any(c, tokens, NULL, nblocks, 0, lease, hit, kv, &info);
+	if (disk)
+		*disk = info.from_disk;
+	return rc;
+}
+
+int prefixd_match_prompt2(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
+			  uint64_t *lease, uint32_t *hit, uint32_t *disk, const void **kv)
+{
+	struct prefixd_match_info info;
+	int rc = match_any(c, NULL, p, max_blocks, 0, lease, hit, kv, &info);
+	if (disk)
+		*disk = info.from_disk;
+	return rc;
+}
+
+int prefixd_match_wait(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
+		       uint32_t wait_ms, uint64_t *lease, uint32_t *hit, const void **kv,
+		       struct prefixd_match_info *info)
+{
+	return match_any(c, tokens, NULL, nblocks, wait_ms, lease, hit, kv, info);
+}
+
+int prefixd_match_prompt_wait(struct prefixd *c, const struct prefixd_prompt *p,
+			      uint32_t max_blocks, uint32_t wait_ms, uint64_t *lease,
+			      uint32_t *hit, const void **kv, struct prefixd_match_info *info)
+{
+	return match_any(c, NULL, p, max_blocks, wait_ms, lease, hit, kv, info);
 }
 
 int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,

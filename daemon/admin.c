@@ -101,8 +101,10 @@ int admin_stats(struct conn *c)
 	if (c->h.body_len)
 		return conn_fail(c, PD_E_MALFORMED, "STATS has an empty body");
 	struct idx_stats s;
+	struct flight_stats fs;
 	uint64_t charged, arenas;
 	idx_get_stats(d->idx, &s);
+	flight_get_stats(d->flight, &fs);
 	partitions_usage(&d->parts, &charged, &arenas);
 	uint64_t v[PD_STATS_COUNT] = {
 		[PD_ST_hits] = s.hits,
@@ -139,6 +141,11 @@ int admin_stats(struct conn *c)
 		[PD_ST_disk_evictions] = s.disk_evictions,
 		[PD_ST_disk_pending] = s.disk_pending,
 		[PD_ST_unwritten_evictions] = s.unwritten_evictions,
+		[PD_ST_claims] = fs.claims,
+		[PD_ST_waits] = fs.waits,
+		[PD_ST_wait_ms] = fs.wait_ms,
+		[PD_ST_claims_inherited] = fs.inherited,
+		[PD_ST_claims_expired] = fs.expired,
 	};
 	struct pd_usage *rows;
 	uint32_t n;

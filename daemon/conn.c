@@ -53,6 +53,7 @@ struct conn *conn_new(struct daemon *d, int fd, const struct ucred *cred, int re
 	c->cred = *cred;
 	c->refused = refused;
 	c->since_ms = conn_now_ms();
+	flight_conn_init(&c->fl, cred->uid);
 	atomic_fetch_add(&d->connections, 1);
 	return c;
 }
@@ -76,6 +77,8 @@ void conn_free(struct conn *c)
 {
 	if (!c)
 		return;
+	/* Before its groups go: its claims pass to its waiters. */
+	flight_conn_close(c->d->flight, &c->fl);
 	req_end(c);
 	drop_client_fds(c);
 	conn_close_fds(c->out_fds, &c->out_nfds);
@@ -94,9 +97,21 @@ int conn_fd(const struct conn *c) { return c->fd; }
 
 bool conn_output_pending(const struct conn *c) { return c->out != NULL; }
 
+void conn_set_wake_fd(struct conn *c, int fd) { c->fl.wake_fd = fd; }
+
+bool conn_parked(const struct conn *c) { return c->parked; }
+
+uint64_t conn_wake_at(const struct conn *c)
+{
+	/* Acquire: pairs with the waker's release (flight.c). */
+	return atomic_load_explicit(&c->fl.woken, memory_order_acquire) ? 0 : c->wake_at_ms;
+}
+
 const char *conn_expired(const struct conn *c, uint64_t now_ms)
 {
 	uint64_t idle = c->d->idle_timeout_ms;
+	if (c->parked)
+		return NULL; /* its wait_ms bounds it */
 	if (c->served && !c->out && !c->hdr_got)
 		/* Between requests: only an idle timeout, and never while the
 		 * client holds leases (it reads their blocks). */
@@ -258,6 +273,8 @@ static int refuse(struct conn *c)
 	return rc ? -1 : conn_on_output(c);
 }
 
+static int finish(struct conn *c, int rc);
+
 int conn_on_input(struct conn *c)
 {
 	int rc;
@@ -292,7 +309,8 @@ int conn_on_input(struct conn *c)
 		if (rc || (c->h.flags & PD_FLAG_REPLY) || c->h.status ||
 		    (oneway && c->h.op != PD_OP_RELEASE) ||
 		    ((c->h.flags & PD_FLAG_LEASE) && c->h.op != PD_OP_PUBLISH) ||
-		    ((c->h.flags & PD_FLAG_SHARED) && c->h.op != PD_OP_HELLO)) {
+		    ((c->h.flags & PD_FLAG_SHARED) && c->h.op != PD_OP_HELLO) ||
+		    ((c->h.flags & PD_FLAG_FLIGHT) && c->h.op != PD_OP_MATCH)) {
 			static struct pd_log_limit malformed;
 			atomic_fetch_add(&c->d->errors, 1);
 			pd_log_limited(&malformed, "pid %d uid %u: malformed frame header; closing the connection",
@@ -331,7 +349,21 @@ int conn_on_input(struct conn *c)
 	if (c->body_got < c->h.body_len &&
 	    (rc = read_part(c, c->body, c->h.body_len, &c->body_got)) <= 0)
 		return rc;
-	rc = handle(c);
+	return finish(c, handle(c));
+}
+
+int conn_resume(struct conn *c)
+{
+	c->parked = false;
+	int rc = req_match(c);
+	return c->parked ? 0 : finish(c, rc);
+}
+
+/* The request is answered (rc: handle's): ready for the next. */
+static int finish(struct conn *c, int rc)
+{
+	if (c->parked)
+		return 0; /* answered later: the request stays */
 	c->served = true;
 	c->since_ms = conn_now_ms(); /* its reply's deadline, or idle from here */
 	c->extra_fds = false;

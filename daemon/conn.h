@@ -25,6 +25,16 @@ int conn_fd(const struct conn *c);
 /* Reads what the socket has and answers a complete request. Returns 0 to
  * keep the connection, -1 to close it (end of stream, malformed frame). */
 int conn_on_input(struct conn *c);
+/* A MATCH that waits (single flight) parks its connection: no reply yet,
+ * nothing read; watch it for hang-up only, and conn_resume it once its
+ * conn_wake_at (monotonic ms; 0: woken now) has come. */
+bool conn_parked(const struct conn *c);
+uint64_t conn_wake_at(const struct conn *c);
+/* Runs the parked MATCH again: 0 (answered, or parked anew) or -1. */
+int conn_resume(struct conn *c);
+/* The eventfd of the connection's worker, which single flight writes to
+ * wake it. */
+void conn_set_wake_fd(struct conn *c, int fd);
 /* Sends what is left of a reply. 0 or -1 as above. */
 int conn_on_output(struct conn *c);
 /* A reply is waiting to be sent: read nothing until it is. */

@@ -13,6 +13,7 @@
 #include "shared.h"
 
 struct tier;
+struct flight;
 
 /*
  * Errors: a call returns 0 or -errno, and one that can say more sets a
@@ -39,6 +40,7 @@ struct daemon {
 	struct partitions parts;  /* arenas, and the budget */
 	struct idx *idx;          /* every block of every user and model */
 	struct tier *tier;        /* the disk tier; NULL: none */
+	struct flight *flight;    /* single flight's claims and waiters */
 	struct idx_limits lim;
 	uint32_t block_tokens;
 	uid_t admin_uid;          /* the daemon's own user; root is admin too */

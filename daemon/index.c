@@ -925,6 +925,22 @@ void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count)
 	pthread_mutex_unlock(&x->lock);
 }
 
+void idx_uncount_match(struct idx *x, struct idx_group *g, uint32_t count, uint32_t hit)
+{
+	pthread_mutex_lock(&x->lock);
+	x->st.query_blocks -= count;
+	g->query_blocks -= count;
+	if (hit) {
+		x->st.hits--;
+		x->st.hit_blocks -= hit;
+		g->hits--;
+		g->hit_blocks -= hit;
+	} else {
+		x->st.misses--;
+	}
+	pthread_mutex_unlock(&x->lock);
+}
+
 /* ==== PUBLISH and IMPORT ==== */
 
 /* Files a new entry e (zeroed) for a block after `parent` (NULL: g's

@@ -163,6 +163,10 @@ int idx_release(struct idx *x, uint64_t lease);
 /* Takes back the miss an idx_match of count blocks in g counted: the
  * MATCH goes on in another namespace, which counts it. */
 void idx_uncount_miss(struct idx *x, struct idx_group *g, uint32_t count);
+/* Takes back what an idx_match of count blocks in g with hit blocks
+ * counted (its lease released already): a MATCH that waits runs again,
+ * and only its last run counts. */
+void idx_uncount_match(struct idx *x, struct idx_group *g, uint32_t count, uint32_t hit);
 
 /*
  * Stores blocks that continue the last block of `lease` (0: the root).

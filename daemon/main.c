@@ -28,6 +28,7 @@
 #define DEFAULT_MAX_CONNS 1024
 #define DEFAULT_REQUEST_MEMORY (64ull << 20)
 #define DEFAULT_REQUEST_TIMEOUT 10
+#define DEFAULT_CLAIM_TIMEOUT_MS 5000
 /* Descriptors besides connections: arenas, descriptors in flight, logs. */
 #define FDS_RESERVED 256
 
@@ -38,7 +39,8 @@ static void usage(FILE *f)
 		"               [--threads N] [--block-tokens B] [--group GROUP]\n"
 		"               [--max-connections N] [--max-user-connections N]\n"
 		"               [--request-memory SIZE] [--request-timeout SECS]\n"
-		"               [--idle-timeout SECS] [--disk-dir DIR [--disk-budget SIZE] [--disk-sync]]\n"
+		"               [--idle-timeout SECS] [--claim-timeout SECS]\n"
+		"               [--disk-dir DIR [--disk-budget SIZE] [--disk-sync]]\n"
 		"               [--shared-group GROUP [--shared-publishers UID[,UID...]]]\n"
 		"               [--force]\n"
 		"\n"
@@ -72,6 +74,10 @@ static void usage(FILE *f)
 		"                      first request within SECS (default: 10)\n"
 		"  --idle-timeout SECS close a connection that holds no lease after SECS without a\n"
 		"                      request (default: 0, never: libprefixd does not reconnect)\n"
+		"  --claim-timeout SECS\n"
+		"                      single flight: a process that claimed a prefix to compute\n"
+		"                      must publish some of it within SECS (a fraction is fine),\n"
+		"                      or the processes waiting for it take it over (default: 5)\n"
 		"  --disk-dir DIR      keep blocks on disk too, in DIR (made if missing; one daemon\n"
 		"                      a DIR): written soon after they are published, served again\n"
 		"                      after eviction from memory and after a restart\n"
@@ -232,6 +238,7 @@ int main(int argc, char **argv)
 		{ "request-memory", required_argument, NULL, 'R' },
 		{ "request-timeout", required_argument, NULL, 'T' },
 		{ "idle-timeout", required_argument, NULL, 'I' },
+		{ "claim-timeout", required_argument, NULL, 'W' },
 		{ "disk-dir", required_argument, NULL, 'D' },
 		{ "disk-budget", required_argument, NULL, 'B' },
 		{ "shared-group", required_argument, NULL, 'S' },
@@ -246,7 +253,8 @@ int main(int argc, char **argv)
 	struct server_cfg cfg = { .memory = DEFAULT_MEMORY, .threads = cores > 0 ? (int)cores : 1,
 				  .block_tokens = PREFIXD_DEFAULT_BLOCK_TOKENS, .key_bytes = 32,
 				  .max_conns = DEFAULT_MAX_CONNS, .request_memory = DEFAULT_REQUEST_MEMORY,
-				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT };
+				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT,
+				  .claim_timeout_ms = DEFAULT_CLAIM_TIMEOUT_MS };
 	long max_user = 0;
 	bool force = false;
 	char socket_buf[256];
@@ -312,6 +320,15 @@ int main(int argc, char **argv)
 				return bad("--idle-timeout: '%s' is not a number of seconds (0: never)", optarg);
 			cfg.idle_timeout_s = (uint32_t)v;
 			break;
+		case 'W': {
+			char *end;
+			errno = 0;
+			double secs = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(secs >= 0.01 && secs <= 3600))
+				return bad("--claim-timeout: '%s' is not a number of seconds from 0.01 to 3600", optarg);
+			cfg.claim_timeout_ms = (uint64_t)(secs * 1000 + 0.5);
+			break;
+		}
 		case 'D':
 			if (!*optarg)
 				return bad("--disk-dir: an empty path");

@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "conn.h"
 #include "daemon.h"
+#include "flight.h"
 #include "wire.h"
 
 struct held_lease {
@@ -66,6 +67,13 @@ struct conn {
 	int out_fds[PD_MAX_FDS];
 	int out_nfds;
 	bool close_after_reply;
+	/* Single flight: a MATCH that waits keeps its request (header, body)
+	 * and is run again when woken or at wake_at_ms. */
+	struct flight_conn fl;
+	bool parked;
+	bool waited;              /* the request being answered waited */
+	uint64_t wait_start_ms, wait_end_ms; /* its wait_ms ends at wait_end_ms */
+	uint64_t wake_at_ms;      /* parked: run again at the latest then */
 };
 
 /* Queues a reply whose body_len bytes the caller writes at the returned

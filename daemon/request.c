@@ -254,7 +254,7 @@ struct ns_view {
 
 static int match_reply(struct conn *c, const struct ns_view *v, uint64_t lease, uint32_t hit,
 		       const struct idx_loc *locs, const bool *from_disk, uint32_t nnew,
-		       const uint32_t *ids)
+		       const uint32_t *ids, const struct pd_flight_reply *fr)
 {
 	struct pd_place places[PD_MAX_HASHES];
 	struct pd_arena_desc arenas[PD_MAX_FDS];
@@ -279,8 +279,9 @@ static int match_reply(struct conn *c, const struct ns_view *v, uint64_t lease, 
 		arenas[i] = (struct pd_arena_desc){ ids[i], shm_arena_size(a) };
 	}
 	size_t n = pd_match_reply_size(hit, nnew);
-	uint8_t *b = conn_reply(c, PD_OK, n);
-	if (!b || pd_match_reply_encode(lease, hit, places, nnew, arenas, b, n) != n)
+	uint8_t *b = conn_reply(c, PD_OK, n + (fr ? PD_FLIGHT_REPLY_SIZE : 0));
+	if (!b || pd_match_reply_encode(lease, hit, places, nnew, arenas, b, n) != n ||
+	    (fr && pd_flight_reply_encode(fr, b + n, PD_FLIGHT_REPLY_SIZE) != PD_FLIGHT_REPLY_SIZE))
 		return -1;
 	for (uint32_t i = 0; i < nnew; i++)
 		if (mark_sent(c, ids[i]))
@@ -338,47 +339,147 @@ static int match_in(struct conn *c, const struct ns_view *v, const struct pd_mat
 	return rc;
 }
 
+/* Where a MATCH's PUBLISH would go, and so its claim: the namespace it
+ * hit in, or with no hit the one a PUBLISH from the root goes to. false:
+ * none it may claim or wait in (a member's shared namespace not made yet). */
+static bool flight_ns(struct conn *c, const struct ns_view *v, uint32_t hit, uint32_t *ns,
+		      bool *may_claim)
+{
+	bool shared = v->shared || (!hit && c->shared_wanted);
+	if (shared && !c->shared_group)
+		return false;
+	*ns = shared ? PD_NS_SHARED : c->cred.uid;
+	/* The shared namespace is claimed by its publishers alone: a member
+	 * waits only on theirs. */
+	*may_claim = !shared || conn_shared_role(c) == SHARED_PUBLISHER;
+	return true;
+}
+
+/* One run of a MATCH: the longest cached run, own namespace first. */
+static int match_run(struct conn *c, const struct pd_match *m, const uint32_t *tokens,
+		     struct ns_view *v, uint64_t *lease, uint32_t *hit, struct idx_loc *locs,
+		     bool *from_disk, uint32_t ids[PD_MAX_FDS], uint32_t *nnew)
+{
+	*v = (struct ns_view){ c->group, c->part->store, 0, false };
+	int rc = match_in(c, v, m, tokens, lease, hit, locs, from_disk, ids, nnew);
+	/* The user's own namespace first; with nothing there, the shared one
+	 * (the miss then counts once, there). */
+	if (!rc && !*hit && c->shared_wanted && !c->shared_group)
+		shared_join(c); /* a member's: something may have been published since */
+	if (!rc && !*hit && c->shared_group) {
+		idx_uncount_miss(c->d->idx, c->group, m->count);
+		*v = (struct ns_view){ c->shared_group, c->shared_part->store, STORE_MAX_ARENAS, true };
+		rc = match_in(c, v, m, tokens, lease, hit, locs, from_disk, ids, nnew);
+	}
+	return rc;
+}
+
+/* The MATCH of a parked connection is answered (or failed): its wait ends. */
+static void wait_over(struct conn *c, struct pd_flight_reply *fr)
+{
+	if (!c->waited)
+		return;
+	uint64_t ms = conn_now_ms() - c->wait_start_ms;
+	flight_wait_done(c->d->flight, &c->fl, ms);
+	c->waited = false;
+	if (fr)
+		fr->waited_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
 int req_match(struct conn *c)
 {
+	struct daemon *d = c->d;
+	/* A run after a wait: off its claim first. */
+	bool dropped = c->waited && flight_unpark(d->flight, &c->fl);
 	if (!c->group)
 		return conn_fail(c, PD_E_STATE, "MATCH before HELLO");
-	uint32_t bt = c->d->block_tokens;
+	uint32_t bt = d->block_tokens;
+	const uint8_t *body = c->body;
+	size_t blen = c->h.body_len;
+	bool flight = c->h.flags & PD_FLAG_FLIGHT;
+	struct pd_flight fl = { 0 };
+	int rc;
+	if (flight && (rc = pd_flight_decode(body, blen, &fl)))
+		return conn_fail(c, rc, rc == PD_E_LIMIT ? "a MATCH may wait %u ms at most"
+							  : "the FLIGHT fields do not decode (short, or unknown flags)",
+				 PD_MAX_WAIT_MS);
+	if (flight) {
+		body += PD_FLIGHT_SIZE;
+		blen -= PD_FLIGHT_SIZE;
+	}
 	struct pd_match m;
-	int rc = pd_match_decode(c->body, c->h.body_len, bt, &m);
-	if (rc)
+	if ((rc = pd_match_decode(body, blen, bt, &m)))
 		return conn_fail(c, rc, "%s (at most %d blocks of %u tokens)", conn_decode_error(rc),
 			    PD_MAX_HASHES, bt);
-	if (c->nleases >= MAX_LEASES)
+	if (c->nleases >= MAX_LEASES) {
+		wait_over(c, NULL);
 		return conn_fail(c, PD_E_LIMIT, "this connection holds %d leases already: release some",
 			    MAX_LEASES);
-	atomic_fetch_add(&c->d->matches, 1);
+	}
+	if (!c->waited) { /* the first run counts the request */
+		atomic_fetch_add(&d->matches, 1);
+		c->wait_start_ms = conn_now_ms();
+		c->wait_end_ms = c->wait_start_ms + fl.wait_ms;
+	}
 	uint32_t *owned;
 	const uint32_t *tokens = tokens_of(m.tokens, m.count, bt, &owned);
 	struct idx_loc locs[PD_MAX_HASHES];
-	bool from_disk[PD_MAX_HASHES] = { 0 };
+	bool from_disk[PD_MAX_HASHES];
 	uint64_t lease = 0;
 	uint32_t hit = 0, ids[PD_MAX_FDS], nnew = 0;
-	struct ns_view v = { c->group, c->part->store, 0, false };
-	rc = tokens ? match_in(c, &v, &m, tokens, &lease, &hit, locs, from_disk, ids, &nnew)
-		    : -ENOMEM;
-	/* The user's own namespace first; with nothing there, the shared one
-	 * (the miss then counts once, there). */
-	if (!rc && !hit && c->shared_wanted && !c->shared_group)
-		shared_join(c); /* a member's: something may have been published since */
-	if (!rc && !hit && c->shared_group) {
-		idx_uncount_miss(c->d->idx, c->group, m.count);
-		v = (struct ns_view){ c->shared_group, c->shared_part->store, STORE_MAX_ARENAS, true };
-		rc = match_in(c, &v, &m, tokens, &lease, &hit, locs, from_disk, ids, &nnew);
+	struct ns_view v;
+	struct pd_flight_reply fr = { PD_FLIGHT_NONE, 0 };
+	for (int attempt = 0;; attempt++) {
+		uint64_t seq = flight ? flight_seq(d->flight) : 0;
+		memset(from_disk, 0, m.count * sizeof(*from_disk));
+		rc = tokens ? match_run(c, &m, tokens, &v, &lease, &hit, locs, from_disk, ids, &nnew)
+			    : -ENOMEM;
+		uint32_t ns;
+		bool may_claim;
+		if (rc || !flight || hit == m.count || !flight_ns(c, &v, hit, &ns, &may_claim))
+			break;
+		uint64_t now = conn_now_ms(), wake_at = 0;
+		/* A body that draws on the daemon's request memory is not kept
+		 * while it waits: waiters must not hold it from others. */
+		struct flight_ask a = { ns, m.hashes + (size_t)hit * PD_HASH_SIZE, m.count - hit,
+					may_claim && (fl.flags & PD_FLIGHT_CLAIM) && !dropped,
+					!dropped && !c->body_charged && now < c->wait_end_ms, seq };
+		enum flight_verdict verdict = flight_decide(d->flight, &c->fl, &a, now, &wake_at);
+		if (verdict == FLIGHT_CLAIMED || verdict == FLIGHT_INHERITED) {
+			fr.outcome = verdict == FLIGHT_CLAIMED ? PD_FLIGHT_CLAIMED : PD_FLIGHT_INHERITED;
+			break;
+		}
+		if (verdict == FLIGHT_NONE || (verdict == FLIGHT_RETRY && attempt == 3))
+			break;
+		/* Matched again later: this run neither leases nor counts. */
+		if (lease)
+			idx_release(d->idx, lease);
+		idx_uncount_match(d->idx, v.g, m.count, hit);
+		lease = 0;
+		hit = 0;
+		if (verdict == FLIGHT_RETRY)
+			continue;
+		if (!c->waited) {
+			c->waited = true;
+			flight_count_wait(d->flight);
+		}
+		c->parked = true;
+		c->wake_at_ms = wake_at < c->wait_end_ms ? wake_at : c->wait_end_ms;
+		free(owned);
+		return 0;
 	}
 	free(owned);
+	if (c->waited && fr.outcome == PD_FLIGHT_NONE)
+		fr.outcome = PD_FLIGHT_WAITED;
+	wait_over(c, &fr);
 	if (!rc && hit && add_lease(c, lease, m.hashes + (size_t)(hit - 1) * PD_HASH_SIZE, v.shared))
 		rc = -ENOMEM;
 	if (rc) {
 		if (lease)
-			idx_release(c->d->idx, lease);
+			idx_release(d->idx, lease);
 		return conn_fail(c, PD_E_INTERNAL, "out of memory");
 	}
-	return match_reply(c, &v, lease, hit, locs, from_disk, nnew, ids);
+	return match_reply(c, &v, lease, hit, locs, from_disk, nnew, ids, flight ? &fr : NULL);
 }
 
 int req_release(struct conn *c)
@@ -504,6 +605,12 @@ int req_publish(struct conn *c)
 		idx_release(c->d->idx, lease);
 		lease = 0;
 	}
+	/* Single flight: claims on these blocks move on, or end. */
+	uint32_t ns = shared ? PD_NS_SHARED : c->cred.uid;
+	if (stored + dedup)
+		flight_published(c->d->flight, ns, m.hashes, stored + dedup, conn_now_ms());
+	if (stop != PD_STOP_NONE && stored + dedup < m.count)
+		flight_dropped(c->d->flight, ns, m.hashes + (size_t)(stored + dedup) * PD_HASH_SIZE);
 	if (rc == -EIO)
 		return conn_fail(c, PD_E_MALFORMED, "the staging memory shrank while it was read: %u of %u blocks stored",
 				 stored + dedup, m.count);

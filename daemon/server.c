@@ -27,6 +27,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "flight.h"
 #include "reaper.h"
 
 /* A connection in its worker's list and epoll set. */
@@ -34,6 +35,7 @@ struct node {
 	struct conn *c;
 	struct node *prev, *next;
 	uint32_t events;
+	bool parked;              /* its MATCH waits (conn_parked) */
 };
 
 struct worker {
@@ -44,6 +46,7 @@ struct worker {
 	struct node *queue;       /* handed over by the listener */
 	bool stop;
 	struct node *conns;       /* owned by the worker thread */
+	int nparked;              /* of conns, parked ones */
 };
 
 /* Arenas as large as the budget, up to 64 GiB: a partition's blocks then
@@ -59,6 +62,7 @@ static uint64_t arena_bytes(uint64_t budget)
 static void drop(struct worker *w, struct node *n)
 {
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, conn_fd(n->c), NULL);
+	w->nparked -= n->parked;
 	if (n->prev)
 		n->prev->next = n->next;
 	else
@@ -89,6 +93,7 @@ static bool adopt(struct worker *w)
 			w->conns->prev = n;
 		w->conns = n;
 		n->events = EPOLLIN;
+		conn_set_wake_fd(n->c, w->evfd);
 		struct epoll_event ev = { .events = n->events, .data.ptr = n };
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, conn_fd(n->c), &ev)) {
 			pd_err("worker: epoll_ctl: %s", strerror(errno));
@@ -98,21 +103,65 @@ static bool adopt(struct worker *w)
 	return !stop;
 }
 
-static void serve(struct worker *w, struct node *n)
+/* What to watch the connection for after it was served (rc: 0, or -1 to
+ * close it). A parked one is watched for hang-up only: its peer closing
+ * ends the wait, and what else it sends waits in the socket. */
+static bool settle(struct worker *w, struct node *n, int rc)
 {
-	/* While a reply is pending only output matters; input waits. */
-	int rc = conn_output_pending(n->c) ? conn_on_output(n->c) : conn_on_input(n->c);
 	if (rc) {
 		drop(w, n);
-		return;
+		return false;
 	}
-	uint32_t want = conn_output_pending(n->c) ? EPOLLOUT : EPOLLIN;
+	bool parked = conn_parked(n->c);
+	w->nparked += (int)parked - (int)n->parked;
+	n->parked = parked;
+	uint32_t want = parked ? EPOLLRDHUP : conn_output_pending(n->c) ? EPOLLOUT : EPOLLIN;
 	if (want != n->events) {
 		struct epoll_event ev = { .events = want, .data.ptr = n };
 		n->events = want;
-		if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, conn_fd(n->c), &ev))
+		if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, conn_fd(n->c), &ev)) {
 			drop(w, n);
+			return false;
+		}
 	}
+	return true;
+}
+
+static void serve(struct worker *w, struct node *n)
+{
+	if (n->parked) { /* hang-up (or an error) while it waits */
+		drop(w, n);
+		return;
+	}
+	/* While a reply is pending only output matters; input waits. */
+	settle(w, n, conn_output_pending(n->c) ? conn_on_output(n->c) : conn_on_input(n->c));
+}
+
+/* Runs the parked MATCHes that were woken or whose time came; returns
+ * the milliseconds until the next one's (at most max_ms). */
+static int resume_parked(struct worker *w, int max_ms)
+{
+	int next_ms = max_ms;
+	if (!w->nparked)
+		return next_ms;
+	uint64_t now = conn_now_ms();
+	for (struct node *n = w->conns, *next; n; n = next) {
+		next = n->next;
+		if (!n->parked)
+			continue;
+		uint64_t at = conn_wake_at(n->c);
+		if (at <= now) {
+			if (!settle(w, n, conn_resume(n->c)) || !n->parked)
+				continue;
+			at = conn_wake_at(n->c); /* parked anew */
+		}
+		if (at <= now)
+			next_ms = 0;
+		else if (at - now < (uint64_t)next_ms) {
+			next_ms = (int)(at - now);
+		}
+	}
+	return next_ms;
 }
 
 /* Closes the connections past a deadline (conn_expired). */
@@ -136,7 +185,7 @@ static void *worker_main(void *arg)
 	struct epoll_event evs[64];
 	uint64_t swept = conn_now_ms();
 	for (bool run = true; run;) {
-		int n = epoll_wait(w->epfd, evs, 64, 1000);
+		int n = epoll_wait(w->epfd, evs, 64, resume_parked(w, 1000));
 		if (n < 0 && errno != EINTR) {
 			pd_err("worker: epoll_wait: %s", strerror(errno));
 			break;
@@ -416,8 +465,10 @@ int server_run(const struct server_cfg *cfg)
 		return 1;
 	}
 	partitions_init(&d.parts, cfg->memory, arena_bytes(cfg->memory));
-	if (idx_new(cfg->block_tokens, cfg->key_bytes, &d.lim, &d.idx)) {
+	if (idx_new(cfg->block_tokens, cfg->key_bytes, &d.lim, &d.idx) ||
+	    flight_new(cfg->claim_timeout_ms, &d.flight)) {
 		pd_err("out of memory");
+		idx_free(d.idx);
 		partitions_destroy(&d.parts);
 		admission_destroy(&d.adm);
 		return 1;
@@ -495,6 +546,7 @@ int server_run(const struct server_cfg *cfg)
 		if (conn_now_ms() - ticked >= 1000) {
 			idx_expire(d.idx);
 			ticked = conn_now_ms();
+			flight_expire(d.flight, ticked);
 		}
 		if (paused_ms) {
 			/* Listening again after an accept error's backoff. */
@@ -561,6 +613,7 @@ out:
 		       (unsigned long long)s.misses, (unsigned long long)s.published,
 		       (unsigned long long)s.evictions);
 	}
+	flight_free(d.flight); /* after the workers: no connection is left */
 	idx_free(d.idx);
 	partitions_destroy(&d.parts);
 	admission_destroy(&d.adm);

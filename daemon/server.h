@@ -31,6 +31,7 @@ struct server_cfg {
 	uint64_t disk_budget;
 	struct shared_cfg shared; /* --shared-group, --shared-publishers */
 	bool disk_sync;           /* PUBLISH answered once its records are durable */
+	uint64_t claim_timeout_ms; /* a claim's life without progress */
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

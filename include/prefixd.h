@@ -110,6 +110,35 @@ int prefixd_match(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, u
  * it (they were evicted from memory, or the daemon restarted). */
 int prefixd_match2(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks, uint64_t *lease,
 		   uint32_t *hit, uint32_t *from_disk, const void **kv);
+/*
+ * Single flight: when several processes start the same prompt at once,
+ * one computes each block and the others wait for it. With wait_ms > 0, a
+ * match that misses claims the missing blocks for this connection, or,
+ * when another connection of this user (or a publisher of the shared
+ * namespace) claimed them first, waits up to wait_ms for it to publish
+ * them, and attaches what it published. info (NULL is fine) says what
+ * happened. After PREFIXD_FLIGHT_CLAIMED or _INHERITED, compute the rest
+ * and publish it (in parts as you go: each publish wakes the waiters;
+ * prefixd --claim-timeout is how long one may take), or close the
+ * connection: the waiters then take over. wait_ms 0 is prefixd_match2.
+ * At most 600000 ms are waited; meanwhile the connection serves no other
+ * call (one request at a time): threads that must not wait on each other
+ * use connections of their own.
+ */
+enum prefixd_flight {
+	PREFIXD_FLIGHT_NONE = 0,      /* nothing claimed, no wait */
+	PREFIXD_FLIGHT_CLAIMED = 1,   /* this connection claimed the blocks after *hit */
+	PREFIXD_FLIGHT_WAITED = 2,    /* it waited for another's claim: compute what is missing */
+	PREFIXD_FLIGHT_INHERITED = 3, /* it waited, and the claim passed to it */
+};
+struct prefixd_match_info {
+	uint32_t from_disk;     /* of the attached blocks, read back from disk */
+	uint32_t flight;        /* enum prefixd_flight */
+	uint32_t waited_ms;     /* how long the daemon kept the match waiting */
+};
+int prefixd_match_wait(struct prefixd *c, const uint32_t *tokens, uint32_t nblocks,
+		       uint32_t wait_ms, uint64_t *lease, uint32_t *hit, const void **kv,
+		       struct prefixd_match_info *info);
 /* Kept for programs built before prefixd_match2(): *from_disk of the
  * calling thread's last prefixd_match() or prefixd_match_prompt(). */
 uint32_t prefixd_match_from_disk(void);
@@ -145,6 +174,10 @@ int prefixd_match_prompt(struct prefixd *c, const struct prefixd_prompt *p, uint
 /* prefixd_match_prompt() with *from_disk, as prefixd_match2(). */
 int prefixd_match_prompt2(struct prefixd *c, const struct prefixd_prompt *p, uint32_t max_blocks,
 			  uint64_t *lease, uint32_t *hit, uint32_t *from_disk, const void **kv);
+/* prefixd_match_prompt() with single flight, as prefixd_match_wait(). */
+int prefixd_match_prompt_wait(struct prefixd *c, const struct prefixd_prompt *p,
+			      uint32_t max_blocks, uint32_t wait_ms, uint64_t *lease,
+			      uint32_t *hit, const void **kv, struct prefixd_match_info *info);
 
 /* Ends a lease: its kv pointers must not be used any more. One-way (no
  * round trip): later requests on this connection see the lease ended;

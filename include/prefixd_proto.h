@@ -63,6 +63,11 @@
 	X(disk_corrupt, counter, "records that failed a check: dropped, never served") \
 	X(disk_evictions, counter, "records deleted to keep within the disk budget")   \
 	X(disk_pending, gauge, "blocks waiting to be written to disk")                \
-	X(unwritten_evictions, counter, "blocks evicted before their record was written (lost)")
+	X(unwritten_evictions, counter, "blocks evicted before their record was written (lost)") \
+	X(claims, counter, "claims made by a MATCH (single flight)")                   \
+	X(waits, counter, "MATCH requests that waited for another's claim")            \
+	X(wait_ms, counter, "milliseconds MATCH requests waited, in all")              \
+	X(claims_inherited, counter, "claims passed to a waiter")                      \
+	X(claims_expired, counter, "claims that ended without their blocks")
 
 #endif

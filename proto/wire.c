@@ -310,6 +310,44 @@ int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply
 	return 0;
 }
 
+/* ==== Single flight ==== */
+
+int pd_flight_decode(const uint8_t *body, size_t len, struct pd_flight *m)
+{
+	struct rd r = { body, len < PD_FLIGHT_SIZE ? len : PD_FLIGHT_SIZE, 0, 0 };
+	m->wait_ms = rd_u32(&r);
+	m->flags = rd_u32(&r);
+	if (rd_done(&r) || (m->flags & ~(uint32_t)PD_FLIGHT_FLAGS))
+		return PD_E_MALFORMED;
+	return m->wait_ms > PD_MAX_WAIT_MS ? PD_E_LIMIT : 0;
+}
+
+size_t pd_flight_encode(const struct pd_flight *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, m->wait_ms > PD_MAX_WAIT_MS || (m->flags & ~(uint32_t)PD_FLIGHT_FLAGS) };
+	wr_le(&w, m->wait_ms, 4);
+	wr_le(&w, m->flags, 4);
+	return wr_done(&w);
+}
+
+int pd_flight_reply_decode(const uint8_t *body, size_t len, struct pd_flight_reply *m)
+{
+	if (len < PD_FLIGHT_REPLY_SIZE)
+		return PD_E_MALFORMED;
+	struct rd r = { body + len - PD_FLIGHT_REPLY_SIZE, PD_FLIGHT_REPLY_SIZE, 0, 0 };
+	m->outcome = rd_u32(&r);
+	m->waited_ms = rd_u32(&r);
+	return rd_done(&r) || m->outcome > PD_FLIGHT_OUTCOME_MAX ? PD_E_MALFORMED : 0;
+}
+
+size_t pd_flight_reply_encode(const struct pd_flight_reply *m, uint8_t *out, size_t cap)
+{
+	struct wr w = { out, cap, 0, m->outcome > PD_FLIGHT_OUTCOME_MAX };
+	wr_le(&w, m->outcome, 4);
+	wr_le(&w, m->waited_ms, 4);
+	return wr_done(&w);
+}
+
 static struct pd_place entry(const uint8_t *e)
 {
 	struct rd r = { e, PD_PLACE_SIZE, 0, 0 };

@@ -57,7 +57,9 @@ enum pd_flag {
 	PD_FLAG_NOREPLY = 1u << 1,  /* RELEASE only: the client does not wait */
 	PD_FLAG_LEASE = 1u << 2,    /* PUBLISH only: lease the chain published */
 	PD_FLAG_SHARED = 1u << 3,   /* HELLO only: attach the shared namespace too */
-	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY | PD_FLAG_LEASE | PD_FLAG_SHARED,
+	PD_FLAG_FLIGHT = 1u << 4,   /* MATCH only: single flight (struct pd_flight) */
+	PD_FLAGS_KNOWN = PD_FLAG_REPLY | PD_FLAG_NOREPLY | PD_FLAG_LEASE | PD_FLAG_SHARED |
+			 PD_FLAG_FLIGHT,
 };
 
 /* Reply status; non-zero replies carry an error body (a message). */
@@ -96,6 +98,32 @@ enum pd_size {
 	PD_EXPORT_REPLY_SIZE = 16,
 	PD_IMPORT_SIZE = 8,
 	PD_IMPORT_REPLY_SIZE = 40,
+	PD_FLIGHT_SIZE = 8,          /* before a MATCH body with PD_FLAG_FLIGHT */
+	PD_FLIGHT_REPLY_SIZE = 8,    /* after its reply */
+};
+
+/* Single flight: the 8 bytes a MATCH with PD_FLAG_FLIGHT starts with. */
+#define PD_MAX_WAIT_MS 600000u
+enum pd_flight_flag {
+	PD_FLIGHT_CLAIM = 1u << 0,   /* claim the first missing block if no one has */
+	PD_FLIGHT_FLAGS = PD_FLIGHT_CLAIM,
+};
+struct pd_flight {
+	uint32_t wait_ms;        /* at most PD_MAX_WAIT_MS; 0: never wait */
+	uint32_t flags;          /* enum pd_flight_flag */
+};
+
+/* What a MATCH with PD_FLAG_FLIGHT did, after its reply. */
+enum pd_flight_outcome {
+	PD_FLIGHT_NONE = 0,      /* nothing claimed, no wait */
+	PD_FLIGHT_CLAIMED = 1,   /* this connection holds the claim */
+	PD_FLIGHT_WAITED = 2,    /* it waited for another's claim */
+	PD_FLIGHT_INHERITED = 3, /* it waited, and the claim passed to it */
+	PD_FLIGHT_OUTCOME_MAX = PD_FLIGHT_INHERITED,
+};
+struct pd_flight_reply {
+	uint32_t outcome;        /* enum pd_flight_outcome */
+	uint32_t waited_ms;
 };
 
 /* Bytes of a MATCH or PUBLISH body of count blocks (PUBLISH: + 8). */
@@ -351,6 +379,10 @@ int pd_hello_check(const struct pd_hello *m);
 int pd_hello_reply_decode(const uint8_t *body, size_t len, struct pd_hello_reply *m);
 int pd_match_decode(const uint8_t *body, size_t len, uint32_t block_tokens, struct pd_match *m);
 int pd_match_reply_decode(const uint8_t *body, size_t len, struct pd_match_reply *m);
+/* The first PD_FLIGHT_SIZE bytes of body (the MATCH body follows). */
+int pd_flight_decode(const uint8_t *body, size_t len, struct pd_flight *m);
+/* The last PD_FLIGHT_REPLY_SIZE bytes of body (the MATCH reply precedes). */
+int pd_flight_reply_decode(const uint8_t *body, size_t len, struct pd_flight_reply *m);
 int pd_release_decode(const uint8_t *body, size_t len, struct pd_release *m);
 int pd_publish_decode(const uint8_t *body, size_t len, uint32_t block_tokens, struct pd_publish *m);
 int pd_publish_reply_decode(const uint8_t *body, size_t len, struct pd_publish_reply *m);
@@ -375,6 +407,8 @@ size_t pd_match_encode(const struct pd_match *m, uint32_t block_tokens, uint8_t 
 size_t pd_match_reply_encode(uint64_t lease, uint32_t hit, const struct pd_place *places,
 			     uint32_t new_arenas, const struct pd_arena_desc *arenas, uint8_t *out,
 			     size_t cap);
+size_t pd_flight_encode(const struct pd_flight *m, uint8_t *out, size_t cap);
+size_t pd_flight_reply_encode(const struct pd_flight_reply *m, uint8_t *out, size_t cap);
 size_t pd_release_encode(const struct pd_release *m, uint8_t *out, size_t cap);
 size_t pd_publish_encode(const struct pd_publish *m, uint32_t block_tokens, uint8_t *out, size_t cap);
 /* leased: the 24-byte reply to a PUBLISH with PD_FLAG_LEASE. */

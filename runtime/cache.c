@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,7 @@ int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *sa
 			 size_t salt_len, unsigned flags, struct pfx_cache **out,
 			 struct pfx_error *err)
 {
-	if (flags & ~(unsigned)PFX_CACHE_SHARED)
+	if (flags & ~(unsigned)(PFX_CACHE_SHARED | PFX_CACHE_NO_WAIT))
 		return pfx_errorf(err, -EINVAL, "unknown cache flags %#x", flags);
 	/* KV computed on the bf16 matmul is off the f32 products' by more than
 	 * the f32 path's fidelity: its chains are kept apart by a salt of their
@@ -112,16 +113,25 @@ void kv_lease_put(struct kv_lease *l)
 }
 
 /* Attaches the cached leading blocks of tokens[0 .. nblocks * B) to the
- * empty session s. Returns the number attached, or -errno. */
+ * empty session s. copy_last: when all nblocks hit, the last one is copied
+ * into a private block instead, all but its last token committed (the
+ * caller computes that token, whose logits are the answer). Returns the
+ * tokens attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, uint32_t *from_disk, struct pfx_error *err)
+		  uint32_t nblocks, bool wait, bool copy_last, uint32_t *from_disk,
+		  struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
 	uint32_t hit = 0;
 	uint64_t lease_id = 0;
-	int rc = kv && l ? prefixd_match2(c->c, tokens, nblocks, &lease_id, &hit, from_disk, kv)
+	/* Single flight: wait for a process computing these blocks, or
+	 * claim them for this one. */
+	struct prefixd_match_info mi;
+	uint32_t wait_ms = wait ? PFX_CACHE_WAIT_MS : 0;
+	int rc = kv && l ? prefixd_match_wait(c->c, tokens, nblocks, wait_ms, &lease_id, &hit, kv, &mi)
 			 : -ENOMEM;
+	*from_disk = rc ? 0 : mi.from_disk;
 	if (rc || !hit) {
 		free(kv);
 		free(l);
@@ -133,8 +143,9 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	l->cache = c;
 	l->id = lease_id;
 	l->blocks = hit;
-	uint32_t i = 0;
-	for (; i < hit; i++) {
+	bool copy = copy_last && hit == nblocks;
+	uint32_t frozen = copy ? hit - 1 : hit, i = 0;
+	for (; i < frozen; i++) {
 		struct kv_block *b = kv_block_attached(kv[i], l);
 		if (!b || kv_attach_frozen(s, b)) {
 			free(b);
@@ -142,11 +153,19 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 		}
 		atomic_fetch_add(&l->refs, 1);
 	}
+	size_t B = (size_t)pfx_model_block_tokens(s->m), got = (size_t)i * B;
+	/* Copied while the lease still holds it: a private block the forward
+	 * pass may write, as if its tokens but the last were computed here. */
+	if (copy && i == frozen && !kv_reserve(s, (size_t)hit * B)) {
+		memcpy(s->blocks[i]->data, kv[i], kv_block_bytes(s->m));
+		kv_commit(s, B - 1);
+		got += B - 1;
+	}
 	/* Out of memory half-way: what is attached stays, consistently (a
 	 * publish then starts from the prompt's beginning, see publish). */
 	kv_lease_put(l);
 	free(kv);
-	return i || !hit ? (int)i : pfx_errorf(err, -ENOMEM, "out of memory");
+	return got || !hit ? (int)got : pfx_errorf(err, -ENOMEM, "out of memory");
 }
 
 /* tokens as the daemon's ids, after checking them against the vocabulary. */
@@ -167,9 +186,10 @@ static int ids_of(const struct pfx_session *s, const int32_t *tokens, size_t n, 
 	return 0;
 }
 
-int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
-		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
-		       struct pfx_error *err)
+/* pfx_session_attach; wait: with single flight (pfx_session_prefill). */
+static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens, size_t n,
+		     bool wait, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+		     struct pfx_error *err)
 {
 	memset(info, 0, sizeof(*info));
 	if (s->len)
@@ -183,19 +203,34 @@ int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t
 	int rc = ids_of(s, tokens, n, &ids, err);
 	if (rc)
 		return rc;
-	/* Leave at least one token to compute: its logits are the answer. */
+	/* Leave at least one token to compute: its logits are the answer.
+	 * With single flight, a prompt that ends on a block boundary asks for
+	 * its last block too, and computes only its last token again: the
+	 * processes that waited for another's prefill then compute one token,
+	 * not a block. */
 	size_t B = (size_t)pfx_model_block_tokens(s->m), matchable = (n - 1) / B;
+	bool whole = wait && n % B == 0;
 	uint32_t from_disk = 0;
-	int hit = attach(s, c, ids, (uint32_t)matchable, &from_disk, cache_err);
+	int got = attach(s, c, ids, (uint32_t)(whole ? n / B : matchable), wait, whole, &from_disk,
+			 cache_err);
 	free(ids);
-	if (hit < 0) {
-		info->cache_rc = hit;
+	if (got < 0) {
+		info->cache_rc = got;
 		return 0;
 	}
-	info->attached = (size_t)hit * B;
-	info->from_disk = hit > 0 ? from_disk : 0;
+	info->attached = (size_t)got;
+	info->from_disk = got > 0 ? from_disk : 0;
 	info->computed = n - info->attached;
 	return 0;
+}
+
+/* Never waits: a caller that computes in its own batches (a server's
+ * engine) must not stall them on another process. */
+int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
+		       struct pfx_error *err)
+{
+	return do_attach(s, c, tokens, n, false, info, cache_err, err);
 }
 
 /* The leading blocks of s attached through one lease of c, all of those
@@ -284,6 +319,103 @@ int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_
 	return 0;
 }
 
+/* Publishes the session's blocks [have, full), which continue blocks an
+ * earlier chunk published: a lease on those (a plain MATCH, which the
+ * daemon counts as one) lets the publish send only the new ones. */
+static int publish_next(struct pfx_session *s, struct pfx_cache *c, const uint32_t *ids,
+			uint32_t have, uint32_t full, uint32_t *stored, uint32_t *dedup)
+{
+	const void **kv = malloc(full * sizeof(*kv));
+	uint64_t lease = 0;
+	uint32_t hit = 0;
+	*stored = *dedup = 0;
+	int rc = kv ? prefixd_match(c->c, ids, have, &lease, &hit, kv) : -ENOMEM;
+	if (!rc) {
+		for (uint32_t i = hit; i < full; i++)
+			kv[i - hit] = s->blocks[i]->data;
+		rc = prefixd_publish(c->c, lease, ids, hit, full - hit, kv, stored, dedup);
+		if (!rc && *stored + *dedup < full - hit)
+			rc = -EEXIST; /* a hash collision stopped it */
+	}
+	if (lease)
+		prefixd_release(c->c, lease);
+	free(kv);
+	return rc;
+}
+
+/*
+ * The rest of a long prompt after the attach, in chunks that end on block
+ * boundaries, publishing the full blocks after each: processes waiting for
+ * this prompt's blocks (single flight) wake at each chunk, and a crash
+ * loses at most a chunk. The first publish continues the attach (as
+ * pfx_session_publish does), the later ones the chunks before.
+ */
+static int prefill_chunks(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			  size_t n, enum pfx_logits want, float *logits,
+			  struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			  struct pfx_error *err)
+{
+	size_t B = (size_t)pfx_model_block_tokens(s->m), attached = info->attached;
+	size_t V = (size_t)pfx_model_config(s->m)->vocab, chunk = PFX_PREFILL_CHUNK / B * B;
+	if (!chunk)
+		chunk = B;
+	uint32_t *ids;
+	int rc = ids_of(s, tokens, n, &ids, err);
+	if (rc)
+		return rc;
+	uint32_t have = 0; /* leading blocks published (or attached) so far */
+	bool publishing = true;
+	struct pfx_prefill_info step = *info;
+	for (size_t done = attached; done < n;) {
+		size_t end = (done / chunk + 1) * chunk;
+		/* No short chunk at the end: the last takes up to 1.5 chunks. */
+		if (end >= n || n - end < chunk / 2)
+			end = n;
+		enum pfx_logits w = want == PFX_LOGITS_ALL ? PFX_LOGITS_ALL
+				    : end == n              ? want
+							    : PFX_LOGITS_NONE;
+		float *rows = w == PFX_LOGITS_NONE	 ? NULL
+			      : want == PFX_LOGITS_ALL ? logits + (done - attached) * V
+						       : logits;
+		if ((rc = pfx_session_append(s, tokens + done, end - done, w, rows, err))) {
+			pfx_session_rewind(s, attached, NULL);
+			free(ids);
+			return rc;
+		}
+		done = end;
+		uint32_t full = (uint32_t)(done / B);
+		if (!publishing || full * B <= attached)
+			continue;
+		if (!have) {
+			pfx_session_publish(s, c, tokens, done, &step, cache_err, NULL);
+			info->published = step.published;
+			info->deduplicated = step.deduplicated;
+			info->recomputed = step.recomputed;
+			if ((info->publish_rc = step.publish_rc))
+				publishing = false;
+		} else {
+			uint32_t stored, dedup;
+			int prc = publish_next(s, c, ids, have, full, &stored, &dedup);
+			info->published += stored;
+			info->deduplicated += dedup;
+			if (prc) {
+				info->publish_rc = pfx_errorf(cache_err, prc, "%s",
+							      prc == -EEXIST ? "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)"
+							      : prc == -ENOMEM ? "out of memory"
+									       : prefixd_errmsg());
+				publishing = false;
+			}
+		}
+		have = full;
+	}
+	free(ids);
+	/* A publish cut short leaves the later chunks' blocks unsent too. */
+	uint32_t mine = (uint32_t)(n / B - attached / B);
+	uint32_t sent = info->published + info->deduplicated;
+	info->unpublished = mine > sent ? mine - sent : 0;
+	return 0;
+}
+
 int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			size_t n, enum pfx_logits want, float *logits,
 			struct pfx_prefill_info *info, struct pfx_error *cache_err,
@@ -294,18 +426,24 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 		info->computed = n;
 		return pfx_session_append(s, tokens, n, want, logits, err);
 	}
-	int rc = pfx_session_attach(s, c, tokens, n, info, cache_err, err);
+	bool flight = !(c->flags & PFX_CACHE_NO_WAIT);
+	int rc = do_attach(s, c, tokens, n, flight, info, cache_err, err);
 	if (rc)
 		return rc;
 	size_t done = info->attached;
+	if (flight && !info->cache_rc &&
+	    n - done > PFX_PREFILL_CHUNK + PFX_PREFILL_CHUNK / 2)
+		return prefill_chunks(s, c, tokens, n, want, logits, info, cache_err, err);
 	rc = pfx_session_append(s, tokens + done, n - done, want, logits, err);
 	if (rc) {
 		pfx_session_rewind(s, done, NULL);
 		return rc;
 	}
 	/* Publish the prompt's full blocks computed here; the daemon copies
-	 * them, so these stay private and writable. */
-	if (!info->cache_rc)
+	 * them, so these stay private and writable. A last block copied from
+	 * the cache (attach) is the daemon's already. */
+	size_t B = (size_t)pfx_model_block_tokens(s->m);
+	if (!info->cache_rc && !(n % B == 0 && done == n - 1))
 		pfx_session_publish(s, c, tokens, n, info, cache_err, NULL);
 	return 0;
 }

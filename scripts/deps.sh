@@ -16,3 +16,15 @@ if [ -n "$missing" ]; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
+# The official openai npm client, for the test that drives prefix-serve with
+# it (tests/serve/openai_client.mjs), where node and npm are installed;
+# without them that test is skipped and says so. 6.x is the newest line
+# that runs on Debian's and this machine's Node 20 (7.x needs Node 22).
+OPENAI_NPM=openai@6.30.1
+cd "$(dirname "$0")/.."
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
+	! grep -qs '"version": "6.30.1"' tests/serve/node_modules/openai/package.json; then
+	echo "installing $OPENAI_NPM (npm) into tests/serve"
+	npm install --prefix tests/serve --no-save --no-package-lock --silent "$OPENAI_NPM" ||
+		echo "deps.sh: npm could not install $OPENAI_NPM: the openai client test will be skipped"
+fi

@@ -228,9 +228,10 @@ static struct json_object *input_messages(struct json_object *lists, const char 
 
 /* Every case's ids (Rust encode of the render, special tokens parsed as
  * Hugging Face parses them: PFX_TEXT_PARSE_SPECIAL), through
- * pfx_chat_encode where the tokenizer carries the template and the case
- * has no kwargs, else through the render's spans and pfx_tokenize_spans;
- * and pfx_chat_render's text is the case's. */
+ * pfx_chat_encode where the tokenizer carries the template (and
+ * pfx_chat_encode_opts with the case's kwargs as variables), else through
+ * the render's spans and pfx_tokenize_spans; and pfx_chat_render's (or
+ * pfx_chat_render_opts') text is the case's. */
 Test(chat, every_case_encodes_to_the_reference_ids, .timeout = 120)
 {
 	struct json_object *j = load_cases(), *cases, *templates;
@@ -240,7 +241,8 @@ Test(chat, every_case_encodes_to_the_reference_ids, .timeout = 120)
 	struct pfx_tokenizer *toks[4] = { 0 };
 	struct json_object *lists = json_object_from_file(CHAT_DIR "/messages.json");
 	cr_assert(lists, "cannot read messages.json");
-	size_t n = json_object_array_length(cases), same = 0, public_api = 0, differ = 0;
+	size_t n = json_object_array_length(cases), same = 0, public_api = 0, differ = 0,
+	       public_kwargs = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct json_object *c = json_object_array_get_idx(cases, i);
 		const char *tname = json_object_get_string(json_object_object_get(c, "template"));
@@ -264,14 +266,29 @@ Test(chat, every_case_encodes_to_the_reference_ids, .timeout = 120)
 		int32_t *ids = NULL;
 		size_t nids = 0;
 		int rc;
-		if (pfx_tokenizer_has_chat_template(toks[k]) && !kwargs) {
+		if (pfx_tokenizer_has_chat_template(toks[k])) {
 			struct pfx_chat_message m[16];
 			size_t nm = messages_of(c, m, 16);
-			rc = pfx_chat_encode(toks[k], m, nm, agp, PFX_TEXT_PARSE_SPECIAL, &ids, &nids, &err);
+			struct pfx_chat_opts o = {
+				.add_generation_prompt = agp,
+				.vars_json = json_object_to_json_string(json_object_object_get(c, "kwargs")),
+			};
 			char *text;
 			size_t len;
-			cr_assert_eq(pfx_chat_render(toks[k], m, nm, agp, &text, &len, NULL, NULL, &err), 0,
-				     "%s/%s: %s", tname, name, err.msg);
+			if (kwargs) {
+				rc = pfx_chat_encode_opts(toks[k], m, nm, &o, PFX_TEXT_PARSE_SPECIAL, &ids,
+							  &nids, &err);
+				cr_assert_eq(pfx_chat_render_opts(toks[k], m, nm, &o, &text, &len, NULL,
+								  NULL, &err),
+					     0, "%s/%s: %s", tname, name, err.msg);
+				public_kwargs++;
+			} else {
+				rc = pfx_chat_encode(toks[k], m, nm, agp, PFX_TEXT_PARSE_SPECIAL, &ids,
+						     &nids, &err);
+				cr_assert_eq(pfx_chat_render(toks[k], m, nm, agp, &text, &len, NULL, NULL,
+							     &err),
+					     0, "%s/%s: %s", tname, name, err.msg);
+			}
 			struct json_object *rendered = json_object_object_get(c, "rendered");
 			cr_expect(copy_differs || (len == (size_t)json_object_get_string_len(rendered) &&
 						   !memcmp(text, json_object_get_string(rendered), len)),
@@ -317,7 +334,9 @@ Test(chat, every_case_encodes_to_the_reference_ids, .timeout = 120)
 		free(ids);
 	}
 	cr_expect_eq(same, n, "%zu of %zu cases' ids identical", same, n);
-	cr_expect_gt(public_api, 70, "only %zu cases went through pfx_chat_encode", public_api);
+	cr_expect_gt(public_api, 80, "only %zu cases went through pfx_chat_encode", public_api);
+	cr_expect_eq(public_kwargs, 6, "the enable_thinking cases through pfx_chat_encode_opts: %zu",
+		     public_kwargs);
 	cr_expect_eq(differ, 8, "cases.json's long_conversation copies: %zu differ", differ);
 	json_object_put(lists);
 	for (int k = 0; k < 4; k++)
@@ -397,7 +416,7 @@ Test(chat, render_spans_are_the_contents)
 	size_t len, ns;
 	struct pfx_text_span *spans;
 	struct pfx_error err;
-	cr_assert_eq(chat_render_with(t, src, m, 3, true, &text, &len, &spans, &ns, &err), 0, "%s",
+	cr_assert_eq(chat_render_with(t, src, m, 3, &(struct pfx_chat_opts){ .add_generation_prompt = true }, &text, &len, &spans, &ns, &err), 0, "%s",
 		     err.msg);
 	cr_assert_eq(ns, 2, "%zu spans", ns);
 	cr_expect_eq(spans[0].len, strlen(m[0].content));
@@ -413,8 +432,141 @@ Test(chat, render_spans_are_the_contents)
 	cr_expect(strstr(err.msg, "chat_template"), "%s", err.msg);
 	/* a content that is not UTF-8 is refused with its offset */
 	struct pfx_chat_message bad[] = { { "user", "ok \xff" } };
-	cr_expect_eq(chat_render_with(t, src, bad, 1, true, &text, &len, NULL, NULL, &err), -EILSEQ);
+	cr_expect_eq(chat_render_with(t, src, bad, 1, &(struct pfx_chat_opts){ .add_generation_prompt = true }, &text, &len, NULL, NULL, &err), -EILSEQ);
 	cr_expect(strstr(err.msg, "byte offset 3"), "%s", err.msg);
+	pfx_tokenizer_free(t);
+}
+
+/* apply_chat_template's further arguments through the public API
+ * (pfx_chat_opts.vars_json): tools, documents, enable_thinking, a
+ * template's own variables, a special-token string overridden, each
+ * render byte-identical to Python Jinja2's with the context transformers
+ * builds (kwargs.json, from gen_kwargs.py); the encode is the render's
+ * ids, and a tool's description cannot inject special tokens. */
+Test(chat, variables_render_as_transformers_passes_kwargs)
+{
+	struct json_object *j = json_object_from_file(CHAT_DIR "/kwargs.json"), *cases;
+	cr_assert(j, "cannot read kwargs.json");
+	cr_assert(json_object_object_get_ex(j, "cases", &cases));
+	const char *names[] = { "tinyllama", "llama3", "qwen3" };
+	struct pfx_tokenizer *toks[3] = { 0 };
+	size_t n = json_object_array_length(cases), same = 0, injected = 0;
+	cr_assert_eq(n, 22);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *c = json_object_array_get_idx(cases, i);
+		const char *tname = json_object_get_string(json_object_object_get(c, "template"));
+		const char *name = json_object_get_string(json_object_object_get(c, "name"));
+		int k = 0;
+		while (k < 3 && strcmp(names[k], tname))
+			k++;
+		cr_assert_lt(k, 3, "template %s", tname);
+		if (!toks[k])
+			toks[k] = load_tok(tname);
+		struct pfx_chat_message m[16];
+		size_t nm = messages_of(c, m, 16);
+		struct pfx_chat_opts o = {
+			.add_generation_prompt =
+				json_object_get_boolean(json_object_object_get(c, "add_generation_prompt")),
+			.vars_json = json_object_to_json_string(json_object_object_get(c, "kwargs")),
+		};
+		char *text;
+		size_t len;
+		struct pfx_error err = { { 0 } };
+		int rc = pfx_chat_render_opts(toks[k], m, nm, &o, &text, &len, NULL, NULL, &err);
+		cr_expect_eq(rc, 0, "%s/%s: %s", tname, name, err.msg);
+		if (rc)
+			continue;
+		struct json_object *want = json_object_object_get(c, "rendered");
+		size_t wl = (size_t)json_object_get_string_len(want);
+		const char *w = json_object_get_string(want);
+		if (len == wl && !memcmp(text, w, wl)) {
+			same++;
+		} else {
+			size_t at = 0;
+			while (at < len && at < wl && text[at] == w[at])
+				at++;
+			cr_expect_fail("%s/%s: differs at byte %zu: got \"%.60s\", want \"%.60s\"", tname,
+				       name, at, text + at, w + at);
+		}
+		/* Hugging Face's ids are the render's; by default the
+		 * variables' strings are plain text. */
+		int32_t *hf, *want_ids, *safe;
+		size_t nhf, nwant, nsafe;
+		cr_assert_eq(pfx_chat_encode_opts(toks[k], m, nm, &o, PFX_TEXT_PARSE_SPECIAL, &hf, &nhf,
+						  &err), 0, "%s", err.msg);
+		cr_assert_eq(pfx_tokenize(toks[k], text, len, PFX_TEXT_PARSE_SPECIAL, &want_ids, &nwant,
+					  &err), 0, "%s", err.msg);
+		cr_expect(nhf == nwant && !memcmp(hf, want_ids, nhf * sizeof(*hf)), "%s/%s: ids", tname,
+			  name);
+		cr_assert_eq(pfx_chat_encode_opts(toks[k], m, nm, &o, 0, &safe, &nsafe, &err), 0, "%s",
+			     err.msg);
+		if (!strcmp(tname, "qwen3") && strstr(o.vars_json, "<|im_end|>")) {
+			int32_t end = one_id(toks[k], "<|im_end|>");
+			cr_expect_eq(count_id(safe, nsafe, end) + 1, count_id(hf, nhf, end),
+				     "%s/%s: the tool's <|im_end|> is text", tname, name);
+			injected++;
+		} else {
+			cr_expect(nsafe == nhf && !memcmp(safe, hf, nhf * sizeof(*hf)), "%s/%s", tname, name);
+		}
+		free(hf);
+		free(want_ids);
+		free(safe);
+		free(text);
+	}
+	cr_expect_eq(same, n, "%zu of %zu cases identical", same, n);
+	cr_expect_eq(injected, 4);
+	for (int k = 0; k < 3; k++)
+		pfx_tokenizer_free(toks[k]);
+	json_object_put(j);
+}
+
+/* Variables transformers would refuse are refused, by name. */
+Test(chat, bad_variables_are_refused)
+{
+	struct pfx_tokenizer *t = load_tok("qwen3");
+	struct pfx_chat_message m[] = { { "user", "Hi" } };
+	static const struct {
+		const char *vars, *what;
+		int code;
+	} cases[] = {
+		{ "{\"messages\": []}", "\"messages\" is the call's own", -EINVAL },
+		{ "{\"add_generation_prompt\": true}", "pfx_chat_opts.add_generation_prompt", -EINVAL },
+		{ "{\"tools\": 3}", "\"tools\" must be a list of objects or null", -EINVAL },
+		{ "{\"documents\": [\"x\"]}", "\"documents\" must be a list", -EINVAL },
+		{ "[1]", "template variables: not a JSON object", -EINVAL },
+		{ "{\"a\": ", "template variables: unexpected end", -EINVAL },
+		{ "{\"a\": \"\xff\"}", "not UTF-8 (byte offset 7)", -EILSEQ },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct pfx_chat_opts o = { .add_generation_prompt = true, .vars_json = cases[i].vars };
+		char *text = (char *)1;
+		size_t len = 1;
+		struct pfx_error err = { { 0 } };
+		cr_expect_eq(pfx_chat_render_opts(t, m, 1, &o, &text, &len, NULL, NULL, &err),
+			     cases[i].code, "%s: %s", cases[i].vars, err.msg);
+		cr_expect(strstr(err.msg, cases[i].what), "%s: \"%s\" lacks \"%s\"", cases[i].vars,
+			  err.msg, cases[i].what);
+		cr_expect(!text && !len);
+		int32_t *ids = (int32_t *)1;
+		size_t nids = 1;
+		cr_expect_eq(pfx_chat_encode_opts(t, m, 1, &o, 0, &ids, &nids, &err), cases[i].code);
+		cr_expect(!ids && !nids);
+	}
+	/* No variables: as pfx_chat_render; tools and documents none. */
+	struct pfx_chat_opts o = { .add_generation_prompt = true };
+	char *a, *b;
+	size_t la, lb;
+	struct pfx_error err;
+	cr_assert_eq(pfx_chat_render_opts(t, m, 1, &o, &a, &la, NULL, NULL, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_chat_render(t, m, 1, true, &b, &lb, NULL, NULL, &err), 0, "%s", err.msg);
+	cr_expect(la == lb && !memcmp(a, b, la));
+	free(a);
+	free(b);
+	const char *src = "{{ tools is defined }} {{ tools is none }} {{ documents is none }} {{ x }}";
+	o.vars_json = "{\"x\": 1}";
+	cr_assert_eq(chat_render_with(t, src, m, 1, &o, &a, &la, NULL, NULL, &err), 0, "%s", err.msg);
+	cr_expect_str_eq(a, "True True True 1");
+	free(a);
 	pfx_tokenizer_free(t);
 }
 

@@ -450,7 +450,7 @@ Test(daemon, many_clients_at_once_keep_every_invariant)
 
 Test(daemon, bad_command_lines_say_what_is_wrong)
 {
-	char out[4096];
+	char out[8192]; /* --help is over 4 KiB */
 	static const struct {
 		const char *args;
 		const char *says;

@@ -183,6 +183,136 @@ Test(hostile, the_shared_flag_on_anything_but_hello_closes_the_connection)
 	close(fd);
 }
 
+Test(hostile, the_flight_flag_on_anything_but_match_closes_the_connection)
+{
+	int fd = raw_connect();
+	hello(fd);
+	uint8_t frame[PD_HDR_SIZE + 8] = { 0 };
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_RELEASE, PD_FLAG_FLIGHT, 0, 1, 8 };
+	pd_hdr_encode(&h, frame);
+	frame[PD_HDR_SIZE] = 1;
+	cr_assert_eq(send(fd, frame, sizeof(frame), MSG_NOSIGNAL), (ssize_t)sizeof(frame));
+	expect_closed(fd);
+	close(fd);
+}
+
+/* A MATCH with the FLIGHT flag of one block (hash and tokens from seed)
+ * after the 8 bytes of wait_ms and flags; len cuts the body. */
+static size_t flight_body(uint8_t *b, uint32_t wait_ms, uint32_t flags, uint8_t seed)
+{
+	uint8_t hash[PD_HASH_SIZE], tokens[4 * TD_BLOCK_TOKENS];
+	memset(hash, seed, sizeof(hash));
+	memset(tokens, seed, sizeof(tokens));
+	for (int i = 0; i < 4; i++) {
+		b[i] = (uint8_t)(wait_ms >> 8 * i);
+		b[4 + i] = (uint8_t)(flags >> 8 * i);
+	}
+	struct pd_match m = { 1, hash, tokens };
+	return PD_FLIGHT_SIZE + pd_match_encode(&m, TD_BLOCK_TOKENS, b + PD_FLIGHT_SIZE, 256);
+}
+
+/* Sends a FLIGHT MATCH; the reply's status, its message in msg and, on
+ * status 0, its flight outcome in *outcome. */
+static int flight_call(int fd, const uint8_t *body, size_t len, char *msg, uint32_t *outcome)
+{
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_MATCH, PD_FLAG_FLIGHT, 0, 78, (uint32_t)len };
+	cr_assert_eq(pd_send(fd, &h, body, NULL, 0), 0);
+	struct pd_hdr r;
+	uint8_t *rb;
+	int rfds[PD_MAX_FDS], n = 0;
+	cr_assert_eq(pd_recv(fd, &r, &rb, rfds, &n), 0, "a reply, not a close");
+	cr_expect_eq(r.opaque, 78);
+	msg[0] = 0;
+	struct pd_error e;
+	struct pd_flight_reply fr;
+	struct pd_match_reply mr;
+	if (r.status && !pd_error_decode(rb, r.body_len, &e))
+		snprintf(msg, 300, "%.*s", (int)e.len, e.msg);
+	if (!r.status) {
+		cr_assert_eq(pd_flight_reply_decode(rb, r.body_len, &fr), 0);
+		cr_assert_eq(pd_match_reply_decode(rb, r.body_len - PD_FLIGHT_REPLY_SIZE, &mr), 0);
+		*outcome = fr.outcome;
+	}
+	for (int i = 0; i < n; i++)
+		close(rfds[i]);
+	free(rb);
+	return (int)r.status;
+}
+
+Test(hostile, flight_matches_that_do_not_decode_or_ask_too_much)
+{
+	int fd = raw_connect();
+	hello(fd);
+	uint8_t body[512];
+	char msg[300];
+	uint32_t outcome = 99;
+	size_t n = flight_body(body, 100, PD_FLIGHT_CLAIM, 3);
+	cr_expect_eq(flight_call(fd, body, 4, msg, &outcome), PD_E_MALFORMED, "no room for the flight fields");
+	cr_expect_eq(flight_call(fd, body, PD_FLIGHT_SIZE, msg, &outcome), PD_E_MALFORMED, "no MATCH body");
+	cr_expect_eq(flight_call(fd, body, n - 1, msg, &outcome), PD_E_MALFORMED, "a MATCH body cut short");
+	n = flight_body(body, 100, 2, 3);
+	cr_expect_eq(flight_call(fd, body, n, msg, &outcome), PD_E_MALFORMED, "an unknown flight flag");
+	n = flight_body(body, PD_MAX_WAIT_MS + 1, PD_FLIGHT_CLAIM, 3);
+	cr_expect_eq(flight_call(fd, body, n, msg, &outcome), PD_E_LIMIT, "a wait past the limit");
+	cr_expect(strstr(msg, "600000"), "%s", msg);
+	/* The connection is still served: a claim, then a plain miss. */
+	n = flight_body(body, 0, PD_FLIGHT_CLAIM, 3);
+	cr_expect_eq(flight_call(fd, body, n, msg, &outcome), PD_OK, "%s", msg);
+	cr_expect_eq(outcome, PD_FLIGHT_CLAIMED);
+	n = flight_body(body, 100, 0, 4);
+	cr_expect_eq(flight_call(fd, body, n, msg, &outcome), PD_OK, "%s", msg);
+	cr_expect_eq(outcome, PD_FLIGHT_NONE, "no CLAIM flag, no claim to wait for");
+	close(fd);
+}
+
+Test(hostile, a_waiting_match_keeps_what_its_peer_sends_and_ends_with_its_peer)
+{
+	int a = raw_connect(), b = raw_connect(), c = raw_connect();
+	hello(a);
+	hello(b);
+	hello(c);
+	uint8_t body[512];
+	char msg[300];
+	uint32_t outcome = 99;
+	size_t n = flight_body(body, 5000, PD_FLIGHT_CLAIM, 9);
+	cr_assert_eq(flight_call(a, body, n, msg, &outcome), PD_OK, "%s", msg);
+	cr_assert_eq(outcome, PD_FLIGHT_CLAIMED);
+	/* b waits 300 ms, and sends a STATS meanwhile: answered after. */
+	n = flight_body(body, 300, PD_FLIGHT_CLAIM, 9);
+	struct pd_hdr h = { PD_MAGIC, PD_VERSION, PD_OP_MATCH, PD_FLAG_FLIGHT, 0, 1, (uint32_t)n };
+	cr_assert_eq(pd_send(b, &h, body, NULL, 0), 0);
+	struct pd_hdr st = { PD_MAGIC, PD_VERSION, PD_OP_STATS, 0, 0, 2, 0 };
+	cr_assert_eq(pd_send(b, &st, NULL, NULL, 0), 0);
+	struct pd_hdr r;
+	uint8_t *rb;
+	int rfds[PD_MAX_FDS], nfds = 0;
+	cr_assert_eq(pd_recv(b, &r, &rb, rfds, &nfds), 0);
+	cr_expect(r.op == PD_OP_MATCH && r.opaque == 1 && !r.status, "the MATCH is answered first");
+	struct pd_flight_reply fr;
+	cr_expect_eq(pd_flight_reply_decode(rb, r.body_len, &fr), 0);
+	cr_expect_eq(fr.outcome, PD_FLIGHT_WAITED);
+	cr_expect_geq(fr.waited_ms, 250);
+	free(rb);
+	cr_assert_eq(pd_recv(b, &r, &rb, rfds, &nfds), 0);
+	cr_expect(r.op == PD_OP_STATS && r.opaque == 2 && !r.status, "then the STATS");
+	free(rb);
+	/* c waits, and hangs up: the daemon drops it; a's claim stays. */
+	n = flight_body(body, 5000, PD_FLIGHT_CLAIM, 9);
+	h.body_len = (uint32_t)n;
+	cr_assert_eq(pd_send(c, &h, body, NULL, 0), 0);
+	usleep(100000);
+	close(c);
+	struct prefixd_stats s = { 0 };
+	for (int i = 0; i < 200 && (td_stats(&td, &s) || s.connections > 4); i++)
+		usleep(10000);
+	cr_expect_leq(s.connections, 4, "the waiting connection was closed (a, b, the bystander and the one asking stay)");
+	cr_expect_eq(s.claims, 1);
+	cr_expect_eq(s.waits, 2);
+	cr_expect_eq(s.claims_inherited, 0);
+	close(a);
+	close(b);
+}
+
 Test(hostile, garbage_bytes_close_the_connection)
 {
 	int fd = raw_connect();

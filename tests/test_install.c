@@ -36,7 +36,7 @@ Test(version, every_program_prints_its_name_and_the_version_and_exits_0)
 	static const struct {
 		const char *name, *exe;
 	} progs[] = { { "prefixd", PREFIXD_EXE }, { "prefixctl", PREFIXCTL }, { "prefix-run", PREFIX_RUN } };
-	char out[4096], want[128];
+	char out[8192], want[128]; /* prefixd --help is over 4 KiB */
 	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
 		cr_expect_eq(td_sh(out, sizeof(out), "%s --version", progs[i].exe), 0, "%s", progs[i].name);
 		snprintf(want, sizeof(want), "%s %s\n", progs[i].name, PREFIXD_VERSION);

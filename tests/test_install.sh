@@ -57,7 +57,7 @@ for t in prefixd prefixctl prefix-run; do
 	[ "$out" = "$t $PFX_VERSION" ] || fail "$t --version says '$out', not '$t $PFX_VERSION'"
 done
 # One version scheme: each library's file is named after its SONAME (the
-# ABI version), libprefixd.so.4 -> libprefixd.so.4.0.0 (README, Installing).
+# ABI version), libprefixd.so.5 -> libprefixd.so.5.0.0 (README, Installing).
 for l in libprefixd libprefixd-runtime; do
 	so=$(readelf -d "$lib/$l.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
 	[ -n "$so" ] || fail "no soname in $lib/$l.so"

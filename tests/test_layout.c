@@ -49,9 +49,8 @@ static int starts(const char *s, const char *prefix)
  * longest `from` that a file's path starts with applies). Inside the
  * runtime, load/ and kernels/ are leaves; the tools see the libraries'
  * installed headers, except devkit, which writes checkpoints from the
- * runtime's own description of a model, prefix-run's use of the
- * runtime's strict JSON reader, and prefix-serve's of prefix-run's option
- * parsing (cli.h). */
+ * runtime's own description of a model, and prefix-serve's use of
+ * prefix-run's option parsing (cli.h). */
 static const struct rule {
 	const char *from;
 	const char *may[6];
@@ -66,8 +65,7 @@ static const struct rule {
 	{ "runtime/text/", { "runtime/text/", "runtime/load/json_buf.h", "include/prefixd-runtime/" } },
 	{ "include/", { "include/" } },
 	{ "tools/prefixctl/", { "tools/prefixctl/", "include/prefixd.h", "include/prefixd_proto.h" } },
-	{ "tools/prefix-run/", { "tools/prefix-run/", "tools/devkit/", "include/",
-				 "runtime/load/json_buf.h" } },
+	{ "tools/prefix-run/", { "tools/prefix-run/", "tools/devkit/", "include/" } },
 	{ "tools/devkit/", { "tools/devkit/", "runtime/", "include/" } },
 	{ "tools/prefix-serve/", { "tools/prefix-serve/", "tools/prefix-run/cli.h", "include/" } },
 };

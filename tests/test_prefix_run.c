@@ -465,10 +465,11 @@ Test(prefix_run, a_publish_cut_short_is_reported_on_one_truthful_line)
 	cr_expect_eq(td_stop(&d), 0);
 }
 
-/* A prompt of exactly one block leaves that block to compute: its last
- * token's logits are the answer. The run says so rather than showing a
- * bare "0 attached, 1 already there". */
-Test(prefix_run, a_prompt_on_a_block_boundary_says_why_its_last_block_is_computed)
+/* A prompt of exactly one block, cached, attaches all but its last token
+ * (the block copied) and computes that token, whose logits are the
+ * answer. With --no-wait it leaves that block to compute, and says why
+ * rather than showing a bare "0 attached, 1 already there". */
+Test(prefix_run, a_prompt_on_a_block_boundary_computes_its_last_token_only)
 {
 	struct test_daemon d;
 	const char *args[] = { "--block-tokens", "4", "--memory", "64M", NULL };
@@ -478,7 +479,16 @@ Test(prefix_run, a_prompt_on_a_block_boundary_says_why_its_last_block_is_compute
 	cr_expect(strstr(r.out, "0 attached from the cache, 4 computed; 1 new block published, 0 already there\n"),
 		  "%s", r.out);
 	cr_expect_not(strstr(r.out, "the prompt is one block"), "not cached yet: %s", r.out);
+	char first[64] = "";
+	const char *nl = strchr(r.out, '\n');
+	if (nl)
+		snprintf(first, sizeof(first), "\n%.*s", (int)strcspn(nl + 1, "\n"), nl + 1);
 	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4");
+	cr_expect(strstr(r.out, "3 attached from the cache, 1 computed; 0 new blocks published, 0 already there\n"),
+		  "%s", r.out);
+	cr_expect(strstr(r.out, first), "the same token as computed alone (%s): %s", first, r.out);
+	cr_expect_not(strstr(r.out, "one block"), "%s", r.out);
+	r = run(GEN " --no-wait", fixtures_dir(), d.sock, "1,2,3,4");
 	cr_expect(strstr(r.out, "0 attached from the cache, 4 computed; 0 new blocks published, 1 already there\n"),
 		  "%s", r.out);
 	cr_expect(strstr(r.out, "prefix-run: the prompt is one block (4 tokens), already cached, but its last token must be computed, so nothing is attached; prompts longer than a block attach all their full blocks"),
@@ -488,10 +498,13 @@ Test(prefix_run, a_prompt_on_a_block_boundary_says_why_its_last_block_is_compute
 	cr_expect_not(strstr(r.out, "block boundary"), "%s", r.out);
 	cr_expect_not(strstr(r.out, "one block"), "%s", r.out);
 	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4,5,6,7,8");
-	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4,5,6,7,8");
+	r = run(GEN " --no-wait", fixtures_dir(), d.sock, "1,2,3,4,5,6,7,8");
 	cr_expect(strstr(r.out, "4 attached from the cache, 4 computed; 0 new blocks published, 1 already there\n"),
 		  "%s", r.out);
 	cr_expect(strstr(r.out, "the prompt ends on a block boundary: its last block (4 tokens) is cached but computed again"),
+		  "%s", r.out);
+	r = run(GEN, fixtures_dir(), d.sock, "1,2,3,4,5,6,7,8");
+	cr_expect(strstr(r.out, "7 attached from the cache, 1 computed; 0 new blocks published, 0 already there\n"),
 		  "%s", r.out);
 	cr_expect_eq(td_stop(&d), 0);
 #undef GEN

@@ -141,6 +141,48 @@ Test(prefix_run_text, tokenize_equals_the_library_and_round_trips)
 	pfx_tokenizer_free(t);
 }
 
+/* --chat-kwargs: the template's further variables, as pfx_chat_encode_opts
+ * takes them (Qwen3's enable_thinking=false adds an empty think block). */
+Test(prefix_run_text, chat_kwargs_reach_the_template)
+{
+	struct pfx_tokenizer *t;
+	struct pfx_error err = { "" };
+	cr_assert_eq(pfx_tokenizer_load(TOKDIR "/qwen3", &t, &err), 0, "%s", err.msg);
+	struct pfx_chat_message m[1] = { { "user", "Hi" } };
+	struct pfx_chat_opts o = { .add_generation_prompt = true,
+				   .vars_json = "{\"enable_thinking\": false}" };
+	int32_t *ids;
+	size_t n;
+	cr_assert_eq(pfx_chat_encode_opts(t, m, 1, &o, 0, &ids, &n, &err), 0, "%s", err.msg);
+	char *want = csv_line(ids, n);
+	free(ids);
+	cr_assert_eq(pfx_chat_encode(t, m, 1, true, 0, &ids, &n, &err), 0, "%s", err.msg);
+	char *plain = csv_line(ids, n);
+	free(ids);
+	cr_assert_str_neq(want, plain, "enable_thinking changes the render");
+	struct cmd_result r = run("tokenize --model %s/qwen3 --chat --user Hi --chat-kwargs '{\"enable_thinking\": false}' 2>/dev/null",
+				  TOKDIR);
+	cr_assert_eq(r.status, 0);
+	cr_expect_str_eq(r.out, want);
+	r = run("tokenize --model %s/qwen3 --chat --user Hi --pieces --chat-kwargs '{\"enable_thinking\": false}' 2>/dev/null",
+		TOKDIR);
+	cr_expect(strstr(r.out, "\"<think>\""), "%s", r.out);
+	r = run("tokenize --model %s/qwen3 --chat --user Hi 2>/dev/null", TOKDIR);
+	cr_expect_str_eq(r.out, plain);
+	/* Refused: not JSON, a variable the call sets, without --chat. */
+	r = run("tokenize --model %s/qwen3 --chat --user Hi --chat-kwargs '{\"a\":' 2>&1", TOKDIR);
+	cr_expect_eq(r.status, 1, "%s", r.out);
+	cr_expect(strstr(r.out, "cannot encode the chat: chat: the template variables: "), "%s", r.out);
+	r = run("tokenize --model %s/qwen3 --chat --user Hi --chat-kwargs '{\"messages\": []}' 2>&1", TOKDIR);
+	cr_expect(strstr(r.out, "\"messages\" is the call's own"), "%s", r.out);
+	r = run("tokenize --model %s/qwen3 --prompt Hi --chat-kwargs '{}' 2>&1", TOKDIR);
+	cr_expect_neq(r.status, 0);
+	cr_expect(strstr(r.out, "--chat-kwargs are parts of a chat: give --chat too"), "%s", r.out);
+	free(want);
+	free(plain);
+	pfx_tokenizer_free(t);
+}
+
 Test(prefix_run_text, pieces)
 {
 	struct cmd_result r = run("tokenize --model %s/tiny-chat --pieces --prompt 'Hello world' 2>/dev/null",

@@ -707,13 +707,14 @@ Test(proto, golden_stats_reply)
 		  r.pinned_bytes == u.pinned_bytes && r.hits == u.hits && r.hit_tokens == u.hit_tokens &&
 		  r.query_tokens == u.query_tokens && r.evictions == u.evictions);
 	cr_expect_arr_eq(r.fp, f, 32);
-	/* The counters named in the table, at their indexes, 34 of them. */
-	cr_expect_eq(PD_STATS_COUNT, 34);
+	/* The counters named in the table, at their indexes, 39 of them. */
+	cr_expect_eq(PD_STATS_COUNT, 39);
 	cr_expect(PD_ST_hits == 0 && PD_ST_blocks == 3 && PD_ST_budget == 5 && PD_ST_evictions == 8 &&
 		  PD_ST_leases == 10 && PD_ST_errors == 12 && PD_ST_query_tokens == 15 &&
 		  PD_ST_refused_blocks == 21 && PD_ST_pins_expired == 23 && PD_ST_disk_blocks == 24 &&
 		  PD_ST_restores == 28 && PD_ST_disk_pending == 32 &&
-		  PD_ST_unwritten_evictions == 33);
+		  PD_ST_unwritten_evictions == 33 && PD_ST_claims == 34 && PD_ST_waits == 35 &&
+		  PD_ST_wait_ms == 36 && PD_ST_claims_inherited == 37 && PD_ST_claims_expired == 38);
 }
 
 static void golden_chain_row(struct golden *g, const struct pd_chain_row *c)
@@ -888,4 +889,33 @@ Test(proto, golden_error_body)
 	cr_assert_eq(pd_error_decode(g.b, g.n, &d), 0);
 	cr_expect_eq(d.len, 11);
 	cr_expect_arr_eq(d.msg, "budget full", 11);
+}
+
+Test(proto, single_flight_fields_round_trip_and_refuse_bad_values)
+{
+	uint8_t b[32];
+	struct pd_flight f = { 1500, PD_FLIGHT_CLAIM }, g;
+	cr_assert_eq(pd_flight_encode(&f, b, sizeof(b)), PD_FLIGHT_SIZE);
+	cr_assert_eq(pd_flight_decode(b, 64, &g), 0, "the MATCH body follows");
+	cr_expect(g.wait_ms == 1500 && g.flags == PD_FLIGHT_CLAIM);
+	cr_expect_eq(pd_flight_decode(b, PD_FLIGHT_SIZE - 1, &g), PD_E_MALFORMED);
+	b[4] = 2; /* an unknown flag */
+	cr_expect_eq(pd_flight_decode(b, PD_FLIGHT_SIZE, &g), PD_E_MALFORMED);
+	f.wait_ms = PD_MAX_WAIT_MS + 1;
+	cr_expect_eq(pd_flight_encode(&f, b, sizeof(b)), 0, "an encoder refuses what a decoder would");
+	uint32_t w = PD_MAX_WAIT_MS + 1;
+	memcpy(b, &w, 4);
+	b[4] = 1;
+	cr_expect_eq(pd_flight_decode(b, PD_FLIGHT_SIZE, &g), PD_E_LIMIT);
+
+	/* The reply's fields come last, after the MATCH reply. */
+	struct pd_flight_reply r = { PD_FLIGHT_INHERITED, 77 }, s;
+	cr_assert_eq(pd_flight_reply_encode(&r, b + 16, 16), PD_FLIGHT_REPLY_SIZE);
+	cr_assert_eq(pd_flight_reply_decode(b, 16 + PD_FLIGHT_REPLY_SIZE, &s), 0);
+	cr_expect(s.outcome == PD_FLIGHT_INHERITED && s.waited_ms == 77);
+	cr_expect_eq(pd_flight_reply_decode(b, PD_FLIGHT_REPLY_SIZE - 1, &s), PD_E_MALFORMED);
+	b[16] = PD_FLIGHT_OUTCOME_MAX + 1;
+	cr_expect_eq(pd_flight_reply_decode(b, 16 + PD_FLIGHT_REPLY_SIZE, &s), PD_E_MALFORMED);
+	r.outcome = PD_FLIGHT_OUTCOME_MAX + 1;
+	cr_expect_eq(pd_flight_reply_encode(&r, b, sizeof(b)), 0);
 }

@@ -199,7 +199,8 @@ static void remove_dir(const char *dir)
 {
 	char path[512];
 	for (const char *const *n = (const char *const[]){ "tokenizer.json", "tokenizer_config.json",
-							   "generation_config.json", NULL };
+							   "generation_config.json", "config.json",
+							   NULL };
 	     *n; n++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, *n);
 		unlink(path);
@@ -451,6 +452,61 @@ Test(tokenizer, refused_at_load)
 	cr_expect_eq(pfx_tokenizer_load("/nonexistent-pfx", &t, &err), -ENOENT);
 }
 
+/* A tokenizer.json of n merges ("a b" each, a duplicate list is allowed)
+ * but for bad[] (at their indices), in a malloc'd string. */
+static char *many_merges(size_t n, const size_t *at, const char *const *bad, size_t nbad)
+{
+	char *js = malloc(n * 16 + 256), *p = js;
+	p += sprintf(p, "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[");
+	for (size_t i = 0; i < n; i++) {
+		const char *m = "[\"a\",\"b\"]";
+		for (size_t k = 0; k < nbad; k++)
+			if (at[k] == i)
+				m = bad[k];
+		p += sprintf(p, "%s%s", i ? "," : "", m);
+	}
+	strcpy(p, "]}}");
+	return js;
+}
+
+/* Large merge lists are looked up on two threads: the error names the
+ * first bad merge of the list whichever half it is in, and a good list
+ * encodes as a small one does. */
+Test(tokenizer, merges_checked_in_order_on_two_threads)
+{
+	struct pfx_error err;
+	static const struct {
+		size_t at[2];
+		const char *bad[2], *want;
+	} cases[] = {
+		{ { 15000, 17000 }, { "[\"a\",\"zz\"]", "7" }, "merge 15000 names a token not in the vocabulary" },
+		{ { 3000, 15000 }, { "[\"a\",\"zz\"]", "7" }, "merge 3000 names a token not in the vocabulary" },
+		{ { 12000, 19999 }, { "7", "[\"a\",\"zz\"]" }, "merge 12000 is not a pair" },
+		{ { 19999, 19999 }, { "\"a\"", "\"a\"" }, "merge 19999 is not a pair" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char *js = many_merges(20000, cases[i].at, cases[i].bad, 2);
+		err.msg[0] = 0;
+		cr_expect_eq(load_text(js, &err), -EINVAL, "case %zu", i);
+		cr_expect(strstr(err.msg, cases[i].want), "case %zu: %s", i, err.msg);
+		free(js);
+	}
+	char *js = many_merges(20000, NULL, NULL, 0);
+	char dir[] = "/tmp/pfx-tok-XXXXXX";
+	cr_assert(mkdtemp(dir));
+	write_file(dir, "tokenizer.json", js, strlen(js));
+	free(js);
+	struct pfx_tokenizer *t;
+	cr_assert_eq(pfx_tokenizer_load(dir, &t, &err), 0, "%s", err.msg);
+	int32_t *ids;
+	size_t n;
+	cr_assert_eq(pfx_tokenize(t, "abab", 4, 0, &ids, &n, &err), 0, "%s", err.msg);
+	cr_expect(n == 2 && ids[0] == 2 && ids[1] == 2, "%zu ids", n);
+	free(ids);
+	pfx_tokenizer_free(t);
+	remove_dir(dir);
+}
+
 /* tokenizer_config.json and generation_config.json: chat template, special
  * strings, eos ids. */
 Test(tokenizer, config_files)
@@ -490,6 +546,82 @@ Test(tokenizer, config_files)
 	write_file(dir, "generation_config.json", gen, strlen(gen));
 	cr_expect_eq(pfx_tokenizer_load(dir, &t, &err), -EINVAL);
 	cr_expect(strstr(err.msg, "generation_config.json"), "%s", err.msg);
+	remove_dir(dir);
+}
+
+/* pfx_eos_read, the one reader of a folder's end-of-sequence ids:
+ * generation_config.json's, else config.json's, each checked against the
+ * vocabulary; and pfx_tokenizer_load takes its ids from it. */
+Test(tokenizer, eos_read_generation_config_then_config)
+{
+	char dir[] = "/tmp/pfx-eos-XXXXXX";
+	cr_assert(mkdtemp(dir));
+	struct pfx_eos_ids e;
+	struct pfx_error err;
+	cr_assert_eq(pfx_eos_read(dir, 100, &e, &err), 0, "%s", err.msg);
+	cr_expect(e.n == 0 && !e.from, "no files, no ids");
+#define W(name, text) write_file(dir, name, text, strlen(text))
+	W("config.json", "{\"eos_token_id\": 7, \"vocab_size\": 100}");
+	cr_assert_eq(pfx_eos_read(dir, 100, &e, &err), 0, "%s", err.msg);
+	cr_expect(e.n == 1 && e.id[0] == 7 && !strcmp(e.from, "config.json"));
+	W("generation_config.json", "{\"bos_token_id\": 1}");
+	cr_assert_eq(pfx_eos_read(dir, 100, &e, &err), 0, "%s", err.msg);
+	cr_expect(e.n == 1 && e.id[0] == 7 && !strcmp(e.from, "config.json"),
+		  "generation_config.json without eos_token_id: config.json's");
+	W("generation_config.json", "{\"eos_token_id\": null}");
+	cr_assert_eq(pfx_eos_read(dir, 100, &e, &err), 0, "%s", err.msg);
+	cr_expect(e.n == 1 && e.id[0] == 7, "null is none");
+	W("generation_config.json", "{\"eos_token_id\": [9, 0, 99]}");
+	cr_assert_eq(pfx_eos_read(dir, 100, &e, &err), 0, "%s", err.msg);
+	cr_expect(e.n == 3 && e.id[0] == 9 && e.id[1] == 0 && e.id[2] == 99 &&
+		  !strcmp(e.from, "generation_config.json"));
+	cr_expect_eq(pfx_eos_read(dir, 99, &e, &err), -EINVAL, "99 is past a vocabulary of 99");
+	cr_expect(strstr(err.msg, "generation_config.json: eos_token_id must be a token id from 0 to 98 or a list of them, not [9,0,99]"),
+		  "%s", err.msg);
+	cr_expect_eq(e.n, 0);
+	W("generation_config.json", "{\"eos_token_id\": \"</s>\"}");
+	cr_expect_eq(pfx_eos_read(dir, 100, &e, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "not \"<\\/s>\""), "%s", err.msg);
+	W("generation_config.json", "{\"eos_token_id\": [1.5]}");
+	cr_expect_eq(pfx_eos_read(dir, 100, &e, &err), -EINVAL);
+	char many[512] = "{\"eos_token_id\": [0", *p = many + strlen(many);
+	for (int i = 1; i <= PFX_EOS_MAX; i++)
+		p += sprintf(p, ",%d", i);
+	strcpy(p, "]}");
+	W("generation_config.json", many);
+	cr_expect_eq(pfx_eos_read(dir, 100, &e, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "lists 65 ids; at most 64"), "%s", err.msg);
+	W("generation_config.json", "{\"eos_token_id\": [1,");
+	cr_expect_eq(pfx_eos_read(dir, 100, &e, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "generation_config.json: malformed JSON"), "%s", err.msg);
+	unlink(strcat(strcpy(many, dir), "/generation_config.json"));
+	W("config.json", "[]");
+	cr_expect_eq(pfx_eos_read(dir, 100, &e, &err), -EINVAL);
+	cr_expect(strstr(err.msg, "config.json: malformed JSON"), "%s", err.msg);
+	cr_expect_eq(pfx_eos_read(dir, 0, &e, &err), -EINVAL);
+
+	/* The tokenizer's ids are the same reader's: config.json's here, as
+	 * there is no generation_config.json; its eos_token only when
+	 * neither file names an id. */
+	const char *js = "{" MINI_MODEL ",\"added_tokens\":[{\"id\":3,\"content\":\"<e>\",\"special\":true}]}";
+	W("tokenizer.json", js);
+	W("tokenizer_config.json", "{\"eos_token\":\"<e>\"}");
+	W("config.json", "{\"eos_token_id\": [1, 2]}");
+	struct pfx_tokenizer *t;
+	cr_assert_eq(pfx_tokenizer_load(dir, &t, &err), 0, "%s", err.msg);
+	size_t n;
+	const int32_t *ids = pfx_tokenizer_eos(t, &n);
+	cr_expect(n == 2 && ids[0] == 1 && ids[1] == 2, "config.json's ids");
+	pfx_tokenizer_free(t);
+	W("config.json", "{\"eos_token_id\": 4}");
+	cr_expect_eq(pfx_tokenizer_load(dir, &t, &err), -EINVAL, "4 is past the tokenizer's 4 ids");
+	cr_expect(strstr(err.msg, "config.json: eos_token_id must be a token id from 0 to 3"), "%s", err.msg);
+	W("config.json", "{}");
+	cr_assert_eq(pfx_tokenizer_load(dir, &t, &err), 0, "%s", err.msg);
+	ids = pfx_tokenizer_eos(t, &n);
+	cr_expect(n == 1 && ids[0] == 3, "eos_token <e>");
+	pfx_tokenizer_free(t);
+#undef W
 	remove_dir(dir);
 }
 

@@ -5,6 +5,7 @@
 #include "concurrency_cases.h"
 #include "crashloop_case.h"
 #include "daemon_cases.h"
+#include "flight_cases.h"
 
 int main(void)
 {
@@ -41,6 +42,24 @@ int main(void)
 	} else {
 		printf("ok 5 - crash_loop (%d rounds)\n", rounds);
 	}
-	printf("1..5\n");
+	if (case_flight_one_computes(8, why, sizeof(why))) {
+		printf("not ok 6 - flight_one_computes: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 6 - flight_one_computes\n");
+	}
+	if (case_flight_claimant_killed(why, sizeof(why))) {
+		printf("not ok 7 - flight_claimant_killed: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 7 - flight_claimant_killed\n");
+	}
+	if (case_flight_claimant_stalls(why, sizeof(why))) {
+		printf("not ok 8 - flight_claimant_stalls: %s\n", why);
+		failed++;
+	} else {
+		printf("ok 8 - flight_claimant_stalls\n");
+	}
+	printf("1..8\n");
 	return failed ? 1 : 0;
 }

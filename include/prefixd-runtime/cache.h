@@ -35,7 +35,20 @@ enum pfx_cache_flag {
 	 * or, with none, the shared ones, and publish into the shared namespace,
 	 * which only its publishers may (the prefill then reports -EACCES). */
 	PFX_CACHE_SHARED = 1u << 0,
+	/* No single flight: pfx_session_prefill neither waits for another process that
+	 * computes the same prompt's blocks nor claims them (libprefixd's
+	 * prefixd_match_wait), and computes and publishes its rest at once.
+	 * By default it waits up to PFX_CACHE_WAIT_MS for a process of this
+	 * user that started the prompt first, claims the blocks no one
+	 * computes, and prefills in chunks of PFX_PREFILL_CHUNK tokens,
+	 * publishing each chunk's full blocks as it goes, so that waiters
+	 * start early and a crash loses at most a chunk. A prefill that
+	 * waits holds the cache's connection: other threads' calls on the
+	 * same cache wait behind it. */
+	PFX_CACHE_NO_WAIT = 1u << 1,
 };
+#define PFX_CACHE_WAIT_MS 60000
+#define PFX_PREFILL_CHUNK 512
 /* pfx_cache_open with options (enum pfx_cache_flag). */
 int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *salt,
 			 size_t salt_len, unsigned flags, struct pfx_cache **out,
@@ -103,7 +116,9 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
  *
  * pfx_session_attach: on an empty session, attaches from c (NULL: nothing)
  * the longest cached run of the prompt tokens[0, n)'s full blocks, always
- * leaving at least one token to compute. info->attached (frozen tokens now
+ * leaving at least one token to compute. It never waits for another
+ * process (no single flight, whatever the cache's flags: a caller's own
+ * batches must not stall on it). info->attached (frozen tokens now
  * in s), from_disk and cache_rc (a cache failure is not an error: nothing
  * is attached and cache_err says why) are as pfx_session_prefill reports
  * them; computed is n - attached. -EINVAL for a session that is not empty

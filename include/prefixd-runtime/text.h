@@ -29,8 +29,8 @@ extern "C" {
 struct pfx_tokenizer;
 
 /* Loads dir/tokenizer.json and, when there, dir/tokenizer_config.json (its
- * chat_template, bos/eos tokens, clean_up_tokenization_spaces) and
- * dir/generation_config.json (eos_token_id, one or a list). A component the
+ * chat_template, bos/eos tokens, clean_up_tokenization_spaces) and the
+ * folder's end-of-sequence ids (pfx_eos_read). A component the
  * tokenizer does not implement is refused by its name (-ENOTSUP), never
  * encoded wrongly; a malformed file is -EINVAL naming the file and what. */
 int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err);
@@ -43,9 +43,24 @@ size_t pfx_tokenizer_vocab_size(const struct pfx_tokenizer *t);
 /* The token's string as the vocabulary holds it (e.g. "Ġthe", "<0x0A>"),
  * NULL for an id out of range. */
 const char *pfx_tokenizer_piece(const struct pfx_tokenizer *t, int32_t id);
-/* End-of-sequence ids: generation_config.json's eos_token_id, else the
- * config's eos_token. *n may be 0. */
+/* End-of-sequence ids: pfx_eos_read's of the folder, else
+ * tokenizer_config.json's eos_token. *n may be 0. */
 const int32_t *pfx_tokenizer_eos(const struct pfx_tokenizer *t, size_t *n);
+
+/* A model folder's end-of-sequence ids, as transformers' generate takes
+ * them: generation_config.json's eos_token_id (an id or a list), else
+ * config.json's; n = 0 (from NULL) when neither file names one or neither
+ * is there. Needs no tokenizer (pfx_tokenizer_load reads them here too).
+ * Each id must be below vocab; a malformed file, a bad id or a list
+ * longer than PFX_EOS_MAX is -EINVAL naming the file, an unreadable one
+ * -errno. */
+#define PFX_EOS_MAX 64
+struct pfx_eos_ids {
+	size_t n;
+	int32_t id[PFX_EOS_MAX];
+	const char *from; /* "generation_config.json" or "config.json" (static) */
+};
+int pfx_eos_read(const char *dir, size_t vocab, struct pfx_eos_ids *out, struct pfx_error *err);
 /* Whether id is a special added token (skipped by PFX_TEXT_SKIP_SPECIAL). */
 bool pfx_tokenizer_is_special(const struct pfx_tokenizer *t, int32_t id);
 
@@ -121,6 +136,22 @@ struct pfx_chat_message {
 /* Whether the tokenizer folder has a chat template. */
 bool pfx_tokenizer_has_chat_template(const struct pfx_tokenizer *t);
 
+/* What a render takes besides the messages, as apply_chat_template's
+ * arguments: zeroed, no generation prompt and no further variables. */
+struct pfx_chat_opts {
+	bool add_generation_prompt;
+	/* NULL, or a JSON object (UTF-8 text) of further template variables,
+	 * as apply_chat_template's **kwargs: {"enable_thinking": false}
+	 * (Qwen3), {"tools": [...]} (function schemas), "documents", or a
+	 * template's own. tools and documents are none when not given, as
+	 * there; a variable may override bos_token and the like, not
+	 * messages or add_generation_prompt (-EINVAL). Its strings but
+	 * those special-token strings are a caller's text, as the contents:
+	 * special-token text in them is plain text unless
+	 * PFX_TEXT_PARSE_SPECIAL. */
+	const char *vars_json;
+};
+
 /* Renders the tokenizer's chat template (tokenizer_config.json's
  * chat_template; a named list's "default") over messages, as transformers'
  * apply_chat_template(tokenize=False, add_generation_prompt=...) does:
@@ -129,6 +160,10 @@ bool pfx_tokenizer_has_chat_template(const struct pfx_tokenizer *t);
  * messages' contents. A template that uses what the interpreter lacks, or
  * raises an exception, is -ENOTSUP / -EINVAL naming it and the template
  * line. */
+int pfx_chat_render_opts(const struct pfx_tokenizer *t, const struct pfx_chat_message *m,
+			 size_t n, const struct pfx_chat_opts *o, char **text, size_t *len,
+			 struct pfx_text_span **spans, size_t *nspans, struct pfx_error *err);
+/* pfx_chat_render_opts with only add_generation_prompt. */
 int pfx_chat_render(const struct pfx_tokenizer *t, const struct pfx_chat_message *m, size_t n,
 		    bool add_generation_prompt, char **text, size_t *len,
 		    struct pfx_text_span **spans, size_t *nspans, struct pfx_error *err);
@@ -137,6 +172,10 @@ int pfx_chat_render(const struct pfx_tokenizer *t, const struct pfx_chat_message
  * the contents as plain text unless PFX_TEXT_PARSE_SPECIAL (flags as
  * pfx_tokenize; transformers adds no BOS/EOS of its own to a rendered
  * chat, so neither does this without PFX_TEXT_ADD_SPECIAL). */
+int pfx_chat_encode_opts(const struct pfx_tokenizer *t, const struct pfx_chat_message *m,
+			 size_t n, const struct pfx_chat_opts *o, unsigned flags, int32_t **ids,
+			 size_t *nids, struct pfx_error *err);
+/* pfx_chat_encode_opts with only add_generation_prompt. */
 int pfx_chat_encode(const struct pfx_tokenizer *t, const struct pfx_chat_message *m, size_t n,
 		    bool add_generation_prompt, unsigned flags, int32_t **ids, size_t *nids,
 		    struct pfx_error *err);

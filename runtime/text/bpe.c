@@ -87,14 +87,14 @@ static struct hent heap_pop(struct hent *h, size_t *n)
 
 static bool merge_get(const struct merge_map *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id)
 {
-	if (!m->key)
+	if (!m->slot)
 		return false;
 	uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
 	size_t h = (size_t)((k * 0x9e3779b97f4a7c15ull) >> 20) & m->mask;
-	while (m->key[h]) {
-		if (m->key[h] == k) {
-			*rank = m->rank[h];
-			*id = m->id[h];
+	while (m->slot[h].key) {
+		if (m->slot[h].key == k) {
+			*rank = m->slot[h].rank;
+			*id = m->slot[h].id;
 			return true;
 		}
 		h = (h + 1) & m->mask;

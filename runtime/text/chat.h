@@ -9,10 +9,10 @@
 
 #include "text.h"
 
-/* pfx_chat_render with template src (NUL-terminated) instead of the
+/* pfx_chat_render_opts with template src (NUL-terminated) instead of the
  * tokenizer's; t gives the special-token strings of the context. */
 int chat_render_with(const struct pfx_tokenizer *t, const char *src,
-		     const struct pfx_chat_message *m, size_t n, bool add_generation_prompt,
+		     const struct pfx_chat_message *m, size_t n, const struct pfx_chat_opts *o,
 		     char **text, size_t *len, struct pfx_text_span **spans, size_t *nspans,
 		     struct pfx_error *err);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tokenizer_config.json (chat templates, special-token strings,
- * clean_up_tokenization_spaces) and generation_config.json (eos ids), and
+ * clean_up_tokenization_spaces), the end-of-sequence ids (eos.c), and
  * what text-chat reads of them. */
 #include <errno.h>
 #include <stdio.h>
@@ -84,43 +84,16 @@ static int load_config(struct pfx_tokenizer *t, const char *dir, struct pfx_erro
 	return r;
 }
 
-static int load_generation(struct pfx_tokenizer *t, const char *dir, struct pfx_error *err)
+static int load_eos(struct pfx_tokenizer *t, const char *dir, struct pfx_error *err)
 {
-	char *buf;
-	size_t len;
-	int r = text_read_file(dir, "generation_config.json", &buf, &len, err);
-	if (r == -ENOENT)
-		r = 0, buf = NULL;
+	struct pfx_eos_ids e;
+	int r = pfx_eos_read(dir, t->nid, &e, err);
 	if (r)
 		return r;
-	json_object *cfg = NULL, *e = NULL;
-	if (buf) {
-		r = json_parse_object(buf, len, &cfg, err);
-		free(buf);
-		if (r) {
-			char m[sizeof(err->msg)];
-			snprintf(m, sizeof(m), "%s", err ? err->msg : "");
-			return pfx_errorf(err, r, "%s/generation_config.json: %s", dir, m);
-		}
-		e = jget(cfg, "eos_token_id");
-	}
-	size_t n = json_object_is_type(e, json_type_array) ? json_object_array_length(e)
-		   : json_object_is_type(e, json_type_int) ? 1 : 0;
-	for (size_t i = 0; i < n; i++) {
-		json_object *v = json_object_is_type(e, json_type_array) ? json_object_array_get_idx(e, i) : e;
-		int64_t id = json_object_get_int64(v);
-		if (!json_object_is_type(v, json_type_int) || id < 0 || (size_t)id >= t->nid) {
-			json_object_put(cfg);
-			return pfx_errorf(err, -EINVAL, "%s/generation_config.json: eos_token_id %lld is not a token",
-					  dir, (long long)id);
-		}
-		if (ids_append(&t->eos_ids, &t->neos, (int32_t)id)) {
-			json_object_put(cfg);
+	for (size_t i = 0; i < e.n; i++)
+		if (ids_append(&t->eos_ids, &t->neos, e.id[i]))
 			return pfx_errorf(err, -ENOMEM, "out of memory");
-		}
-	}
-	json_object_put(cfg);
-	if (!n && t->eos) {
+	if (!e.n && t->eos) {
 		int32_t id = added_or_vocab(t, t->eos);
 		if (id >= 0 && ids_append(&t->eos_ids, &t->neos, id))
 			return pfx_errorf(err, -ENOMEM, "out of memory");
@@ -131,7 +104,7 @@ static int load_generation(struct pfx_tokenizer *t, const char *dir, struct pfx_
 int load_configs(struct pfx_tokenizer *t, const char *dir, struct pfx_error *err)
 {
 	int r = load_config(t, dir, err);
-	return r ? r : load_generation(t, dir, err);
+	return r ? r : load_eos(t, dir, err);
 }
 
 const int32_t *pfx_tokenizer_eos(const struct pfx_tokenizer *t, size_t *n)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,53 +97,46 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
 	return 0;
 }
 
-/* One merge: [a, b] or "a b", where a legacy string's halves may hold
- * spaces themselves: the split is the space where a, b and a+b are all in
- * the vocabulary (the repair ../shared/tokenizers/README.md describes). */
-static int merge_halves(const struct pfx_tokenizer *t, json_object *m, const char **a, size_t *an,
-			const char **b, size_t *bn)
+/* A large tokenizer.json is a million json-c objects, and freeing them
+ * takes as long as a fifth of the load: the vocabulary's subtree is freed
+ * on a thread of its own once its table is built, while the merges are
+ * looked up, and the rest of the model's once the merges are in theirs,
+ * while the rest loads (pfx_tokenizer_load joins them before returning). */
+struct json_freeing {
+	bool threads; /* a file large enough for a thread to pay */
+	pthread_t thread[2];
+	int n;
+};
+
+static void *put_json(void *o)
 {
-	if (json_object_is_type(m, json_type_array) && json_object_array_length(m) == 2) {
-		json_object *x = json_object_array_get_idx(m, 0), *y = json_object_array_get_idx(m, 1);
-		if (!json_object_is_type(x, json_type_string) || !json_object_is_type(y, json_type_string))
-			return -EINVAL;
-		*a = json_object_get_string(x), *an = (size_t)json_object_get_string_len(x);
-		*b = json_object_get_string(y), *bn = (size_t)json_object_get_string_len(y);
-		return 0;
-	}
-	if (!json_object_is_type(m, json_type_string))
-		return -EINVAL;
-	const char *s = json_object_get_string(m);
-	size_t n = (size_t)json_object_get_string_len(m);
-	const char *first = memchr(s, ' ', n), *sp = NULL;
-	if (!first)
-		return -EINVAL;
-	if (!memchr(first + 1, ' ', n - (size_t)(first + 1 - s))) {
-		sp = first;
-	} else {
-		char tmp[1024];
-		if (n >= sizeof(tmp))
-			return -EINVAL;
-		for (const char *c = first; c; c = memchr(c + 1, ' ', n - (size_t)(c + 1 - s))) {
-			size_t l = (size_t)(c - s), r = n - l - 1;
-			memcpy(tmp, s, l);
-			memcpy(tmp + l, c + 1, r);
-			if (strmap_get(&t->vocab, s, l) >= 0 && strmap_get(&t->vocab, c + 1, r) >= 0 &&
-			    strmap_get(&t->vocab, tmp, l + r) >= 0) {
-				if (sp)
-					return -EINVAL; /* ambiguous */
-				sp = c;
-			}
-		}
-		if (!sp)
-			return -EINVAL;
-	}
-	*a = s, *an = (size_t)(sp - s);
-	*b = sp + 1, *bn = n - *an - 1;
-	return 0;
+	json_object_put(o);
+	return NULL;
 }
 
-static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error *err)
+/* Takes parent's member key out of it and frees it, on a thread if one
+ * starts, else here. */
+static void free_member(json_object *parent, const char *key, struct json_freeing *f)
+{
+	json_object *m = jget(parent, key);
+	if (!m)
+		return;
+	json_object_get(m);
+	json_object_object_del(parent, key);
+	if (!f->threads || f->n == 2 || pthread_create(&f->thread[f->n], NULL, put_json, m))
+		json_object_put(m);
+	else
+		f->n++;
+}
+
+static void freeing_join(struct json_freeing *f)
+{
+	while (f->n)
+		pthread_join(f->thread[--f->n], NULL);
+}
+
+static int load_model(struct pfx_tokenizer *t, json_object *m, struct json_freeing *f,
+		      struct pfx_error *err)
 {
 	const char *type = jstr(m, "type");
 	if (!m)
@@ -158,8 +152,7 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error 
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: BPE dropout is not implemented");
 	if (!json_object_is_type(vocab, json_type_object) || !json_object_is_type(merges, json_type_array))
 		return pfx_errorf(err, -EINVAL, "tokenizer.json: BPE model without vocab or merges");
-	if (strmap_reserve(&t->vocab, (size_t)json_object_object_length(vocab)) ||
-	    merges_reserve(&t->merges, json_object_array_length(merges)))
+	if (strmap_reserve(&t->vocab, (size_t)json_object_object_length(vocab)))
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	json_object_object_foreach(vocab, key, val) {
 		int64_t id = json_object_get_int64(val);
@@ -183,33 +176,8 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct pfx_error 
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	if ((s = jstr(m, "end_of_word_suffix")) && *s && !(t->suffix = strdup(s)))
 		return pfx_errorf(err, -ENOMEM, "out of memory");
-	size_t plen = t->prefix ? strlen(t->prefix) : 0;
-	struct tbuf nb = { 0 };
-	for (size_t i = 0; i < json_object_array_length(merges); i++) {
-		const char *a, *b;
-		size_t an, bn;
-		if (merge_halves(t, json_object_array_get_idx(merges, i), &a, &an, &b, &bn)) {
-			tbuf_free(&nb);
-			return pfx_errorf(err, -EINVAL, "tokenizer.json: merge %zu is not a pair of vocabulary tokens", i);
-		}
-		int32_t ia = strmap_get(&t->vocab, a, an), ib = strmap_get(&t->vocab, b, bn);
-		nb.n = 0;
-		if (bn < plen || tbuf_put(&nb, a, an) || tbuf_put(&nb, b + plen, bn - plen)) {
-			tbuf_free(&nb);
-			return pfx_errorf(err, -EINVAL, "tokenizer.json: merge %zu: bad halves", i);
-		}
-		int32_t in = strmap_get(&t->vocab, nb.p, nb.n);
-		if (ia < 0 || ib < 0 || in < 0) {
-			tbuf_free(&nb);
-			return pfx_errorf(err, -EINVAL, "tokenizer.json: merge %zu names a token not in the vocabulary", i);
-		}
-		if (merges_put(&t->merges, ia, ib, (uint32_t)i, in)) {
-			tbuf_free(&nb);
-			return pfx_errorf(err, -ENOMEM, "out of memory");
-		}
-	}
-	tbuf_free(&nb);
-	return 0;
+	free_member(m, "vocab", f);
+	return load_merges(t, merges, err);
 }
 
 static int load_added(struct pfx_tokenizer *t, json_object *list, struct pfx_error *err)
@@ -263,14 +231,17 @@ static void byte_ids(struct pfx_tokenizer *t)
 	}
 }
 
-static int load_json(struct pfx_tokenizer *t, json_object *o, struct pfx_error *err)
+static int load_json(struct pfx_tokenizer *t, json_object *o, struct json_freeing *f,
+		     struct pfx_error *err)
 {
 	json_object *trunc = jget(o, "truncation"), *pad = jget(o, "padding");
 	if (trunc && !json_object_is_type(trunc, json_type_null))
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: truncation is not implemented");
 	if (pad && !json_object_is_type(pad, json_type_null))
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: padding is not implemented");
-	int r = load_model(t, jget(o, "model"), err);
+	int r = load_model(t, jget(o, "model"), f, err);
+	if (!r)
+		free_member(o, "model", f);
 	if (!r)
 		r = load_added(t, jget(o, "added_tokens"), err);
 	if (!r)
@@ -304,7 +275,7 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 		return r;
 	}
 	json_object *o;
-	r = json_parse_object(buf, len, &o, err);
+	r = tokenizer_json_parse(buf, len, &o, err);
 	free(buf);
 	if (r) {
 		char m[sizeof(err->msg)];
@@ -312,7 +283,8 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 		free(t);
 		return pfx_errorf(err, r, "%s/tokenizer.json: %s", dir, m);
 	}
-	r = load_json(t, o, err);
+	struct json_freeing f = { .threads = len >= (1u << 20), .n = 0 };
+	r = load_json(t, o, &f, err);
 	json_object_put(o);
 	if (r && err && !strncmp(err->msg, "tokenizer.json", 14)) {
 		char m[sizeof(err->msg)];
@@ -321,6 +293,7 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 	}
 	if (!r)
 		r = load_configs(t, dir, err);
+	freeing_join(&f);
 	if (r) {
 		pfx_tokenizer_free(t);
 		return r;

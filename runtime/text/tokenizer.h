@@ -70,9 +70,13 @@ void strmap_free(struct strmap *m);
 
 /* ---- (left id, right id) -> (rank, new id) ---- */
 struct merge_map {
-	uint64_t *key; /* (a << 32 | b) + 1, 0 empty */
-	uint32_t *rank;
-	int32_t *id;
+	/* One slot a probe: its key, rank and id in one cache line, so an
+	 * insert or a hit costs one miss. */
+	struct merge_slot {
+		uint64_t key; /* (a << 32 | b) + 1, 0 empty */
+		uint32_t rank;
+		int32_t id;
+	} *slot;
 	size_t mask, n;
 };
 

@@ -232,25 +232,21 @@ static size_t merge_slot(uint64_t key, size_t mask)
 
 static int merges_resize(struct merge_map *m, size_t ns)
 {
-	uint64_t *key = calloc(ns, sizeof(*key));
-	uint32_t *rk = malloc(ns * sizeof(*rk));
-	int32_t *nid = malloc(ns * sizeof(*nid));
-	if (!key || !rk || !nid) {
-		free(key), free(rk), free(nid);
+	struct merge_slot *slot = calloc(ns, sizeof(*slot));
+	if (!slot)
 		return -ENOMEM;
-	}
-	for (size_t i = 0; m->key && i <= m->mask; i++) {
-		if (!m->key[i])
+	size_t n = 0;
+	for (size_t i = 0; m->slot && i <= m->mask; i++) {
+		if (!m->slot[i].key)
 			continue;
-		size_t h = merge_slot(m->key[i], ns - 1);
-		while (key[h])
+		size_t h = merge_slot(m->slot[i].key, ns - 1);
+		while (slot[h].key)
 			h = (h + 1) & (ns - 1);
-		key[h] = m->key[i], rk[h] = m->rank[i], nid[h] = m->id[i];
+		slot[h] = m->slot[i];
+		n++;
 	}
 	merges_free(m);
-	m->key = key, m->rank = rk, m->id = nid, m->mask = ns - 1;
-	for (size_t i = 0; i < ns; i++)
-		m->n += key[i] != 0;
+	m->slot = slot, m->mask = ns - 1, m->n = n;
 	return 0;
 }
 
@@ -259,31 +255,29 @@ int merges_reserve(struct merge_map *m, size_t n)
 	size_t ns = 4096;
 	while ((n + 1) * 4 > ns * 3)
 		ns *= 2;
-	return m->key && ns <= m->mask + 1 ? 0 : merges_resize(m, ns);
+	return m->slot && ns <= m->mask + 1 ? 0 : merges_resize(m, ns);
 }
 
 int merges_put(struct merge_map *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
 {
-	if (!m->key || (m->n + 1) * 4 > (m->mask + 1) * 3) {
-		int r = merges_resize(m, m->key ? (m->mask + 1) * 2 : 4096);
+	if (!m->slot || (m->n + 1) * 4 > (m->mask + 1) * 3) {
+		int r = merges_resize(m, m->slot ? (m->mask + 1) * 2 : 4096);
 		if (r)
 			return r;
 	}
 	uint64_t k = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
 	size_t h = merge_slot(k, m->mask);
-	while (m->key[h] && m->key[h] != k)
+	while (m->slot[h].key && m->slot[h].key != k)
 		h = (h + 1) & m->mask;
-	if (!m->key[h])
+	if (!m->slot[h].key)
 		m->n++;
-	m->key[h] = k, m->rank[h] = rank, m->id[h] = id;
+	m->slot[h] = (struct merge_slot){ k, rank, id };
 	return 0;
 }
 
 void merges_free(struct merge_map *m)
 {
-	free(m->key);
-	free(m->rank);
-	free(m->id);
+	free(m->slot);
 	*m = (struct merge_map){ 0 };
 }
 

@@ -174,6 +174,38 @@ static void match_reply(const uint8_t *p, size_t n)
 	free(places);
 }
 
+/* Single flight's 8 bytes, then a MATCH body. */
+static void flight(const uint8_t *p, size_t n, uint32_t block_tokens)
+{
+	struct pd_flight m;
+	int rc = pd_flight_decode(p, n, &m);
+	check_rc(rc);
+	if (rc)
+		return;
+	FUZZ_CHECK(n >= PD_FLIGHT_SIZE && m.wait_ms <= PD_MAX_WAIT_MS &&
+		   !(m.flags & ~(uint32_t)PD_FLIGHT_FLAGS));
+#define ENC(out, cap) pd_flight_encode(&m, out, cap)
+	ROUND_TRIP(p, PD_FLIGHT_SIZE, ENC);
+#undef ENC
+	match(p + PD_FLIGHT_SIZE, n - PD_FLIGHT_SIZE, block_tokens);
+}
+
+/* A MATCH reply, then single flight's 8 bytes. */
+static void flight_reply(const uint8_t *p, size_t n)
+{
+	struct pd_flight_reply m;
+	int rc = pd_flight_reply_decode(p, n, &m);
+	check_rc(rc);
+	if (rc)
+		return;
+	FUZZ_CHECK(n >= PD_FLIGHT_REPLY_SIZE && m.outcome <= PD_FLIGHT_OUTCOME_MAX);
+	const uint8_t *tail = p + n - PD_FLIGHT_REPLY_SIZE;
+#define ENC(out, cap) pd_flight_reply_encode(&m, out, cap)
+	ROUND_TRIP(tail, PD_FLIGHT_REPLY_SIZE, ENC);
+#undef ENC
+	match_reply(p, n - PD_FLIGHT_REPLY_SIZE);
+}
+
 static void release(const uint8_t *p, size_t n)
 {
 	struct pd_release m;
@@ -442,7 +474,12 @@ static void body(const struct pd_hdr *h, const uint8_t *b, size_t n, uint32_t *b
 		}
 		switch (h->op) {
 		case PD_OP_HELLO: hello_reply(b, n); break;
-		case PD_OP_MATCH: match_reply(b, n); break;
+		case PD_OP_MATCH:
+			if (h->flags & PD_FLAG_FLIGHT)
+				flight_reply(b, n);
+			else
+				match_reply(b, n);
+			break;
 		case PD_OP_PUBLISH: publish_reply(b, n); break;
 		case PD_OP_STATS: stats_reply(b, n); break;
 		case PD_OP_LIST: list_reply(b, n); break;
@@ -456,7 +493,12 @@ static void body(const struct pd_hdr *h, const uint8_t *b, size_t n, uint32_t *b
 	}
 	switch (h->op) {
 	case PD_OP_HELLO: hello(b, n, block_tokens); break;
-	case PD_OP_MATCH: match(b, n, *block_tokens); break;
+	case PD_OP_MATCH:
+		if (h->flags & PD_FLAG_FLIGHT)
+			flight(b, n, *block_tokens);
+		else
+			match(b, n, *block_tokens);
+		break;
 	case PD_OP_RELEASE: release(b, n); break;
 	case PD_OP_PUBLISH: publish(b, n, *block_tokens); break;
 	case PD_OP_LIST: list(b, n); break;
@@ -516,6 +558,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case FW_EXPORT_REPLY: export_reply(p, n); break;
 	case FW_IMPORT: import_req(p, n); break;
 	case FW_IMPORT_REPLY: import_reply(p, n); break;
+	case FW_FLIGHT: flight(p, n, bt); break;
+	case FW_FLIGHT_REPLY: flight_reply(p, n); break;
 	case FW_ERROR: error_msg(p, n); break;
 	case FW_FRAME: frames(p, n, bt); break;
 	case FW_COUNT: break;

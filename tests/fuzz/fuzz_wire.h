@@ -36,6 +36,8 @@ enum fw_sel {
 	FW_EXPORT_REPLY,
 	FW_IMPORT,
 	FW_IMPORT_REPLY,
+	FW_FLIGHT,       /* a MATCH body with PD_FLAG_FLIGHT: 8 bytes, then MATCH's */
+	FW_FLIGHT_REPLY, /* its reply: MATCH's, then 8 bytes */
 	FW_COUNT,
 };
 

@@ -174,6 +174,16 @@ static void gen_wire(void)
 	wire("import-reply", FW_IMPORT_REPLY, 0,
 	     pd_import_reply_encode(&im_reply, body, sizeof(body)));
 
+	/* Single flight: a MATCH body after its 8 bytes; a reply before them. */
+	struct pd_flight fl = { 2500, PD_FLIGHT_CLAIM };
+	n = pd_flight_encode(&fl, body, sizeof(body));
+	n += pd_match_encode(&match, 4, body + n, sizeof(body) - n);
+	wire("flight", FW_FLIGHT, 4, n);
+	struct pd_flight_reply fr = { PD_FLIGHT_WAITED, 1234 };
+	n = pd_match_reply_encode(77, 2, places, 1, arenas, body, sizeof(body));
+	n += pd_flight_reply_encode(&fr, body + n, sizeof(body) - n);
+	wire("flight-reply", FW_FLIGHT_REPLY, 0, n);
+
 	wire("error", FW_ERROR, 0,
 	     pd_error_encode(pd_status_str(PD_E_NOSPACE), body, sizeof(body)));
 	n = pd_error_encode("a NUL here", body, sizeof(body));
@@ -186,6 +196,9 @@ static void gen_wire(void)
 	frame(PD_OP_HELLO, 0, 0, 1, pd_hello_encode(&hello, body, sizeof(body)));
 	match.count = 2;
 	frame(PD_OP_MATCH, 0, 0, 2, pd_match_encode(&match, 4, body, sizeof(body)));
+	n = pd_flight_encode(&fl, body, sizeof(body));
+	frame(PD_OP_MATCH, PD_FLAG_FLIGHT, 0, 10,
+	      n + pd_match_encode(&match, 4, body + n, sizeof(body) - n));
 	frame(PD_OP_PUBLISH, PD_FLAG_LEASE, 0, 3, pd_publish_encode(&publish, 4, body, sizeof(body)));
 	frame(PD_OP_RELEASE, PD_FLAG_NOREPLY, 0, 4, pd_release_encode(&release, body, sizeof(body)));
 	frame(PD_OP_STATS, 0, 0, 5, 0);
@@ -201,6 +214,9 @@ static void gen_wire(void)
 	frame(PD_OP_HELLO, PD_FLAG_REPLY, 0, 1, pd_hello_reply_encode(&hello_reply, body, sizeof(body)));
 	frame(PD_OP_MATCH, PD_FLAG_REPLY, 0, 2,
 	      pd_match_reply_encode(77, 2, places, 1, arenas, body, sizeof(body)));
+	n = pd_match_reply_encode(77, 2, places, 1, arenas, body, sizeof(body));
+	frame(PD_OP_MATCH, PD_FLAG_REPLY | PD_FLAG_FLIGHT, 0, 10,
+	      n + pd_flight_reply_encode(&fr, body + n, sizeof(body) - n));
 	frame(PD_OP_PUBLISH, PD_FLAG_REPLY, 0, 3,
 	      pd_publish_reply_encode(&publish_reply, false, body, sizeof(body)));
 	frame(PD_OP_STATS, PD_FLAG_REPLY, 0, 5, pd_stats_reply_encode(v, usage, 1, body, sizeof(body)));

@@ -16,7 +16,6 @@
 
 #include "cache.h"
 #include "cli.h"
-#include "json_buf.h"
 #include "npy.h"
 #include "prefix_run.h"
 #include "prefixd_version.h"
@@ -53,6 +52,9 @@
 	"  --user TEXT          its user message\n" \
 	"  --messages FILE      or all its messages: a JSON list of {\"role\": ...,\n" \
 	"                       \"content\": ...} (-: standard input)\n" \
+	"  --chat-kwargs JSON   further template variables, a JSON object, as\n" \
+	"                       apply_chat_template's **kwargs: '{\"enable_thinking\":\n" \
+	"                       false}' (Qwen3), '{\"tools\": [...]}'\n" \
 	"  --parse-special    match special-token text (\"<|im_start|>\") in the prompt or\n" \
 	"                     the messages as special tokens, as Hugging Face does; by\n" \
 	"                     default it is plain text, so a user cannot inject a turn\n"
@@ -116,11 +118,15 @@ static const char usage[] =
 	"                    --shared-group): a prompt with nothing cached of this user's\n"
 	"                    attaches the shared prefix, and what it computes is published\n"
 	"                    there (by prefixd --shared-publishers only; others are told)\n"
+	"  --no-wait         compute the prompt's missing blocks at once, even while\n"
+	"                    another process computes them (by default it waits for\n"
+	"                    that process's blocks: single flight)\n"
 	"  --no-cache        compute everything here\n"
 	"\n"
 	"PROMPT: text, encoded with DIR's tokenizer.json (prefix-run generate --help):\n"
 	"  --prompt TEXT | --prompt-file FILE | --chat --user TEXT [--system TEXT]\n"
-	"  | --chat --messages FILE, and --parse-special to match special-token text\n"
+	"  | --chat --messages FILE, with --chat-kwargs JSON for the template's further\n"
+	"  variables, and --parse-special to match special-token text\n"
 	"  in it (by default it is plain text: no prompt injection)\n"
 	IDS_HELP;
 
@@ -268,8 +274,9 @@ static const char help_warm[] =
 
 static const char help_tokenize[] =
 	"usage: prefix-run tokenize --model DIR (--prompt TEXT | --prompt-file FILE |\n"
-	"                           --chat (--user TEXT [--system TEXT] | --messages FILE))\n"
-	"                           [--no-special] [--parse-special] [--pieces]\n"
+	"                           --chat (--user TEXT [--system TEXT] | --messages FILE)\n"
+	"                           [--chat-kwargs JSON]) [--no-special] [--parse-special]\n"
+	"                           [--pieces]\n"
 	"\n"
 	"Prints the token ids of a prompt or chat on one line, comma-separated (what\n"
 	"--tokens takes), as the model's tokenizer encodes it. DIR needs only\n"
@@ -350,6 +357,8 @@ enum opt_index {
 	I_IDS,
 	I_STOP,
 	I_SKIP_SPECIAL,
+	I_CHAT_KWARGS,
+	I_NO_WAIT,
 	I_COUNT,
 };
 _Static_assert(I_COUNT < ':', "option indices must not collide with getopt's returns");
@@ -392,9 +401,12 @@ _Static_assert(I_COUNT < ':', "option indices must not collide with getopt's ret
 #define O_IDS (UINT64_C(1) << I_IDS)
 #define O_STOP (UINT64_C(1) << I_STOP)
 #define O_SKIP_SPECIAL (UINT64_C(1) << I_SKIP_SPECIAL)
-#define O_LAST O_SKIP_SPECIAL
-#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED)
-#define O_TEXT (O_PROMPT | O_PROMPT_FILE | O_CHAT | O_SYSTEM | O_USER | O_MESSAGES | O_PARSE_SPECIAL | O_NO_SPECIAL)
+#define O_CHAT_KWARGS (UINT64_C(1) << I_CHAT_KWARGS)
+#define O_NO_WAIT (UINT64_C(1) << I_NO_WAIT)
+#define O_LAST O_NO_WAIT
+#define O_CACHE (O_SOCKET | O_SALT | O_NOCACHE | O_SHARED | O_NO_WAIT)
+#define O_TEXT (O_PROMPT | O_PROMPT_FILE | O_CHAT | O_SYSTEM | O_USER | O_MESSAGES | O_CHAT_KWARGS | \
+		O_PARSE_SPECIAL | O_NO_SPECIAL)
 #define O_LOAD (O_THREADS | O_BLOCK | O_WEIGHTS | O_KV_DTYPE | O_MATMUL) /* every command that loads a model */
 
 static const struct option longopts[] = {
@@ -437,6 +449,8 @@ static const struct option longopts[] = {
 	{ "ids", no_argument, NULL, I_IDS },
 	{ "stop", required_argument, NULL, I_STOP },
 	{ "skip-special", no_argument, NULL, I_SKIP_SPECIAL },
+	{ "chat-kwargs", required_argument, NULL, I_CHAT_KWARGS },
+	{ "no-wait", no_argument, NULL, I_NO_WAIT },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -537,107 +551,47 @@ static int check_context(const struct run_args *a, const struct pfx_model *m, co
 	return 0;
 }
 
-/* The model's end-of-sequence token ids. */
-#define MAX_EOS 64
+/* The model's end-of-sequence token ids: the runtime's reading of the
+ * folder (pfx_eos_read), and the tokenizer's eos_token. */
 struct eos {
-	int n;
-	int32_t id[MAX_EOS];
-	char from[32]; /* the file that named them */
+	size_t n;
+	int32_t id[PFX_EOS_MAX];
+	const char *from[PFX_EOS_MAX]; /* the file that named each */
 };
 
-#define MAX_CONFIG_BYTES (1u << 20)
-
-/* dir/name as a JSON object: 1 and *out (json_object_put it), 0 when there
- * is no such file, -1 after saying why. */
-static int read_json_file(const char *dir, const char *name, json_object **out)
+/* 1 + the index of t in e, 0 when t is not an end-of-sequence id. */
+static size_t is_eos(const struct eos *e, int32_t t)
 {
-	char path[PATH_MAX + 64];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		if (errno == ENOENT)
-			return 0;
-		fprintf(stderr, "prefix-run: cannot read %s: %s (or give --ignore-eos)\n", path,
-			strerror(errno));
-		return -1;
-	}
-	char *buf = malloc(MAX_CONFIG_BYTES + 1);
-	size_t n = buf ? fread(buf, 1, MAX_CONFIG_BYTES + 1, fp) : 0;
-	int bad = ferror(fp);
-	fclose(fp);
-	if (!buf || bad || n > MAX_CONFIG_BYTES) {
-		fprintf(stderr, "prefix-run: cannot read %s (%s)\n", path,
-			!buf ? "out of memory" : bad ? "read error" : "over 1 MiB");
-		free(buf);
-		return -1;
-	}
-	struct pfx_error why;
-	int rc = json_parse_object(buf, n, out, &why);
-	free(buf);
-	if (rc) {
-		fprintf(stderr, "prefix-run: %s: malformed JSON: %s (fix it, or give --ignore-eos)\n",
-			path, why.msg);
-		return -1;
-	}
-	return 1;
-}
-
-/* The ids of o's "eos_token_id", an integer or a list of them, into e:
- * 1, 0 when o has none (or null), -1 after saying why. */
-static int eos_of(json_object *o, const char *dir, const char *name, int vocab, struct eos *e)
-{
-	json_object *v;
-	if (!json_object_object_get_ex(o, "eos_token_id", &v) || json_object_is_type(v, json_type_null))
-		return 0;
-	int list = json_object_is_type(v, json_type_array);
-	size_t k = list ? json_object_array_length(v) : 1;
-	if (k > MAX_EOS) {
-		fprintf(stderr, "prefix-run: %s/%s: eos_token_id lists %zu ids; at most %d are supported (or give --ignore-eos)\n",
-			dir, name, k, MAX_EOS);
-		return -1;
-	}
-	for (size_t i = 0; i < k; i++) {
-		json_object *x = list ? json_object_array_get_idx(v, i) : v;
-		int64_t id = json_object_is_type(x, json_type_int) ? json_object_get_int64(x) : -1;
-		if (id < 0 || id >= vocab) {
-			fprintf(stderr, "prefix-run: %s/%s: eos_token_id must be a token id from 0 to %d or a list of them, not %s (fix it, or give --ignore-eos)\n",
-				dir, name, vocab - 1, json_object_to_json_string(v));
-			return -1;
-		}
-		e->id[i] = (int32_t)id;
-	}
-	e->n = (int)k;
-	snprintf(e->from, sizeof(e->from), "%s", name);
-	return 1;
-}
-
-/* The end-of-sequence ids of the checkpoint in dir: generation_config.json's
- * eos_token_id, else config.json's; none when neither names one. 0, or -1
- * after saying why. */
-static int read_eos(const char *dir, int vocab, struct eos *e)
-{
-	static const char *const files[] = { "generation_config.json", "config.json" };
-	e->n = 0;
-	for (int f = 0; f < 2; f++) {
-		json_object *o;
-		int rc = read_json_file(dir, files[f], &o);
-		if (rc < 0)
-			return -1;
-		if (!rc)
-			continue;
-		rc = eos_of(o, dir, files[f], vocab, e);
-		json_object_put(o);
-		if (rc)
-			return rc < 0 ? -1 : 0;
-	}
+	for (size_t i = 0; i < e->n; i++)
+		if (e->id[i] == t)
+			return i + 1;
 	return 0;
 }
 
-static int is_eos(const struct eos *e, int32_t t)
+/* The end-of-sequence ids of a->model for a vocabulary of V: 0, or -1
+ * after saying why. */
+static int read_eos(const struct run_args *a, int V, struct eos *e)
 {
-	for (int i = 0; i < e->n; i++)
-		if (e->id[i] == t)
-			return 1;
+	struct pfx_eos_ids ids;
+	struct pfx_error err = { "" };
+	if (pfx_eos_read(a->model, (size_t)V, &ids, &err)) {
+		fprintf(stderr, "prefix-run: %s (fix it, or give --ignore-eos)\n", err.msg);
+		return -1;
+	}
+	e->n = 0;
+	for (size_t i = 0; i < ids.n; i++) {
+		e->id[e->n] = ids.id[i];
+		e->from[e->n++] = ids.from;
+	}
+	/* And the tokenizer's (pfx_tokenizer_eos: the same ids, else
+	 * tokenizer_config.json's eos_token): a chat model's end of turn. */
+	size_t ntok = 0;
+	const int32_t *tok = a->tok ? pfx_tokenizer_eos(a->tok, &ntok) : NULL;
+	for (size_t i = 0; i < ntok && e->n < PFX_EOS_MAX; i++)
+		if (!is_eos(e, tok[i])) {
+			e->id[e->n] = tok[i];
+			e->from[e->n++] = "tokenizer_config.json";
+		}
 	return 0;
 }
 
@@ -718,8 +672,8 @@ struct pfx_cache *open_cache(const struct run_args *a, struct pfx_model *m, int 
 	struct pfx_cache *c;
 	struct pfx_error err = { "" };
 	const char *salt = a->salt ? a->salt : "";
-	if (pfx_cache_open_flags(m, path, salt, strlen(salt), a->shared ? PFX_CACHE_SHARED : 0, &c,
-				 &err)) {
+	unsigned flags = (a->shared ? PFX_CACHE_SHARED : 0) | (a->no_wait ? PFX_CACHE_NO_WAIT : 0);
+	if (pfx_cache_open_flags(m, path, salt, strlen(salt), flags, &c, &err)) {
 		fprintf(stderr, "prefix-run: not using prefixd: %s; computing alone\n", err.msg);
 		return NULL;
 	}
@@ -879,20 +833,10 @@ int cmd_generate(struct run_args *a)
 		pfx_model_free(m);
 		return 2;
 	}
-	if (!ignore_eos && read_eos(a->model, V, &eos)) {
+	if (!ignore_eos && read_eos(a, V, &eos)) {
 		pfx_model_free(m);
 		return 1;
 	}
-	/* And the tokenizer's (generation_config.json's, else its config's
-	 * eos_token): a chat model's end of turn. */
-	size_t ntok_eos = 0;
-	const int32_t *tok_eos = a->tok && !ignore_eos ? pfx_tokenizer_eos(a->tok, &ntok_eos) : NULL;
-	for (size_t i = 0; i < ntok_eos && eos.n < MAX_EOS; i++)
-		if (!is_eos(&eos, tok_eos[i])) {
-			eos.id[eos.n++] = tok_eos[i];
-			if (!eos.from[0])
-				snprintf(eos.from, sizeof(eos.from), "tokenizer_config.json");
-		}
 	struct text_out *text = NULL;
 	if (!a->text.ids && text_out_new(a->tok, &a->text, &text)) {
 		pfx_model_free(m);
@@ -955,7 +899,7 @@ int cmd_generate(struct run_args *a)
 		fprintf(stderr, "prefix-run: stopped at a --stop string after %ld new tokens\n", made);
 	if (!stopped && is_eos(&eos, t) && made < a->max_new)
 		fprintf(stderr, "prefix-run: stopped at the end-of-sequence token %d (eos_token_id in %s) after %ld of at most %ld new tokens; give --ignore-eos to go on to --max-new\n",
-			t, eos.from, made, a->max_new);
+			t, eos.from[is_eos(&eos, t) - 1], made, a->max_new);
 	/* The rate only when there is one: no "0 more tokens (0.0 tok/s)". */
 	char more[96] = "";
 	if (made > 1)
@@ -1083,6 +1027,7 @@ int main(int argc, char **argv)
 		case O_SALT: a.salt = optarg; break;
 		case O_NOCACHE: a.no_cache = 1; break;
 		case O_SHARED: a.shared = 1; break;
+		case O_NO_WAIT: a.no_wait = 1; break;
 		case O_SHAPE: a.shape = optarg; break;
 		case O_PIN: a.pin = 1; break;
 		case O_TTL: bad = cli_long(flag, optarg, 1, UINT32_MAX, &v); a.ttl = (uint32_t)v; break;
@@ -1094,6 +1039,7 @@ int main(int argc, char **argv)
 		case O_SYSTEM: a.text.system = optarg; break;
 		case O_USER: a.text.user = optarg; break;
 		case O_MESSAGES: a.text.messages = optarg; break;
+		case O_CHAT_KWARGS: a.text.chat_kwargs = optarg; break;
 		case O_PARSE_SPECIAL: a.text.parse_special = 1; break;
 		case O_NO_SPECIAL: a.text.no_special = 1; break;
 		case O_PIECES: a.text.pieces = 1; break;
@@ -1154,8 +1100,8 @@ int main(int argc, char **argv)
 					opt_name(bit));
 		return 2;
 	}
-	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT | O_SHARED))) {
-		fprintf(stderr, "prefix-run: --no-cache excludes --socket, --salt and --shared\n");
+	if ((seen & O_NOCACHE) && (seen & (O_SOCKET | O_SALT | O_SHARED | O_NO_WAIT))) {
+		fprintf(stderr, "prefix-run: --no-cache excludes --socket, --salt, --shared and --no-wait\n");
 		return 2;
 	}
 	if (a.salt && strlen(a.salt) > PREFIXD_MAX_SALT) {

@@ -30,6 +30,7 @@ struct run_args {
 	enum pfx_matmul matmul;
 	int no_cache;
 	int shared;                 /* --shared: the daemon's shared namespace too */
+	int no_wait;                /* --no-wait: no single flight */
 	int pin;
 	uint32_t ttl;
 	struct text_opts text;

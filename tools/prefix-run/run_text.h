@@ -16,6 +16,7 @@ struct text_opts {
 	const char *prompt, *prompt_file;
 	int chat;
 	const char *system, *user, *messages;
+	const char *chat_kwargs; /* --chat-kwargs: a JSON object of template variables */
 	int parse_special; /* --parse-special: special-token text in user text is special */
 	int no_special;    /* --no-special: nothing the post-processor adds */
 	int pieces;        /* tokenize --pieces */

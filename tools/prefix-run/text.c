@@ -22,7 +22,8 @@
 
 int text_has_input(const struct text_opts *t)
 {
-	return t->prompt || t->prompt_file || t->chat || t->system || t->user || t->messages;
+	return t->prompt || t->prompt_file || t->chat || t->system || t->user || t->messages ||
+	       t->chat_kwargs;
 }
 
 int text_check_usage(const struct text_opts *t, int have_tokens, const char *cmd)
@@ -33,8 +34,8 @@ int text_check_usage(const struct text_opts *t, int have_tokens, const char *cmd
 			cmd, sources);
 		return -1;
 	}
-	if ((t->system || t->user || t->messages) && !t->chat) {
-		fprintf(stderr, "prefix-run %s: --system, --user and --messages are parts of a chat: give --chat too\n",
+	if ((t->system || t->user || t->messages || t->chat_kwargs) && !t->chat) {
+		fprintf(stderr, "prefix-run %s: --system, --user, --messages and --chat-kwargs are parts of a chat: give --chat too\n",
 			cmd);
 		return -1;
 	}
@@ -203,7 +204,8 @@ int text_encode(const struct pfx_tokenizer *tok, const struct text_opts *t, int3
 		}
 		/* What the post-processor adds, transformers does not add to a
 		 * rendered chat: --no-special changes nothing here. */
-		rc = pfx_chat_encode(tok, m, k, true, flags, ids, n, &err);
+		struct pfx_chat_opts o = { .add_generation_prompt = true, .vars_json = t->chat_kwargs };
+		rc = pfx_chat_encode_opts(tok, m, k, &o, flags, ids, n, &err);
 		if (m != two)
 			free(m);
 		json_object_put(root);

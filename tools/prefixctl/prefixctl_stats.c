@@ -73,6 +73,11 @@ static const char *const prom_names[NCOUNTERS] = {
 	[C_disk_evictions] = "prefixd_disk_evictions",
 	[C_disk_pending] = "prefixd_disk_pending_blocks",
 	[C_unwritten_evictions] = "prefixd_disk_unwritten_evictions",
+	[C_claims] = "prefixd_flight_claims",
+	[C_waits] = "prefixd_flight_waits",
+	[C_wait_ms] = "prefixd_flight_wait_milliseconds",
+	[C_claims_inherited] = "prefixd_flight_claims_inherited",
+	[C_claims_expired] = "prefixd_flight_claims_expired",
 };
 
 #define PROM_PREFIX "prefixd_"
