@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -146,6 +147,8 @@ static void srv_start_args(struct srv *s, bool ready, const char *const *extra)
 	s->pid = fork();
 	cr_assert(s->pid >= 0);
 	if (!s->pid) {
+		/* A test that fails between start and stop leaves no server. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		int nul = open("/dev/null", O_RDWR);
 		dup2(fd, 2);
