@@ -1,0 +1,585 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench/serve: prefix-serve as clients see it. A random model of the
+ * SmolLM-135M shape with SmolLM's tokenizer; K server processes on one
+ * port (--reuse-port), R concurrent streaming clients on /v1/completions,
+ * each request max_tokens new tokens (greedy, ignore_eos).
+ *
+ * Workloads:
+ *   shared:   one ~2,000-token system prompt plus a distinct ~40-token
+ *             question per request;
+ *   distinct: prompts of the same length with nothing in common.
+ * Each runs in one invocation with the servers started afresh each time:
+ *   prefixd: one daemon, every server connected to it (and each reusing
+ *            its own frozen prompts too, as by default);
+ *   local:   without prefixd (--no-cache): each process reuses only its
+ *            own frozen prompts;
+ *   none:    no reuse at all (--no-cache --local-kv 0), shared only.
+ * Printed per run: TTFT p50/p99 (request sent -> first token's event),
+ * time per output token p50/p99 (a request's first event to its last,
+ * over its tokens - 1), generated tokens/s (all clients, wall clock),
+ * the cached-token share (usage.prompt_tokens_details.cached_tokens over
+ * prompt tokens) and the servers' peak RSS; and the HTTP + SSE cost per
+ * generated token: the CPU time of the servers' HTTP threads (the threads
+ * libmicrohttpd runs, named "MHD-..."; the JSON of every chunk is built
+ * there too) over the tokens they sent, i.e. what the same steps cost
+ * beyond running them without HTTP.
+ *
+ *   serve [--procs K] [--clients R] [--requests N] [--prefix TOKENS]
+ *         [--new N] [--threads T] [--parallel P]
+ *
+ * Targets: shared p50 TTFT with prefixd >= 8x lower than without and
+ * tokens/s >= 2x, against both servers without prefixd; distinct within
+ * 10% of local (TTFT p50 and tokens/s); HTTP + SSE <= 50 us a generated
+ * token. One JSON object on stdout.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "daemon_util.h"
+#include "opts.h"
+#include "random_model.h"
+#include "report.h"
+#include "serve_util.h"
+#include "text.h"
+
+#define NAME "serve"
+#define MAX_PROCS 8
+#define MAX_CLIENTS 64
+
+static struct {
+	int procs, clients, requests, prefix, new_tokens, threads, parallel;
+} opt = { 2, 4, 16, 2000, 32, 1, 4 };
+
+static char model_dir[PATH_MAX];
+static const struct pfx_tokenizer *tok;
+
+/* ==== Prompts ==== */
+
+/* The corpus lines (JSON strings, one a line), in order. */
+static json_object *corpus;
+
+static void load_corpus(void)
+{
+	FILE *f = fopen(TOKDIR "/corpus.jsonl", "r");
+	if (!f) {
+		fprintf(stderr, NAME ": %s/corpus.jsonl: %s\n", TOKDIR, strerror(errno));
+		exit(1);
+	}
+	corpus = json_object_new_array();
+	char *line = NULL;
+	size_t cap = 0;
+	while (getline(&line, &cap, f) > 0) {
+		json_object *s = json_tokener_parse(line);
+		if (s && json_object_is_type(s, json_type_string))
+			json_object_array_add(corpus, s);
+		else
+			json_object_put(s);
+	}
+	free(line);
+	fclose(f);
+}
+
+static size_t count_tokens(const char *text)
+{
+	int32_t *ids = NULL;
+	size_t n = 0;
+	struct pfx_error err;
+	if (pfx_tokenize(tok, text, strlen(text), 0, &ids, &n, &err)) {
+		fprintf(stderr, NAME ": tokenize: %s\n", err.msg);
+		exit(1);
+	}
+	free(ids);
+	return n;
+}
+
+/* Corpus lines from line `first` on (wrapping), prefixed by head, until
+ * the text holds at least `tokens` tokens. malloc'd. */
+static char *text_of(const char *head, size_t first, size_t tokens)
+{
+	size_t nl = json_object_array_length(corpus), cap = 1 << 16, len = 0;
+	char *s = malloc(cap);
+	len = (size_t)snprintf(s, cap, "%s", head);
+	for (size_t i = first;; i++) {
+		const char *l = json_object_get_string(json_object_array_get_idx(corpus, i % nl));
+		size_t ll = strlen(l);
+		if (len + ll + 2 > cap)
+			s = realloc(s, cap *= 2);
+		memcpy(s + len, l, ll);
+		len += ll;
+		s[len++] = '\n';
+		s[len] = 0;
+		/* Counting every line would be quadratic: count every 16th. */
+		if (i % 16 == 15 && count_tokens(s) >= tokens)
+			return s;
+	}
+}
+
+/* The prompt of request r of a workload (made before the clients start,
+ * so that tokenizing them does not compete with the servers). */
+static char *prompt_of(bool shared, int r)
+{
+	static char *system;
+	char head[64];
+	if (shared) {
+		if (!system) /* freed at exit */
+			system = text_of("You are a helpful assistant. Read this first.\n", 0,
+					 (size_t)opt.prefix);
+		size_t nl = json_object_array_length(corpus);
+		char *q = text_of("", (size_t)r * 7 % nl, 40);
+		char *p = malloc(strlen(system) + strlen(q) + 64);
+		sprintf(p, "%sQuestion %d: %s", system, r, q);
+		free(q);
+		return p;
+	}
+	/* Nothing in common from the first token on. */
+	snprintf(head, sizeof(head), "Request %d. ", r);
+	return text_of(head, (size_t)r * 13, (size_t)opt.prefix + 40);
+}
+
+/* ==== Servers ==== */
+
+/* How a run's servers reuse prompts. */
+enum reuse {
+	REUSE_PREFIXD,  /* prefixd, and each process's own frozen prompts */
+	REUSE_LOCAL,    /* --no-cache: each process's own frozen prompts only */
+	REUSE_NONE,     /* --no-cache --local-kv 0: every prompt computed whole */
+};
+
+struct servers {
+	struct serve_proc p[MAX_PROCS];
+	int port;
+};
+
+static int start_servers(struct servers *s, const char *dir, const char *sock, enum reuse reuse)
+{
+	char port[16] = "0", parallel[16], threads[16], log[PATH_MAX + 32];
+	snprintf(parallel, sizeof(parallel), "%d", opt.parallel);
+	snprintf(threads, sizeof(threads), "%d", opt.threads);
+	for (int i = 0; i < opt.procs; i++) {
+		const char *argv[24] = { "--model", model_dir, "--port", port, "--reuse-port",
+					 "--parallel", parallel, "--threads", threads };
+		int a = 9;
+		if (reuse == REUSE_PREFIXD) {
+			argv[a++] = "--socket";
+			argv[a++] = sock;
+		} else {
+			argv[a++] = "--no-cache";
+		}
+		if (reuse == REUSE_NONE) {
+			argv[a++] = "--local-kv";
+			argv[a++] = "0";
+		}
+		snprintf(log, sizeof(log), "%s/serve%d.log", dir, i);
+		if (sp_start(&s->p[i], log, argv))
+			return -1;
+		if (i == 0)
+			snprintf(port, sizeof(port), "%d", s->port = s->p[0].port);
+		else if (s->p[i].port != s->port)
+			return -1;
+	}
+	/* The kernel picks which process a connection reaches: ask until
+	 * every process said "listening" and many answers in a row were 200
+	 * (each answers 503 until its model is loaded). */
+	for (int tries = 0; tries < 3000; tries++) {
+		int ok = 0;
+		for (int k = 0; k < 8 * opt.procs; k++)
+			ok += sp_http(s->port, "GET", "/health", NULL, NULL, NULL) == 200;
+		if (ok == 8 * opt.procs)
+			return 0;
+		usleep(20000);
+	}
+	fprintf(stderr, NAME ": the servers did not become healthy\n");
+	return -1;
+}
+
+/* Peak RSS of every server, MiB; then a clean stop. */
+static double stop_servers(struct servers *s)
+{
+	double mib = 0;
+	for (int i = 0; i < opt.procs; i++) {
+		char path[64], line[256];
+		if (s->p[i].pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)s->p[i].pid);
+		FILE *f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "VmHWM:", 6))
+				mib += atof(line + 6) / 1024;
+		if (f)
+			fclose(f);
+		report_require(sp_stop(&s->p[i]) == 0, "a server did not stop cleanly");
+	}
+	return mib;
+}
+
+/* ==== Clients ==== */
+
+/* One streamed request's figures. */
+struct result {
+	double ttft, tpot;   /* seconds */
+	long prompt, cached, generated;
+	bool ok;
+};
+
+/* Sends one streaming completion and reads its events to [DONE]. */
+static void stream_one(int port, const char *prompt, struct result *out)
+{
+	memset(out, 0, sizeof(*out));
+	json_object *b = json_object_new_object();
+	json_object_object_add(b, "model", json_object_new_string("bench"));
+	json_object_object_add(b, "prompt", json_object_new_string(prompt));
+	json_object_object_add(b, "max_tokens", json_object_new_int(opt.new_tokens));
+	json_object_object_add(b, "temperature", json_object_new_double(0));
+	json_object_object_add(b, "ignore_eos", json_object_new_boolean(1));
+	json_object_object_add(b, "stream", json_object_new_boolean(1));
+	json_object *so = json_object_new_object();
+	json_object_object_add(so, "include_usage", json_object_new_boolean(1));
+	json_object_object_add(b, "stream_options", so);
+	size_t blen;
+	const char *body = json_object_to_json_string_length(b, JSON_C_TO_STRING_PLAIN, &blen);
+	char head[256];
+	int hl = snprintf(head, sizeof(head),
+			  "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+			  "Content-Length: %zu\r\nConnection: close\r\n\r\n", blen);
+	int fd = sp_connect(port);
+	double t0 = bench_now(), first = 0, last = 0;
+	if (fd < 0 || sp_send(fd, head, (size_t)hl) || sp_send(fd, body, blen)) {
+		json_object_put(b);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	json_object_put(b);
+	/* Events are parsed as they arrive: "data: {...}\n\n". */
+	size_t cap = 1 << 16, len = 0, at = 0;
+	char *buf = malloc(cap);
+	bool done = false, headers = false;
+	while (!done) {
+		if (len + 4096 > cap)
+			buf = realloc(buf, cap *= 2);
+		ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+		buf[len] = 0;
+		if (!headers) {
+			char *e = strstr(buf, "\r\n\r\n");
+			if (!e)
+				continue;
+			if (strncmp(buf, "HTTP/1.1 200", 12)) {
+				fprintf(stderr, NAME ": %.*s\n", (int)len, buf);
+				break;
+			}
+			headers = true;
+			at = (size_t)(e + 4 - buf);
+		}
+		/* Chunked transfer: the chunk-size lines sit between events; an
+		 * event is found by its "data: " and ends at "\n\n". */
+		char *ev;
+		while ((ev = strstr(buf + at, "data: ")) && strstr(ev, "\n\n")) {
+			char *end = strstr(ev, "\n\n");
+			*end = 0;
+			at = (size_t)(end + 2 - buf);
+			if (!strcmp(ev + 6, "[DONE]")) {
+				done = true;
+				break;
+			}
+			json_object *j = json_tokener_parse(ev + 6);
+			json_object *u, *choices;
+			if (json_object_object_get_ex(j, "usage", &u) && json_object_is_type(u, json_type_object)) {
+				json_object *v, *d;
+				if (json_object_object_get_ex(u, "prompt_tokens", &v))
+					out->prompt = json_object_get_int64(v);
+				if (json_object_object_get_ex(u, "completion_tokens", &v))
+					out->generated = json_object_get_int64(v);
+				if (json_object_object_get_ex(u, "prompt_tokens_details", &d) &&
+				    json_object_object_get_ex(d, "cached_tokens", &v))
+					out->cached = json_object_get_int64(v);
+			}
+			if (json_object_object_get_ex(j, "choices", &choices) &&
+			    json_object_array_length(choices) > 0) {
+				double t = bench_now();
+				if (!first)
+					first = t;
+				last = t;
+			}
+			json_object_put(j);
+		}
+	}
+	close(fd);
+	free(buf);
+	out->ok = done && first > 0 && out->generated > 0;
+	out->ttft = first - t0;
+	out->tpot = out->generated > 1 ? (last - first) / (double)(out->generated - 1) : 0;
+}
+
+/* ==== One run ==== */
+
+struct run {
+	char **prompts;
+	int port;
+	atomic_int next;
+	struct result *res;
+};
+
+static void *client(void *arg)
+{
+	struct run *r = arg;
+	for (int i; (i = atomic_fetch_add(&r->next, 1)) < opt.requests;)
+		stream_one(r->port, r->prompts[i], &r->res[i]);
+	return NULL;
+}
+
+/* CPU seconds of a process's threads whose name starts with prefix
+ * (libmicrohttpd names its own "MHD-..."), from /proc. */
+static double threads_cpu_seconds(pid_t pid, const char *prefix)
+{
+	char path[320], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	double s = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		const char *comm = td_read_file(path);
+		if (strncmp(comm, prefix, strlen(prefix)))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+		snprintf(buf, sizeof(buf), "%s", td_read_file(path));
+		/* utime and stime are fields 14 and 15, after the ")" of comm. */
+		const char *p = strrchr(buf, ')');
+		unsigned long long ut = 0, st = 0;
+		if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+				&st) == 2)
+			s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	}
+	if (d)
+		closedir(d);
+	return s;
+}
+
+struct figures {
+	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, tok_s, cached_share, rss_mib, http_us;
+};
+
+static double pct(double *v, int n, double q)
+{
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	int k = (int)(q * n + 0.999999) - 1;
+	return n ? v[k < 0 ? 0 : k >= n ? n - 1 : k] : 0;
+}
+
+static int run_one(char **prompts, enum reuse reuse, struct figures *f)
+{
+	struct test_daemon d;
+	struct servers s = { 0 };
+	char dir[] = "/tmp/pfx-bench-serve-XXXXXX";
+	if (!mkdtemp(dir))
+		return -1;
+	const char *args[] = { "--memory", "4G", NULL };
+	bool with_prefixd = reuse == REUSE_PREFIXD;
+	if (with_prefixd && td_start(&d, args))
+		return -1;
+	int rc = start_servers(&s, dir, with_prefixd ? d.sock : NULL, reuse);
+	struct run r = { .prompts = prompts, .port = s.port };
+	r.res = calloc((size_t)opt.requests, sizeof(*r.res));
+	pthread_t th[MAX_CLIENTS];
+	double t0 = bench_now(), wall = 0;
+	if (!rc) {
+		for (int i = 0; i < opt.clients; i++)
+			pthread_create(&th[i], NULL, client, &r);
+		for (int i = 0; i < opt.clients; i++)
+			pthread_join(th[i], NULL);
+		wall = bench_now() - t0;
+	}
+	double http_cpu = 0;
+	for (int i = 0; !rc && i < opt.procs; i++)
+		http_cpu += threads_cpu_seconds(s.p[i].pid, "MHD");
+	f->rss_mib = stop_servers(&s);
+	if (with_prefixd)
+		report_require(td_stop(&d) == 0, "prefixd did not stop cleanly");
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd))
+		fprintf(stderr, NAME ": could not remove %s\n", dir);
+	if (rc)
+		return -1;
+	double *ttft = malloc(sizeof(double) * (size_t)opt.requests);
+	double *tpot = malloc(sizeof(double) * (size_t)opt.requests);
+	long gen = 0, prompt = 0, cached = 0;
+	int n = 0;
+	for (int i = 0; i < opt.requests; i++) {
+		if (!r.res[i].ok)
+			continue;
+		ttft[n] = r.res[i].ttft;
+		tpot[n++] = r.res[i].tpot;
+		gen += r.res[i].generated;
+		prompt += r.res[i].prompt;
+		cached += r.res[i].cached;
+	}
+	report_require(n == opt.requests, "a request failed");
+	f->ttft_p50 = pct(ttft, n, 0.5) * 1e3;
+	f->ttft_p99 = pct(ttft, n, 0.99) * 1e3;
+	f->tpot_p50 = pct(tpot, n, 0.5) * 1e3;
+	f->tpot_p99 = pct(tpot, n, 0.99) * 1e3;
+	f->tok_s = wall > 0 ? (double)gen / wall : 0;
+	f->cached_share = prompt ? (double)cached / (double)prompt : 0;
+	f->http_us = gen ? http_cpu / (double)gen * 1e6 : -1;
+	free(ttft);
+	free(tpot);
+	free(r.res);
+	return n == opt.requests ? 0 : -1;
+}
+
+static void report_run(const char *tag, const struct figures *f)
+{
+	report_fmt(report_key("ttft_p50_ms_%s", tag), "%.1f", f->ttft_p50);
+	report_fmt(report_key("ttft_p99_ms_%s", tag), "%.1f", f->ttft_p99);
+	report_fmt(report_key("tpot_p50_ms_%s", tag), "%.2f", f->tpot_p50);
+	report_fmt(report_key("tpot_p99_ms_%s", tag), "%.2f", f->tpot_p99);
+	report_fmt(report_key("tokens_per_s_%s", tag), "%.1f", f->tok_s);
+	report_fmt(report_key("cached_share_%s", tag), "%.3f", f->cached_share);
+	report_fmt(report_key("servers_rss_mib_%s", tag), "%.0f", f->rss_mib);
+	report_fmt(report_key("http_us_per_token_%s", tag), "%.1f", f->http_us);
+}
+
+static void usage(FILE *to)
+{
+	fprintf(to, "usage: serve [--procs K] [--clients R] [--requests N] [--prefix TOKENS]\n"
+		    "             [--new N] [--threads T] [--parallel P]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "procs", required_argument, NULL, 'k' },   { "clients", required_argument, NULL, 'r' },
+		{ "requests", required_argument, NULL, 'n' }, { "prefix", required_argument, NULL, 'p' },
+		{ "new", required_argument, NULL, 'g' },     { "threads", required_argument, NULL, 't' },
+		{ "parallel", required_argument, NULL, 'P' }, { "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+		switch (c) {
+		case 'k': opt.procs = opt_int(NAME, "procs", optarg, 1, MAX_PROCS); break;
+		case 'r': opt.clients = opt_int(NAME, "clients", optarg, 1, MAX_CLIENTS); break;
+		case 'n': opt.requests = opt_int(NAME, "requests", optarg, 1, 100000); break;
+		case 'p': opt.prefix = opt_int(NAME, "prefix", optarg, 64, 100000); break;
+		case 'g': opt.new_tokens = opt_int(NAME, "new", optarg, 2, 4096); break;
+		case 't': opt.threads = opt_int(NAME, "threads", optarg, 1, 256); break;
+		case 'P': opt.parallel = opt_int(NAME, "parallel", optarg, 1, 256); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	load_corpus();
+	struct pfx_error err;
+	struct pfx_tokenizer *t;
+	if (pfx_tokenizer_load(TOKDIR "/smollm", &t, &err)) {
+		fprintf(stderr, NAME ": %s\n", err.msg);
+		return 1;
+	}
+	tok = t;
+	snprintf(model_dir, sizeof(model_dir), "/tmp/pfx-bench-serve-model-%d", (int)getpid());
+	struct pfx_config c = pfx_config_smollm135m();
+	char out[256];
+	if (pfx_random_checkpoint(model_dir, &c, "BF16", 7, &err) ||
+	    td_sh(out, sizeof(out), "cp %s/smollm/tokenizer.json %s/smollm/tokenizer_config.json %s/",
+		  TOKDIR, TOKDIR, model_dir)) {
+		fprintf(stderr, NAME ": writing the model: %s\n", err.msg);
+		return 1;
+	}
+	report_begin(NAME);
+	report_machine();
+	report_fmt("procs", "%d", opt.procs);
+	report_fmt("clients", "%d", opt.clients);
+	report_fmt("requests", "%d", opt.requests);
+	report_fmt("prefix_tokens", "%d", opt.prefix);
+	report_fmt("new_tokens", "%d", opt.new_tokens);
+	struct bench_cpu cpu0;
+	bench_cpu_now(&cpu0);
+	/* The runs take turns so that the machine's drift hits them alike. */
+	enum { RUNS = 5 };
+	static const struct {
+		const char *tag;
+		bool shared;
+		enum reuse reuse;
+	} runs[RUNS] = {
+		{ "shared_prefixd", true, REUSE_PREFIXD },
+		{ "shared_local", true, REUSE_LOCAL },
+		{ "shared_none", true, REUSE_NONE },
+		{ "distinct_prefixd", false, REUSE_PREFIXD },
+		{ "distinct_local", false, REUSE_LOCAL },
+	};
+	struct figures f[RUNS];
+	char **prompts[2];
+	for (int w = 0; w < 2; w++) {
+		prompts[w] = malloc(sizeof(char *) * (size_t)opt.requests);
+		for (int i = 0; i < opt.requests; i++)
+			prompts[w][i] = prompt_of(w == 0, i);
+	}
+	int rc = 0;
+	for (int i = 0; i < RUNS && !rc; i++) {
+		rc = run_one(prompts[runs[i].shared ? 0 : 1], runs[i].reuse, &f[i]);
+		if (!rc)
+			report_run(runs[i].tag, &f[i]);
+	}
+	double others, steal;
+	bench_cpu_since(&cpu0, &others, &steal);
+	report_noise(others, steal);
+	td_sh(out, sizeof(out), "rm -rf %s", model_dir);
+	for (int w = 0; w < 2; w++) {
+		for (int i = 0; i < opt.requests; i++)
+			free(prompts[w][i]);
+		free(prompts[w]);
+	}
+	pfx_tokenizer_free(t);
+	json_object_put(corpus);
+	if (rc) {
+		report_require(false, "a run failed");
+		report_end("a run failed: see stderr");
+		return 1;
+	}
+	/* Against servers without prefixd: computing every prompt whole
+	 * (none), and with each process reusing its own prompts (local). */
+	report_target("shared_ttft_p50_speedup_vs_none", f[2].ttft_p50 / f[0].ttft_p50,
+		      REPORT_AT_LEAST, 8);
+	report_target("shared_tokens_per_s_gain_vs_none", f[0].tok_s / f[2].tok_s, REPORT_AT_LEAST, 2);
+	report_target("shared_ttft_p50_speedup_vs_local", f[1].ttft_p50 / f[0].ttft_p50,
+		      REPORT_AT_LEAST, 8);
+	report_target("shared_tokens_per_s_gain_vs_local", f[0].tok_s / f[1].tok_s, REPORT_AT_LEAST,
+		      2);
+	report_target("distinct_ttft_p50_ratio", f[3].ttft_p50 / f[4].ttft_p50, REPORT_AT_MOST, 1.1);
+	report_target("distinct_tokens_per_s_ratio", f[3].tok_s / f[4].tok_s, REPORT_AT_LEAST, 0.9);
+	double http = f[0].http_us > f[3].http_us ? f[0].http_us : f[3].http_us;
+	report_target("http_us_per_token", http, REPORT_AT_MOST, 50);
+	return report_end("random SmolLM-135M-shaped model (bf16 weights), SmolLM's tokenizer; "
+			  "TTFT from the request sent to the first token's event") ? 0 : 1;
+}
