@@ -28,6 +28,10 @@ struct pfx_session {
 	size_t nblocks, cap;
 	size_t len;               /* committed tokens */
 	size_t frozen;            /* tokens that can no longer change */
+	/* Leading blocks published to pub_cache by pfx_session_publish (or
+	 * attached from it): the next publish sends only the ones after. */
+	const struct pfx_cache *pub_cache;
+	size_t pub_blocks;
 };
 
 /* Makes sure blocks exist for positions [0, upto). Blocks past the frozen
