@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -1023,4 +1024,199 @@ Test(serve_engine, a_prompt_of_whole_blocks)
 	}
 	serve_engine_stop(e);
 	free(p);
+}
+
+/* ==== Single flight ==== */
+
+/* Two engines, each with its own connection, start one long prompt at
+ * once: it is computed once (its blocks published once, nothing sent
+ * twice, the other job's prompt attached), and both outputs are those of
+ * an uncached run. Whichever claims, the other waits or finds it done. */
+Test(serve_engine, two_engines_starting_one_prompt_compute_it_once)
+{
+	enum { NP = 403 }; /* not whole blocks: the waiter computes its last 3 */
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 71);
+	struct pfx_error err = { "" };
+	struct pfx_cache *c1, *c2;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c1, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c2, &err), 0, "%s", err.msg);
+	struct serve_engine *e1 = start((struct serve_engine_opts){ .cache = c1, .step_tokens = 8,
+								    .wait_ms = 20000 });
+	struct serve_engine *e2 = start((struct serve_engine_opts){ .cache = c2, .step_tokens = 8,
+								    .wait_ms = 20000 });
+	struct serve_job *a = submit(e1, req(p, NP, 8)), *b = submit(e2, req(p, NP, 8));
+	wait_done(a);
+	wait_done(b);
+	struct serve_job_usage ua, ub;
+	serve_job_usage(a, &ua);
+	serve_job_usage(b, &ub);
+	cr_expect_eq(ua.cached_tokens + ub.cached_tokens, NP / BT * BT,
+		     "one computed the prompt, the other attached it (%zu, %zu)", ua.cached_tokens,
+		     ub.cached_tokens);
+	cr_expect_eq(t_counter(&td, "published"), NP / BT, "each block published once");
+	cr_expect_eq(t_counter(&td, "dedup"), 0, "no block sent twice");
+	cr_expect_eq(t_counter(&td, "claims"), 1);
+	expect_alone(a, p, NP, 8, "the first engine");
+	expect_alone(b, p, NP, 8, "the second engine");
+	serve_job_release(a);
+	serve_job_release(b);
+	serve_engine_stop(e1);
+	serve_engine_stop(e2);
+	pfx_cache_close(c1);
+	pfx_cache_close(c2);
+	t_stop(&td);
+	free(p);
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The test claims a prompt as another process computing it would. */
+static struct pfx_session *claim(struct pfx_cache *c, const int32_t *p, size_t n)
+{
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_session *s;
+	struct pfx_prefill_info info;
+	enum pfx_flight f;
+	cr_assert_eq(pfx_session_new(model, &s, &err), 0);
+	cr_assert_eq(pfx_session_attach_wait(s, c, p, n, 1000, &f, &info, &cerr, &err), 0, "%s",
+		     err.msg);
+	cr_assert_eq(f, PFX_FLIGHT_CLAIMED);
+	return s;
+}
+
+static unsigned long long waits_at_least(struct test_daemon *td, unsigned long long n)
+{
+	unsigned long long w = 0;
+	for (int i = 0; i < 500 && (w = t_counter(td, "waits")) < n; i++)
+		usleep(10000);
+	cr_assert_geq(w, n, "the engine's attach waits");
+	return w;
+}
+
+/* While another process computes a prompt, the engine's job for it waits
+ * without stalling the engine's other stream; it then attaches what was
+ * published. With wait 0 nothing waits. */
+Test(serve_engine, a_waiting_prompt_does_not_stall_the_other_streams)
+{
+	enum { NP = 83 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 72), *q = prompt(10, 73);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c, *mine;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &mine, &err), 0, "%s", err.msg);
+	struct pfx_session *s = claim(mine, p, NP);
+
+	/* Without a wait: computed at once, neither claimed nor waited. */
+	struct serve_engine *e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16 });
+	struct serve_job *j = submit(e, req(p, NP, 4));
+	wait_done(j);
+	struct serve_job_usage u;
+	serve_job_usage(j, &u);
+	cr_expect_eq(u.cached_tokens, 0);
+	cr_expect_eq(t_counter(&td, "waits"), 0, "wait 0 never waits");
+	cr_expect_eq(t_counter(&td, "claims"), 1, "only the test's claim");
+	serve_job_release(j);
+	serve_engine_stop(e);
+	/* Its publish moved the claim past every block: claim another prompt. */
+	free(p);
+	p = prompt(NP, 74);
+	pfx_session_free(s);
+	s = claim(mine, p, NP);
+
+	e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16, .wait_ms = 20000 });
+	struct serve_job *stream = submit(e, req(q, 10, 300));
+	wait_for(stream, started, "the stream's first tokens");
+	j = submit(e, req(p, NP, 6));
+	waits_at_least(&td, 1);
+	size_t before = ntokens(stream, 0);
+	usleep(300000);
+	size_t after = ntokens(stream, 0);
+	cr_expect_gt(after, before + 5, "the stream kept going while the prompt waited (%zu -> %zu)",
+		     before, after);
+	cr_expect_eq(ntokens(j, 0), 0, "the waiting prompt has not started");
+	/* The other process computes and publishes the prompt. */
+	cr_assert_eq(pfx_session_append(s, p, NP, PFX_LOGITS_NONE, NULL, &err), 0, "%s", err.msg);
+	struct pfx_prefill_info info;
+	cr_assert_eq(pfx_session_publish(s, mine, p, NP, &info, &cerr, &err), 0);
+	cr_expect_eq(info.published, NP / BT);
+	wait_done(j);
+	serve_job_usage(j, &u);
+	cr_expect_eq(u.cached_tokens, NP / BT * BT, "the prompt attached what the other published");
+	expect_alone(j, p, NP, 6, "after waiting");
+	cr_expect_eq(t_counter(&td, "dedup"), 0, "the engine sent nothing again");
+	wait_done(stream);
+	expect_alone(stream, q, 10, 300, "the stream");
+	serve_job_release(j);
+	serve_job_release(stream);
+	serve_engine_stop(e);
+	pfx_session_free(s);
+	pfx_cache_close(mine);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+	free(q);
+}
+
+/* A job cancelled while its attach waits ends at once and frees its slot
+ * and everything the attach holds; a stop with an attach waiting returns
+ * promptly. ASan's leak check covers the rest. */
+Test(serve_engine, cancel_or_stop_during_a_wait_frees_everything)
+{
+	enum { NP = 50 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 75);
+	struct pfx_error err = { "" };
+	struct pfx_cache *c, *mine;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &mine, &err), 0, "%s", err.msg);
+	struct pfx_session *s = claim(mine, p, NP);
+	struct serve_engine *e = start((struct serve_engine_opts){ .cache = c, .parallel = 1,
+								   .queue = 2, .wait_ms = 60000 });
+	struct serve_job *j = submit(e, req(p, NP, 4));
+	unsigned long long w = waits_at_least(&td, 1);
+	int64_t t0 = mono_ns();
+	serve_job_cancel(j);
+	wait_done(j);
+	cr_expect_lt(mono_ns() - t0, 2000000000LL, "the cancel did not wait for the claim");
+	cr_expect_eq(finish_of(j, 0), SERVE_CANCELLED);
+	wait_idle(e);
+	serve_job_release(j);
+	/* Its slot is free: another job runs on the one slot. */
+	int32_t *q = prompt(5, 76);
+	struct serve_job *k = submit(e, req(q, 5, 4));
+	wait_done(k);
+	cr_expect_eq(finish_of(k, 0), SERVE_LENGTH);
+	serve_job_release(k);
+	unsigned long long leases = 1;
+	for (int i = 0; i < 300 && (leases = t_counter(&td, "leases")); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "the abandoned attach holds no lease");
+
+	j = submit(e, req(p, NP, 4));
+	waits_at_least(&td, w + 1);
+	t0 = mono_ns();
+	serve_engine_stop(e);
+	cr_expect_lt(mono_ns() - t0, 2000000000LL, "the stop did not wait for the claim");
+	cr_expect(done(j));
+	cr_expect_eq(finish_of(j, 0), SERVE_CANCELLED);
+	serve_job_release(j);
+	pfx_session_free(s);
+	pfx_cache_close(mine);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+	free(q);
 }
