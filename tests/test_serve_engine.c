@@ -1220,3 +1220,74 @@ Test(serve_engine, cancel_or_stop_during_a_wait_frees_everything)
 	free(p);
 	free(q);
 }
+
+/* The stream's notify, slowing every engine step down: a long prefill
+ * then takes longer than the daemon's claim timeout. */
+static void slow_notify(void *arg)
+{
+	usleep(12000);
+	notify(arg);
+}
+
+/* A prompt the engine claimed is published step by step: a process that
+ * needs only its start attaches that while the engine still prefills,
+ * and the claim, published to all along, outlives the daemon's claim
+ * timeout, so a process waiting for the whole prompt attaches it all. */
+Test(serve_engine, a_claimed_prompt_is_published_as_it_is_computed)
+{
+	enum { NP = 803, HEAD = 33 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", "--claim-timeout", "1",
+			       NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 77), *q = prompt(10, 78);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c, *mine;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &mine, &err), 0, "%s", err.msg);
+	struct serve_engine *e = start((struct serve_engine_opts){
+		.cache = c, .step_tokens = 8, .wait_ms = 20000, .ctx = 1000 });
+	struct serve_request sr = req(q, 10, 400);
+	sr.notify = slow_notify;
+	struct serve_job *stream = submit(e, sr);
+	wait_for(stream, started, "the stream's first tokens");
+	struct serve_job *j = submit(e, req(p, NP, 4));
+	/* The stream's one block was the first claim. */
+	for (int i = 0; i < 500 && t_counter(&td, "claims") < 2; i++)
+		usleep(5000);
+	cr_assert_eq(t_counter(&td, "claims"), 2, "the engine claimed the prompt");
+	/* The start of the prompt, while the engine computes the rest. */
+	struct pfx_session *s;
+	struct pfx_prefill_info info;
+	enum pfx_flight f;
+	cr_assert_eq(pfx_session_new(model, &s, &err), 0);
+	cr_assert_eq(pfx_session_attach_wait(s, mine, p, HEAD, 10000, &f, &info, &cerr, &err), 0);
+	cr_expect_eq(info.attached, (HEAD - 1) / BT * BT, "the start attached (flight %d)", f);
+	cr_expect_eq(ntokens(j, 0), 0, "while the engine still computes the prompt");
+	cr_expect_lt(t_counter(&td, "published"), NP / BT);
+	pfx_session_free(s);
+	/* The whole prompt: it waits past the claim timeout, on the
+	 * engine's publishes. */
+	cr_assert_eq(pfx_session_new(model, &s, &err), 0);
+	cr_assert_eq(pfx_session_attach_wait(s, mine, p, NP, 20000, &f, &info, &cerr, &err), 0);
+	cr_expect_eq(f, PFX_FLIGHT_WAITED, "it waited, inheriting nothing");
+	cr_expect_eq(info.attached, NP / BT * BT);
+	cr_expect_geq(t_counter(&td, "wait_ms"), 1000, "the prefill outlasted the claim timeout");
+	cr_expect_eq(t_counter(&td, "claims_expired"), 0, "the publishes kept the claim alive");
+	pfx_session_free(s);
+	wait_done(j);
+	expect_alone(j, p, NP, 4, "the claimed prompt");
+	cr_expect_eq(t_counter(&td, "published"), NP / BT + 1,
+		     "each block published once (and the stream's one)");
+	cr_expect_eq(t_counter(&td, "dedup"), 0, "none sent twice");
+	serve_job_cancel(stream);
+	wait_done(stream);
+	serve_job_release(j);
+	serve_job_release(stream);
+	serve_engine_stop(e);
+	pfx_cache_close(mine);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+	free(q);
+}
