@@ -177,6 +177,14 @@ static int run(const char *tokenizer, bool flight, char *why, size_t cap)
 		serve_engine_stats(engine, &st);
 		if (st.running || st.queued || !st.steps)
 			fail("after the drain: %u running, %u queued", st.running, st.queued);
+		struct prefixd_stats ds;
+		if (flight && td_stats(&td, &ds))
+			fail("prefixd's stats: %s", prefixd_errmsg());
+		else if (flight && !ds.claims)
+			fail("single flight made no claim");
+		else if (flight)
+			printf("# %llu claims, %llu waits\n", (unsigned long long)ds.claims,
+			       (unsigned long long)ds.waits);
 		serve_engine_stop(engine);
 		/* A stop with attaches in flight: they are abandoned and joined. */
 		if (!failure[0] && !serve_engine_start(&eo, &engine, &err)) {

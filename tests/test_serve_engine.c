@@ -1145,6 +1145,10 @@ Test(serve_engine, a_waiting_prompt_does_not_stall_the_other_streams)
 	cr_expect_gt(after, before + 5, "the stream kept going while the prompt waited (%zu -> %zu)",
 		     before, after);
 	cr_expect_eq(ntokens(j, 0), 0, "the waiting prompt has not started");
+	struct serve_engine_stats st;
+	serve_engine_stats(e, &st);
+	cr_expect_eq(st.attaching, 1, "one attach waits");
+	cr_expect_geq(st.running, 1, "its slot is taken");
 	/* The other process computes and publishes the prompt. */
 	cr_assert_eq(pfx_session_append(s, p, NP, PFX_LOGITS_NONE, NULL, &err), 0, "%s", err.msg);
 	struct pfx_prefill_info info;
@@ -1154,6 +1158,8 @@ Test(serve_engine, a_waiting_prompt_does_not_stall_the_other_streams)
 	serve_job_usage(j, &u);
 	cr_expect_eq(u.cached_tokens, NP / BT * BT, "the prompt attached what the other published");
 	expect_alone(j, p, NP, 6, "after waiting");
+	serve_engine_stats(e, &st);
+	cr_expect_eq(st.attaching, 0);
 	cr_expect_eq(t_counter(&td, "dedup"), 0, "the engine sent nothing again");
 	wait_done(stream);
 	expect_alone(stream, q, 10, 300, "the stream");

@@ -39,6 +39,7 @@ struct serve_engine {
 	uint64_t steps;
 	size_t local_bytes;       /* local_prefix_bytes after the last step */
 	unsigned landed;          /* attach threads finished, not reaped yet */
+	unsigned attaching;       /* slots in SEQ_ATTACH */
 	/* The engine thread's: */
 	struct seq *seqs;         /* (parallel) */
 	struct pfx_batch_item *items;
@@ -110,11 +111,20 @@ static void reap_orphans(struct serve_engine *e, bool all)
 	e->norphans = k;
 }
 
+static void count_attaching(struct serve_engine *e, int d)
+{
+	pthread_mutex_lock(&e->mu);
+	e->attaching += (unsigned)d;
+	pthread_mutex_unlock(&e->mu);
+}
+
 /* Frees the sequence in slot q at once, ending its choice with fin. */
 static void seq_drop(struct serve_engine *e, struct seq *q, enum serve_finish fin)
 {
-	if (q->att)
+	if (q->att) {
 		orphan(e, q->att);
+		count_attaching(e, -1);
+	}
 	q->att = NULL;
 	seq_end(q, fin);
 	pthread_mutex_lock(&e->mu);
@@ -231,6 +241,7 @@ static void admit(struct serve_engine *e, struct serve_job *j)
 		struct attach_signal sig = { &e->mu, &e->wake, &e->landed };
 		if (!attach_start(e->o.model, e->o.cache, j, e->o.wait_ms, sig, &first->att, &err)) {
 			first->state = SEQ_ATTACH;
+			count_attaching(e, 1);
 			return;
 		}
 	}
@@ -265,6 +276,7 @@ static int start_landed(struct serve_engine *e, struct seq *q, struct pfx_error 
 	attach_free(q->att);
 	q->att = NULL;
 	landed_one(e);
+	count_attaching(e, -1);
 	if (rc)
 		return rc;
 	size_t max = (r->nprompt - 1) / e->B * e->B, local = 0;
@@ -779,6 +791,7 @@ void serve_engine_stats(struct serve_engine *e, struct serve_engine_stats *out)
 	pthread_mutex_lock(&e->mu);
 	out->running = e->running;
 	out->queued = e->nqueued;
+	out->attaching = e->attaching;
 	out->steps = e->steps;
 	out->local_bytes = e->local_bytes;
 	pthread_mutex_unlock(&e->mu);

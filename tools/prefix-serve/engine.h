@@ -69,6 +69,8 @@ void serve_engine_stop(struct serve_engine *e);
 struct serve_engine_stats {
 	unsigned running;          /* sequences */
 	unsigned queued;           /* jobs */
+	unsigned attaching;        /* jobs whose prompt's attach runs (single
+				    * flight: it may wait for another process) */
 	uint64_t steps;
 	size_t local_bytes;        /* KV bytes of the local frozen prompts
 				    * (counted per prompt, shared blocks too) */
