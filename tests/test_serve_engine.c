@@ -1304,3 +1304,45 @@ Test(serve_engine, a_claimed_prompt_is_published_as_it_is_computed)
 	free(p);
 	free(q);
 }
+
+/* With single flight, n choices still fork one prefill (claimed, then
+ * attached by the next request), and each equals the prompt alone. */
+Test(serve_engine, n_choices_fork_a_claimed_and_an_attached_prompt)
+{
+	enum { NP = 50 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 79);
+	struct pfx_error err = { "" };
+	struct pfx_cache *c;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	struct serve_engine *e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16,
+								   .wait_ms = 5000 });
+	for (int round = 0; round < 2; round++) {
+		struct serve_request r = req(p, NP, 5);
+		r.n = 3;
+		struct serve_job *j = submit(e, r);
+		wait_done(j);
+		struct serve_job_usage u;
+		serve_job_usage(j, &u);
+		cr_expect_eq(u.cached_tokens, round ? NP / BT * BT : 0, "round %d", round);
+		cr_expect_eq(u.completion_tokens, 15);
+		int32_t *ref = greedy_ref(p, NP, 5, NULL);
+		for (uint32_t i = 0; i < 3; i++) {
+			size_t n;
+			int32_t *got = ids_of(j, i, &n);
+			cr_expect_eq(n, 5);
+			cr_expect_arr_eq(got, ref, 5 * sizeof(*ref), "round %d, choice %u", round, i);
+			free(got);
+		}
+		free(ref);
+		serve_job_release(j);
+	}
+	cr_expect_eq(t_counter(&td, "claims"), 1, "the first round claimed");
+	cr_expect_eq(t_counter(&td, "published"), NP / BT);
+	serve_engine_stop(e);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+}
