@@ -24,6 +24,7 @@ struct pfx_cache {
 	struct prefixd_layout layout; /* its salt points into salt[] */
 	unsigned flags;               /* enum pfx_cache_flag */
 	char *socket;                 /* NULL: the default; for pfx_cache_clone */
+	uint64_t id;                  /* unique in the process, from 1 (kv.h) */
 	uint8_t salt[PREFIXD_MAX_SALT];
 };
 
@@ -33,6 +34,8 @@ struct kv_lease {
 	uint64_t id;
 	uint32_t blocks;  /* the daemon's count: a publish continues its last */
 };
+
+static _Atomic uint64_t cache_ids;
 
 static void cache_put(struct pfx_cache *c)
 {
@@ -93,6 +96,7 @@ int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *sa
 		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
 	}
 	atomic_init(&c->refs, 1);
+	c->id = atomic_fetch_add(&cache_ids, 1) + 1;
 	c->m = m;
 	c->flags = flags;
 	/* A chain's ids cover the salt: keep a copy for pfx_cache_pin. */
@@ -126,6 +130,7 @@ int pfx_cache_clone(struct pfx_cache *c, struct pfx_cache **out, struct pfx_erro
 		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
 	}
 	atomic_init(&d->refs, 1);
+	d->id = atomic_fetch_add(&cache_ids, 1) + 1;
 	*out = d;
 	return 0;
 }
@@ -176,7 +181,7 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	l->blocks = hit;
 	bool copy = copy_last && hit == nblocks;
 	uint32_t frozen = copy ? hit - 1 : hit, i = 0;
-	s->pub_cache = c; /* the leased blocks are the daemon's already */
+	s->pub_cache = c->id; /* the leased blocks are the daemon's already */
 	s->pub_blocks = 0;
 	for (; i < frozen; i++) {
 		struct kv_block *b = kv_block_attached(kv[i], l);
@@ -371,7 +376,7 @@ int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_
 		attached++;
 	/* Blocks an earlier publish of this growing prompt sent: a lease on
 	 * them lets this one send only the new ones. */
-	size_t sent = s->pub_cache == c && s->pub_blocks > first ? s->pub_blocks : 0;
+	size_t sent = s->pub_cache == c->id && s->pub_blocks > first ? s->pub_blocks : 0;
 	size_t known = attached > sent ? attached : sent;
 	if (full <= known)
 		return 0;
@@ -397,8 +402,8 @@ int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_
 	}
 	/* The daemon now holds the leading blocks this publish reached. */
 	uint32_t reached = start + info->published + info->deduplicated;
-	if (reached > s->pub_blocks || s->pub_cache != c) {
-		s->pub_cache = c;
+	if (reached > s->pub_blocks || s->pub_cache != c->id) {
+		s->pub_cache = c->id;
 		s->pub_blocks = reached;
 	}
 	/* The report counts the blocks computed here and not sent before:
