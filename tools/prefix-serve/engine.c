@@ -398,11 +398,11 @@ static int prompt_done(struct serve_engine *e, struct seq *q0, float *logits,
 	int rc = 0;
 	if (full > pfx_session_frozen(q0->s))
 		rc = pfx_session_freeze_at(q0->s, full, err);
-	/* Neither a publish cut short nor a local copy that could not be
-	 * kept is the request's failure: a later prompt computes more. */
 	/* A prompt of whole blocks that attached them all computed only its
 	 * last token, in a copy of a block the daemon has. */
 	bool cached = q0->attached + 1 == r->nprompt && r->nprompt % e->B == 0;
+	/* Neither a publish cut short nor a local copy that could not be
+	 * kept is the request's failure: a later prompt computes more. */
 	if (!rc && e->o.cache && !cached) {
 		struct pfx_prefill_info info = { 0 };
 		struct pfx_error cerr;
