@@ -540,6 +540,11 @@ static size_t step(struct serve_engine *e)
 			}
 		}
 	}
+	/* Counted before the output it gives: a job seen done has its steps
+	 * counted. */
+	pthread_mutex_lock(&e->mu);
+	e->steps++;
+	pthread_mutex_unlock(&e->mu);
 	for (size_t k = 0; k < n; k++) {
 		struct seq *q = e->item_seq[k];
 		/* A failed job's other items are gone too. */
@@ -548,7 +553,6 @@ static size_t step(struct serve_engine *e)
 	}
 	size_t kept = e->local ? local_prefix_bytes(e->local) : 0;
 	pthread_mutex_lock(&e->mu);
-	e->steps++;
 	e->local_bytes = kept;
 	pthread_mutex_unlock(&e->mu);
 	return n;
