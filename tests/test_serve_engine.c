@@ -1108,6 +1108,14 @@ static unsigned long long waits_at_least(struct test_daemon *td, unsigned long l
 	return w;
 }
 
+/* A stream's notify, slowing every engine step down (12 ms): a stream
+ * lasts long enough to watch, a long prefill longer than a claim timeout. */
+static void slow_notify(void *arg)
+{
+	usleep(12000);
+	notify(arg);
+}
+
 /* While another process computes a prompt, the engine's job for it waits
  * without stalling the engine's other stream; it then attaches what was
  * published. With wait 0 nothing waits. */
@@ -1142,7 +1150,9 @@ Test(serve_engine, a_waiting_prompt_does_not_stall_the_other_streams)
 	s = claim(mine, p, NP);
 
 	e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16, .wait_ms = 20000 });
-	struct serve_job *stream = submit(e, req(q, 10, 300));
+	struct serve_request sr = req(q, 10, 100);
+	sr.notify = slow_notify;
+	struct serve_job *stream = submit(e, sr);
 	wait_for(stream, started, "the stream's first tokens");
 	j = submit(e, req(p, NP, 6));
 	waits_at_least(&td, 1);
@@ -1169,7 +1179,7 @@ Test(serve_engine, a_waiting_prompt_does_not_stall_the_other_streams)
 	cr_expect_eq(st.attaching, 0);
 	cr_expect_eq(t_counter(&td, "dedup"), 0, "the engine sent nothing again");
 	wait_done(stream);
-	expect_alone(stream, q, 10, 300, "the stream");
+	expect_alone(stream, q, 10, 100, "the stream");
 	serve_job_release(j);
 	serve_job_release(stream);
 	serve_engine_stop(e);
@@ -1232,14 +1242,6 @@ Test(serve_engine, cancel_or_stop_during_a_wait_frees_everything)
 	t_stop(&td);
 	free(p);
 	free(q);
-}
-
-/* The stream's notify, slowing every engine step down: a long prefill
- * then takes longer than the daemon's claim timeout. */
-static void slow_notify(void *arg)
-{
-	usleep(12000);
-	notify(arg);
 }
 
 /* A prompt the engine claimed is published step by step: a process that
