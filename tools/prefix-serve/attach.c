@@ -3,7 +3,9 @@
  * The attach thread (attach.h). The wait goes in slices, so that a cancel
  * or a stop is seen within one: a slice that ends with the blocks still
  * being computed by another process (WAITED, short of the prompt) simply
- * waits on, on a fresh session (attached blocks are frozen).
+ * waits on, on a fresh session (attached blocks are frozen). Each slice
+ * counts as a wait in prefixd's stats, and a waiter that waits on queues
+ * behind those already waiting for the same claim.
  */
 #include "attach.h"
 
