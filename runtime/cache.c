@@ -23,6 +23,8 @@ struct pfx_cache {
 	const struct pfx_model *m;
 	struct prefixd_layout layout; /* its salt points into salt[] */
 	unsigned flags;               /* enum pfx_cache_flag */
+	char *socket;                 /* NULL: the default; for pfx_cache_clone */
+	uint64_t id;                  /* unique in the process, from 1 (kv.h) */
 	uint8_t salt[PREFIXD_MAX_SALT];
 };
 
@@ -33,10 +35,13 @@ struct kv_lease {
 	uint32_t blocks;  /* the daemon's count: a publish continues its last */
 };
 
+static _Atomic uint64_t cache_ids;
+
 static void cache_put(struct pfx_cache *c)
 {
 	if (c && atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
 		prefixd_close(c->c);
+		free(c->socket);
 		free(c);
 	}
 }
@@ -79,15 +84,19 @@ int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *sa
 	};
 	memcpy(l.fingerprint, pfx_model_fingerprint(m), sizeof(l.fingerprint));
 	struct pfx_cache *c = calloc(1, sizeof(*c));
-	if (!c)
+	if (!c || (socket && !(c->socket = strdup(socket)))) {
+		free(c);
 		return pfx_errorf(err, -ENOMEM, "out of memory");
+	}
 	int rc = prefixd_connect_flags(socket, &l,
 				       flags & PFX_CACHE_SHARED ? PREFIXD_CONNECT_SHARED : 0, &c->c);
 	if (rc) {
+		free(c->socket);
 		free(c);
 		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
 	}
 	atomic_init(&c->refs, 1);
+	c->id = atomic_fetch_add(&cache_ids, 1) + 1;
 	c->m = m;
 	c->flags = flags;
 	/* A chain's ids cover the salt: keep a copy for pfx_cache_pin. */
@@ -96,6 +105,33 @@ int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *sa
 		memcpy(c->salt, salt, salt_len);
 	c->layout.salt = c->salt;
 	*out = c;
+	return 0;
+}
+
+int pfx_cache_clone(struct pfx_cache *c, struct pfx_cache **out, struct pfx_error *err)
+{
+	if (!c)
+		return pfx_errorf(err, -EINVAL, "no cache to clone");
+	struct pfx_cache *d = calloc(1, sizeof(*d));
+	if (!d || (c->socket && !(d->socket = strdup(c->socket)))) {
+		free(d);
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	}
+	*d = (struct pfx_cache){ .m = c->m, .layout = c->layout, .flags = c->flags,
+				 .socket = d->socket };
+	memcpy(d->salt, c->salt, sizeof(d->salt));
+	d->layout.salt = d->salt;
+	int rc = prefixd_connect_flags(c->socket, &d->layout,
+				       c->flags & PFX_CACHE_SHARED ? PREFIXD_CONNECT_SHARED : 0,
+				       &d->c);
+	if (rc) {
+		free(d->socket);
+		free(d);
+		return pfx_errorf(err, rc, "%s", prefixd_errmsg());
+	}
+	atomic_init(&d->refs, 1);
+	d->id = atomic_fetch_add(&cache_ids, 1) + 1;
+	*out = d;
 	return 0;
 }
 
@@ -118,8 +154,8 @@ void kv_lease_put(struct kv_lease *l)
  * caller computes that token, whose logits are the answer). Returns the
  * tokens attached, or -errno. */
 static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *tokens,
-		  uint32_t nblocks, bool wait, bool copy_last, uint32_t *from_disk,
-		  struct pfx_error *err)
+		  uint32_t nblocks, uint32_t wait_ms, bool copy_last, uint32_t *from_disk,
+		  uint32_t *flight, struct pfx_error *err)
 {
 	const void **kv = malloc((nblocks + 1) * sizeof(*kv));
 	struct kv_lease *l = malloc(sizeof(*l));
@@ -128,10 +164,10 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	/* Single flight: wait for a process computing these blocks, or
 	 * claim them for this one. */
 	struct prefixd_match_info mi;
-	uint32_t wait_ms = wait ? PFX_CACHE_WAIT_MS : 0;
 	int rc = kv && l ? prefixd_match_wait(c->c, tokens, nblocks, wait_ms, &lease_id, &hit, kv, &mi)
 			 : -ENOMEM;
 	*from_disk = rc ? 0 : mi.from_disk;
+	*flight = rc ? PFX_FLIGHT_NONE : mi.flight;
 	if (rc || !hit) {
 		free(kv);
 		free(l);
@@ -145,6 +181,8 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	l->blocks = hit;
 	bool copy = copy_last && hit == nblocks;
 	uint32_t frozen = copy ? hit - 1 : hit, i = 0;
+	s->pub_cache = c->id; /* the leased blocks are the daemon's already */
+	s->pub_blocks = 0;
 	for (; i < frozen; i++) {
 		struct kv_block *b = kv_block_attached(kv[i], l);
 		if (!b || kv_attach_frozen(s, b)) {
@@ -163,6 +201,7 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 	}
 	/* Out of memory half-way: what is attached stays, consistently (a
 	 * publish then starts from the prompt's beginning, see publish). */
+	s->pub_blocks = i;
 	kv_lease_put(l);
 	free(kv);
 	return got || !hit ? (int)got : pfx_errorf(err, -ENOMEM, "out of memory");
@@ -186,12 +225,14 @@ static int ids_of(const struct pfx_session *s, const int32_t *tokens, size_t n, 
 	return 0;
 }
 
-/* pfx_session_attach; wait: with single flight (pfx_session_prefill). */
+/* pfx_session_attach; wait_ms > 0: with single flight, *flight saying
+ * what it did. */
 static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens, size_t n,
-		     bool wait, struct pfx_prefill_info *info, struct pfx_error *cache_err,
-		     struct pfx_error *err)
+		     uint32_t wait_ms, uint32_t *flight, struct pfx_prefill_info *info,
+		     struct pfx_error *cache_err, struct pfx_error *err)
 {
 	memset(info, 0, sizeof(*info));
+	*flight = PFX_FLIGHT_NONE;
 	if (s->len)
 		return pfx_errorf(err, -EINVAL,
 				  "cannot attach cached blocks to a session that holds %zu tokens",
@@ -209,10 +250,10 @@ static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *
 	 * processes that waited for another's prefill then compute one token,
 	 * not a block. */
 	size_t B = (size_t)pfx_model_block_tokens(s->m), matchable = (n - 1) / B;
-	bool whole = wait && n % B == 0;
+	bool whole = wait_ms && n % B == 0;
 	uint32_t from_disk = 0;
-	int got = attach(s, c, ids, (uint32_t)(whole ? n / B : matchable), wait, whole, &from_disk,
-			 cache_err);
+	int got = attach(s, c, ids, (uint32_t)(whole ? n / B : matchable), wait_ms, whole, &from_disk,
+			 flight, cache_err);
 	free(ids);
 	if (got < 0) {
 		info->cache_rc = got;
@@ -230,7 +271,23 @@ int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t
 		       size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
 		       struct pfx_error *err)
 {
-	return do_attach(s, c, tokens, n, false, info, cache_err, err);
+	uint32_t flight;
+	return do_attach(s, c, tokens, n, 0, &flight, info, cache_err, err);
+}
+
+int pfx_session_attach_wait(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			    size_t n, uint32_t wait_ms, enum pfx_flight *flight,
+			    struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			    struct pfx_error *err)
+{
+	if (wait_ms > PFX_ATTACH_WAIT_MAX_MS)
+		return pfx_errorf(err, -EINVAL, "a wait of %u ms is past the longest, %u ms", wait_ms,
+				  PFX_ATTACH_WAIT_MAX_MS);
+	uint32_t f;
+	int rc = do_attach(s, c, tokens, n, wait_ms, &f, info, cache_err, err);
+	/* A daemon's unknown answer is none the caller can act on. */
+	*flight = f <= PFX_FLIGHT_INHERITED ? (enum pfx_flight)f : PFX_FLIGHT_NONE;
+	return rc;
 }
 
 /* The leading blocks of s attached through one lease of c, all of those
@@ -255,6 +312,48 @@ static uint32_t continuable(const struct pfx_session *s, const struct pfx_cache 
 	return k;
 }
 
+/* Publishes the session's blocks [have, full), which continue blocks an
+ * earlier chunk published: a lease on those (a plain MATCH, which the
+ * daemon counts as one) lets the publish send only the new ones. *from:
+ * where the publish started (before have when the daemon lost some). */
+static int publish_next(struct pfx_session *s, struct pfx_cache *c, const uint32_t *ids,
+			uint32_t have, uint32_t full, uint32_t *from, uint32_t *stored,
+			uint32_t *dedup)
+{
+	const void **kv = malloc(full * sizeof(*kv));
+	uint64_t lease = 0;
+	uint32_t hit = 0;
+	*stored = *dedup = 0;
+	int rc = kv ? prefixd_match(c->c, ids, have, &lease, &hit, kv) : -ENOMEM;
+	*from = hit;
+	if (!rc) {
+		for (uint32_t i = hit; i < full; i++)
+			kv[i - hit] = s->blocks[i]->data;
+		rc = prefixd_publish(c->c, lease, ids, hit, full - hit, kv, stored, dedup);
+		if (!rc && *stored + *dedup < full - hit)
+			rc = -EEXIST; /* a hash collision stopped it */
+	}
+	if (lease)
+		prefixd_release(c->c, lease);
+	free(kv);
+	return rc;
+}
+
+/* The report's words for a publish that stopped with prc. */
+static int publish_error(struct pfx_error *cache_err, int prc)
+{
+	if (prc == -ENOSPC)
+		return pfx_errorf(cache_err, prc,
+				  "prefixd's memory budget is full of leased or pinned blocks");
+	if (prc == -EDQUOT)
+		return pfx_errorf(cache_err, prc,
+				  "this user's quota in prefixd is full of their leased or pinned blocks");
+	if (prc == -EEXIST)
+		return pfx_errorf(cache_err, prc,
+				  "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)");
+	return pfx_errorf(cache_err, prc, "%s", prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
+}
+
 int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
 			struct pfx_error *err)
@@ -275,72 +374,57 @@ int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_
 	size_t attached = 0;
 	while (attached < s->nblocks && attached < full && s->blocks[attached]->lease)
 		attached++;
-	if (full <= attached)
+	/* Blocks an earlier publish of this growing prompt sent: a lease on
+	 * them lets this one send only the new ones. */
+	size_t sent = s->pub_cache == c->id && s->pub_blocks > first ? s->pub_blocks : 0;
+	size_t known = attached > sent ? attached : sent;
+	if (full <= known)
 		return 0;
 	uint32_t *ids;
 	int rc = ids_of(s, tokens, full * B, &ids, err);
 	if (rc)
 		return rc;
-	uint32_t todo = (uint32_t)(full - first);
-	const void **kv = malloc(todo * sizeof(*kv));
-	for (size_t i = first; kv && i < full; i++)
-		kv[i - first] = s->blocks[i]->data;
-	int prc = kv ? prefixd_publish(c->c, lease, ids, first, todo, kv, &info->published,
-				       &info->deduplicated)
-		     : -ENOMEM;
-	/* The report counts the blocks computed here: attached ones that a
-	 * publish from the beginning sent again are the daemon's own. */
-	uint32_t again = (uint32_t)(attached - first);
+	int prc;
+	uint32_t start = first, again = (uint32_t)(attached - first);
+	if (sent) {
+		prc = publish_next(s, c, ids, (uint32_t)sent, (uint32_t)full, &start,
+				   &info->published, &info->deduplicated);
+		again = start < known ? (uint32_t)(known - start) : 0;
+	} else {
+		uint32_t todo = (uint32_t)(full - first);
+		const void **kv = malloc(todo * sizeof(*kv));
+		for (size_t i = first; kv && i < full; i++)
+			kv[i - first] = s->blocks[i]->data;
+		prc = kv ? prefixd_publish(c->c, lease, ids, first, todo, kv, &info->published,
+					   &info->deduplicated)
+			 : -ENOMEM;
+		free(kv);
+	}
+	/* The daemon now holds the leading blocks this publish reached. */
+	uint32_t reached = start + info->published + info->deduplicated;
+	if (reached > s->pub_blocks || s->pub_cache != c->id) {
+		s->pub_cache = c->id;
+		s->pub_blocks = reached;
+	}
+	/* The report counts the blocks computed here and not sent before:
+	 * those a publish from further back sent again are the daemon's own. */
 	info->deduplicated = info->deduplicated > again ? info->deduplicated - again : 0;
-	uint32_t mine = (uint32_t)(full - attached);
+	uint32_t mine = (uint32_t)(full - known);
 	uint32_t done = info->published + info->deduplicated;
 	info->unpublished = mine > done ? mine - done : 0;
 	/* The client library's messages repeat the counts; the report has
 	 * them already, so say only why. */
-	if (prc == -ENOSPC)
-		info->publish_rc = pfx_errorf(cache_err, prc,
-					      "prefixd's memory budget is full of leased or pinned blocks");
-	else if (prc == -EDQUOT)
-		info->publish_rc = pfx_errorf(cache_err, prc,
-					      "this user's quota in prefixd is full of their leased or pinned blocks");
-	else if (prc)
-		info->publish_rc = pfx_errorf(cache_err, prc, "%s",
-					      prc == -ENOMEM ? "out of memory" : prefixd_errmsg());
+	if (prc)
+		info->publish_rc = publish_error(cache_err, prc);
 	else if (info->unpublished)
-		info->publish_rc = pfx_errorf(cache_err, -EEXIST,
-					      "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)");
+		info->publish_rc = publish_error(cache_err, -EEXIST);
 	/* A prompt that ends on a block boundary leaves its last block to
 	 * compute (its last token's logits are the answer): say so when that
 	 * block was cached all along. */
 	if (n % B == 0 && mine == 1 && info->deduplicated == 1)
 		info->recomputed = B;
-	free(kv);
 	free(ids);
 	return 0;
-}
-
-/* Publishes the session's blocks [have, full), which continue blocks an
- * earlier chunk published: a lease on those (a plain MATCH, which the
- * daemon counts as one) lets the publish send only the new ones. */
-static int publish_next(struct pfx_session *s, struct pfx_cache *c, const uint32_t *ids,
-			uint32_t have, uint32_t full, uint32_t *stored, uint32_t *dedup)
-{
-	const void **kv = malloc(full * sizeof(*kv));
-	uint64_t lease = 0;
-	uint32_t hit = 0;
-	*stored = *dedup = 0;
-	int rc = kv ? prefixd_match(c->c, ids, have, &lease, &hit, kv) : -ENOMEM;
-	if (!rc) {
-		for (uint32_t i = hit; i < full; i++)
-			kv[i - hit] = s->blocks[i]->data;
-		rc = prefixd_publish(c->c, lease, ids, hit, full - hit, kv, stored, dedup);
-		if (!rc && *stored + *dedup < full - hit)
-			rc = -EEXIST; /* a hash collision stopped it */
-	}
-	if (lease)
-		prefixd_release(c->c, lease);
-	free(kv);
-	return rc;
 }
 
 /*
@@ -394,10 +478,11 @@ static int prefill_chunks(struct pfx_session *s, struct pfx_cache *c, const int3
 			if ((info->publish_rc = step.publish_rc))
 				publishing = false;
 		} else {
-			uint32_t stored, dedup;
-			int prc = publish_next(s, c, ids, have, full, &stored, &dedup);
+			uint32_t stored, dedup, from;
+			int prc = publish_next(s, c, ids, have, full, &from, &stored, &dedup);
 			info->published += stored;
 			info->deduplicated += dedup;
+			s->pub_blocks = from + stored + dedup;
 			if (prc) {
 				info->publish_rc = pfx_errorf(cache_err, prc, "%s",
 							      prc == -EEXIST ? "a block's key in prefixd is another prompt's (a hash collision; nothing wrong was stored)"
@@ -427,7 +512,9 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
 		return pfx_session_append(s, tokens, n, want, logits, err);
 	}
 	bool flight = !(c->flags & PFX_CACHE_NO_WAIT);
-	int rc = do_attach(s, c, tokens, n, flight, info, cache_err, err);
+	uint32_t how;
+	int rc = do_attach(s, c, tokens, n, flight ? PFX_CACHE_WAIT_MS : 0, &how, info, cache_err,
+			   err);
 	if (rc)
 		return rc;
 	size_t done = info->attached;

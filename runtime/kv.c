@@ -109,6 +109,8 @@ void kv_rewind(struct pfx_session *s, size_t len)
 {
 	s->len = len;
 	kv_trim(s, len);
+	if (s->pub_blocks * (size_t)s->m->block_tokens > len)
+		s->pub_blocks = len / (size_t)s->m->block_tokens;
 }
 
 void kv_freeze(struct pfx_session *s)

@@ -28,6 +28,12 @@ struct pfx_session {
 	size_t nblocks, cap;
 	size_t len;               /* committed tokens */
 	size_t frozen;            /* tokens that can no longer change */
+	/* Leading blocks published through the cache numbered pub_cache
+	 * (its id: a pointer could name a later cache at the same address)
+	 * by pfx_session_publish, or attached from it: the next publish sends
+	 * only the ones after. 0: none. */
+	uint64_t pub_cache;
+	size_t pub_blocks;
 };
 
 /* Makes sure blocks exist for positions [0, upto). Blocks past the frozen

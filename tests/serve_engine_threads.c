@@ -3,7 +3,9 @@
  * prefix-serve's engine under many client threads, without Criterion so
  * that ThreadSanitizer runs it (TAP on stdout): threads submit, read the
  * output under the job's lock while the engine writes it, cancel, hang
- * up, release early, and every job must end as it should.
+ * up, release early, and every job must end as it should. Run twice: alone,
+ * and through a private prefixd with single flight, where jobs of one
+ * shared head wait for each other's claims on attach threads.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon_util.h"
 #include "engine.h"
 #include "random_model.h"
 
@@ -127,8 +130,10 @@ static void *client(void *arg)
 	return NULL;
 }
 
-static int run(const char *tokenizer, char *why, size_t cap)
+/* flight: through a private prefixd, with single flight. */
+static int run(const char *tokenizer, bool flight, char *why, size_t cap)
 {
+	failure[0] = 0;
 	char dir[] = "/tmp/pfx-serve-threads-XXXXXX";
 	if (!mkdtemp(dir))
 		return snprintf(why, cap, "mkdtemp failed"), -1;
@@ -149,6 +154,16 @@ static int run(const char *tokenizer, char *why, size_t cap)
 		rc = pfx_tokenizer_load(tokenizer, &t, &err);
 	struct serve_engine_opts eo = { .model = m, .tok = t, .parallel = 4, .queue = 4,
 					.ctx = 256, .step_tokens = 16, .local_bytes = 1 << 20 };
+	struct test_daemon td = { 0 };
+	struct pfx_cache *cache = NULL;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	if (!rc && flight) {
+		if (td_start(&td, args))
+			return snprintf(why, cap, "prefixd did not start"), -1;
+		rc = pfx_cache_open(m, td.sock, NULL, 0, &cache, &err);
+		eo.cache = cache;
+		eo.wait_ms = 5000;
+	}
 	if (!rc)
 		rc = serve_engine_start(&eo, &engine, &err);
 	if (!rc) {
@@ -162,12 +177,49 @@ static int run(const char *tokenizer, char *why, size_t cap)
 		serve_engine_stats(engine, &st);
 		if (st.running || st.queued || !st.steps)
 			fail("after the drain: %u running, %u queued", st.running, st.queued);
+		struct prefixd_stats ds;
+		if (flight && td_stats(&td, &ds))
+			fail("prefixd's stats: %s", prefixd_errmsg());
+		else if (flight && !ds.claims)
+			fail("single flight made no claim");
+		else if (flight)
+			printf("# %llu claims, %llu waits\n", (unsigned long long)ds.claims,
+			       (unsigned long long)ds.waits);
 		serve_engine_stop(engine);
+		/* A stop with attaches in flight: they are abandoned and joined. */
+		if (!failure[0] && !serve_engine_start(&eo, &engine, &err)) {
+			struct serve_job *j[4] = { 0 };
+			for (int i = 0; i < 4; i++) {
+				int32_t *p = malloc(60 * sizeof(*p));
+				for (size_t k = 0; p && k < 60; k++)
+					p[k] = 4 + (int32_t)((k * 11 + 5) % 270);
+				struct serve_request r = { .prompt = p, .nprompt = 60, .max_tokens = 5,
+							   .n = 1, .top_p = 1, .ignore_eos = true,
+							   .client_fd = -1 };
+				if (p && serve_engine_submit(engine, &r, &j[i], &err))
+					j[i] = NULL;
+			}
+			serve_engine_stop(engine);
+			for (int i = 0; i < 4; i++) {
+				if (!j[i])
+					continue;
+				serve_job_lock(j[i]);
+				if (!serve_job_done(j[i]))
+					fail("job %d still runs after the stop", i);
+				serve_job_unlock(j[i]);
+				serve_job_release(j[i]);
+			}
+		}
 		if (failure[0])
 			snprintf(why, cap, "%s", failure);
 		rc = failure[0] ? -1 : 0;
 	} else {
 		snprintf(why, cap, "%s", err.msg);
+	}
+	pfx_cache_close(cache);
+	if (flight && td_stop(&td) && !rc) {
+		snprintf(why, cap, "prefixd did not stop cleanly");
+		rc = -1;
 	}
 	pfx_tokenizer_free(t);
 	pfx_model_free(m);
@@ -180,9 +232,11 @@ static int run(const char *tokenizer, char *why, size_t cap)
 
 int main(void)
 {
-	char why[256] = "";
-	int rc = run(TOKENIZERS_DIR "/tiny-chat", why, sizeof(why));
-	printf("%s 1 - serve_engine_many_clients%s%s\n1..1\n", rc ? "not ok" : "ok", rc ? ": " : "",
-	       why);
-	return rc ? 1 : 0;
+	char why[256] = "", why2[256] = "";
+	int rc = run(TOKENIZERS_DIR "/tiny-chat", false, why, sizeof(why));
+	printf("%s 1 - serve_engine_many_clients%s%s\n", rc ? "not ok" : "ok", rc ? ": " : "", why);
+	int rc2 = run(TOKENIZERS_DIR "/tiny-chat", true, why2, sizeof(why2));
+	printf("%s 2 - serve_engine_many_clients_single_flight%s%s\n1..2\n",
+	       rc2 ? "not ok" : "ok", rc2 ? ": " : "", why2);
+	return rc || rc2 ? 1 : 0;
 }

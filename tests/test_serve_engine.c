@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -1022,5 +1023,328 @@ Test(serve_engine, a_prompt_of_whole_blocks)
 		serve_job_release(j);
 	}
 	serve_engine_stop(e);
+	free(p);
+}
+
+/* ==== Single flight ==== */
+
+/* Two engines, each with its own connection, start one long prompt at
+ * once: it is computed once (its blocks published once, nothing sent
+ * twice, the other job's prompt attached), and both outputs are those of
+ * an uncached run. Whichever claims, the other waits or finds it done. */
+static void two_engines(size_t NP)
+{
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 71);
+	struct pfx_error err = { "" };
+	struct pfx_cache *c1, *c2;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c1, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c2, &err), 0, "%s", err.msg);
+	struct serve_engine *e1 = start((struct serve_engine_opts){ .cache = c1, .step_tokens = 8,
+								    .wait_ms = 20000 });
+	struct serve_engine *e2 = start((struct serve_engine_opts){ .cache = c2, .step_tokens = 8,
+								    .wait_ms = 20000 });
+	struct serve_job *a = submit(e1, req(p, NP, 8)), *b = submit(e2, req(p, NP, 8));
+	wait_done(a);
+	wait_done(b);
+	struct serve_job_usage ua, ub;
+	serve_job_usage(a, &ua);
+	serve_job_usage(b, &ub);
+	/* A prompt of whole blocks: the waiter computes its last token. */
+	size_t all = NP % BT ? NP / BT * BT : NP - 1;
+	cr_expect_eq(ua.cached_tokens + ub.cached_tokens, all,
+		     "%zu tokens: one computed the prompt, the other attached it (%zu, %zu)", NP,
+		     ua.cached_tokens, ub.cached_tokens);
+	cr_expect_eq(t_counter(&td, "published"), NP / BT, "each block published once");
+	cr_expect_eq(t_counter(&td, "dedup"), 0, "no block sent twice");
+	cr_expect_eq(t_counter(&td, "claims"), 1);
+	expect_alone(a, p, NP, 8, "the first engine");
+	expect_alone(b, p, NP, 8, "the second engine");
+	serve_job_release(a);
+	serve_job_release(b);
+	serve_engine_stop(e1);
+	serve_engine_stop(e2);
+	pfx_cache_close(c1);
+	pfx_cache_close(c2);
+	t_stop(&td);
+	free(p);
+}
+
+Test(serve_engine, two_engines_starting_one_prompt_compute_it_once)
+{
+	two_engines(403); /* the waiter computes the last 3 tokens */
+	two_engines(400); /* whole blocks: it computes the last token */
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The test claims a prompt as another process computing it would. */
+static struct pfx_session *claim(struct pfx_cache *c, const int32_t *p, size_t n)
+{
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_session *s;
+	struct pfx_prefill_info info;
+	enum pfx_flight f;
+	cr_assert_eq(pfx_session_new(model, &s, &err), 0);
+	cr_assert_eq(pfx_session_attach_wait(s, c, p, n, 1000, &f, &info, &cerr, &err), 0, "%s",
+		     err.msg);
+	cr_assert_eq(f, PFX_FLIGHT_CLAIMED);
+	return s;
+}
+
+static unsigned long long waits_at_least(struct test_daemon *td, unsigned long long n)
+{
+	unsigned long long w = 0;
+	for (int i = 0; i < 500 && (w = t_counter(td, "waits")) < n; i++)
+		usleep(10000);
+	cr_assert_geq(w, n, "the engine's attach waits");
+	return w;
+}
+
+/* A stream's notify, slowing every engine step down (12 ms): a stream
+ * lasts long enough to watch, a long prefill longer than a claim timeout. */
+static void slow_notify(void *arg)
+{
+	usleep(12000);
+	notify(arg);
+}
+
+/* While another process computes a prompt, the engine's job for it waits
+ * without stalling the engine's other stream; it then attaches what was
+ * published. With wait 0 nothing waits. */
+Test(serve_engine, a_waiting_prompt_does_not_stall_the_other_streams)
+{
+	enum { NP = 83 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 72), *q = prompt(10, 73);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c, *mine;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &mine, &err), 0, "%s", err.msg);
+	struct pfx_session *s = claim(mine, p, NP);
+
+	/* Without a wait: computed at once, neither claimed nor waited. */
+	struct serve_engine *e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16 });
+	struct serve_job *j = submit(e, req(p, NP, 4));
+	wait_done(j);
+	struct serve_job_usage u;
+	serve_job_usage(j, &u);
+	cr_expect_eq(u.cached_tokens, 0);
+	cr_expect_eq(t_counter(&td, "waits"), 0, "wait 0 never waits");
+	cr_expect_eq(t_counter(&td, "claims"), 1, "only the test's claim");
+	serve_job_release(j);
+	serve_engine_stop(e);
+	/* Its publish moved the claim past every block: claim another prompt. */
+	free(p);
+	p = prompt(NP, 74);
+	pfx_session_free(s);
+	s = claim(mine, p, NP);
+
+	e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16, .wait_ms = 20000 });
+	struct serve_request sr = req(q, 10, 100);
+	sr.notify = slow_notify;
+	struct serve_job *stream = submit(e, sr);
+	wait_for(stream, started, "the stream's first tokens");
+	j = submit(e, req(p, NP, 6));
+	waits_at_least(&td, 1);
+	size_t before = ntokens(stream, 0);
+	usleep(300000);
+	size_t after = ntokens(stream, 0);
+	cr_expect_gt(after, before + 5, "the stream kept going while the prompt waited (%zu -> %zu)",
+		     before, after);
+	cr_expect_eq(ntokens(j, 0), 0, "the waiting prompt has not started");
+	struct serve_engine_stats st;
+	serve_engine_stats(e, &st);
+	cr_expect_eq(st.attaching, 1, "one attach waits");
+	cr_expect_geq(st.running, 1, "its slot is taken");
+	/* The other process computes and publishes the prompt. */
+	cr_assert_eq(pfx_session_append(s, p, NP, PFX_LOGITS_NONE, NULL, &err), 0, "%s", err.msg);
+	struct pfx_prefill_info info;
+	cr_assert_eq(pfx_session_publish(s, mine, p, NP, &info, &cerr, &err), 0);
+	cr_expect_eq(info.published, NP / BT);
+	wait_done(j);
+	serve_job_usage(j, &u);
+	cr_expect_eq(u.cached_tokens, NP / BT * BT, "the prompt attached what the other published");
+	expect_alone(j, p, NP, 6, "after waiting");
+	serve_engine_stats(e, &st);
+	cr_expect_eq(st.attaching, 0);
+	cr_expect_eq(t_counter(&td, "dedup"), 0, "the engine sent nothing again");
+	wait_done(stream);
+	expect_alone(stream, q, 10, 100, "the stream");
+	serve_job_release(j);
+	serve_job_release(stream);
+	serve_engine_stop(e);
+	pfx_session_free(s);
+	pfx_cache_close(mine);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+	free(q);
+}
+
+/* A job cancelled while its attach waits ends at once and frees its slot
+ * and everything the attach holds; a stop with an attach waiting returns
+ * promptly. ASan's leak check covers the rest. */
+Test(serve_engine, cancel_or_stop_during_a_wait_frees_everything)
+{
+	enum { NP = 50 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 75);
+	struct pfx_error err = { "" };
+	struct pfx_cache *c, *mine;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &mine, &err), 0, "%s", err.msg);
+	struct pfx_session *s = claim(mine, p, NP);
+	struct serve_engine *e = start((struct serve_engine_opts){ .cache = c, .parallel = 1,
+								   .queue = 2, .wait_ms = 60000 });
+	struct serve_job *j = submit(e, req(p, NP, 4));
+	unsigned long long w = waits_at_least(&td, 1);
+	int64_t t0 = mono_ns();
+	serve_job_cancel(j);
+	wait_done(j);
+	cr_expect_lt(mono_ns() - t0, 2000000000LL, "the cancel did not wait for the claim");
+	cr_expect_eq(finish_of(j, 0), SERVE_CANCELLED);
+	wait_idle(e);
+	serve_job_release(j);
+	/* Its slot is free: another job runs on the one slot. */
+	int32_t *q = prompt(5, 76);
+	struct serve_job *k = submit(e, req(q, 5, 4));
+	wait_done(k);
+	cr_expect_eq(finish_of(k, 0), SERVE_LENGTH);
+	serve_job_release(k);
+	unsigned long long leases = 1;
+	for (int i = 0; i < 300 && (leases = t_counter(&td, "leases")); i++)
+		usleep(10000);
+	cr_expect_eq(leases, 0, "the abandoned attach holds no lease");
+
+	j = submit(e, req(p, NP, 4));
+	waits_at_least(&td, w + 1);
+	t0 = mono_ns();
+	serve_engine_stop(e);
+	cr_expect_lt(mono_ns() - t0, 2000000000LL, "the stop did not wait for the claim");
+	cr_expect(done(j));
+	cr_expect_eq(finish_of(j, 0), SERVE_CANCELLED);
+	serve_job_release(j);
+	pfx_session_free(s);
+	pfx_cache_close(mine);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+	free(q);
+}
+
+/* A prompt the engine claimed is published step by step: a process that
+ * needs only its start attaches that while the engine still prefills,
+ * and the claim, published to all along, outlives the daemon's claim
+ * timeout, so a process waiting for the whole prompt attaches it all. */
+Test(serve_engine, a_claimed_prompt_is_published_as_it_is_computed)
+{
+	enum { NP = 803, HEAD = 33 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", "--claim-timeout", "1",
+			       NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 77), *q = prompt(10, 78);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c, *mine;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &mine, &err), 0, "%s", err.msg);
+	struct serve_engine *e = start((struct serve_engine_opts){
+		.cache = c, .step_tokens = 8, .wait_ms = 20000, .ctx = 1000 });
+	struct serve_request sr = req(q, 10, 400);
+	sr.notify = slow_notify;
+	struct serve_job *stream = submit(e, sr);
+	wait_for(stream, started, "the stream's first tokens");
+	struct serve_job *j = submit(e, req(p, NP, 4));
+	/* The stream's one block was the first claim. */
+	for (int i = 0; i < 500 && t_counter(&td, "claims") < 2; i++)
+		usleep(5000);
+	cr_assert_eq(t_counter(&td, "claims"), 2, "the engine claimed the prompt");
+	/* The start of the prompt, while the engine computes the rest. */
+	struct pfx_session *s;
+	struct pfx_prefill_info info;
+	enum pfx_flight f;
+	cr_assert_eq(pfx_session_new(model, &s, &err), 0);
+	cr_assert_eq(pfx_session_attach_wait(s, mine, p, HEAD, 10000, &f, &info, &cerr, &err), 0);
+	cr_expect_eq(info.attached, (HEAD - 1) / BT * BT, "the start attached (flight %d)", f);
+	cr_expect_eq(ntokens(j, 0), 0, "while the engine still computes the prompt");
+	cr_expect_lt(t_counter(&td, "published"), NP / BT);
+	pfx_session_free(s);
+	/* The whole prompt: it waits past the claim timeout, on the
+	 * engine's publishes. */
+	cr_assert_eq(pfx_session_new(model, &s, &err), 0);
+	cr_assert_eq(pfx_session_attach_wait(s, mine, p, NP, 20000, &f, &info, &cerr, &err), 0);
+	cr_expect_eq(f, PFX_FLIGHT_WAITED, "it waited, inheriting nothing");
+	cr_expect_eq(info.attached, NP / BT * BT);
+	cr_expect_geq(t_counter(&td, "wait_ms"), 1000, "the prefill outlasted the claim timeout");
+	cr_expect_eq(t_counter(&td, "claims_expired"), 0, "the publishes kept the claim alive");
+	pfx_session_free(s);
+	wait_done(j);
+	expect_alone(j, p, NP, 4, "the claimed prompt");
+	cr_expect_eq(t_counter(&td, "published"), NP / BT + 1,
+		     "each block published once (and the stream's one)");
+	cr_expect_eq(t_counter(&td, "dedup"), 0, "none sent twice");
+	serve_job_cancel(stream);
+	wait_done(stream);
+	serve_job_release(j);
+	serve_job_release(stream);
+	serve_engine_stop(e);
+	pfx_cache_close(mine);
+	pfx_cache_close(c);
+	t_stop(&td);
+	free(p);
+	free(q);
+}
+
+/* With single flight, n choices still fork one prefill (claimed, then
+ * attached by the next request), and each equals the prompt alone. */
+Test(serve_engine, n_choices_fork_a_claimed_and_an_attached_prompt)
+{
+	enum { NP = 50 };
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "8", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	int32_t *p = prompt(NP, 79);
+	struct pfx_error err = { "" };
+	struct pfx_cache *c;
+	cr_assert_eq(pfx_cache_open(model, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	struct serve_engine *e = start((struct serve_engine_opts){ .cache = c, .step_tokens = 16,
+								   .wait_ms = 5000 });
+	for (int round = 0; round < 2; round++) {
+		struct serve_request r = req(p, NP, 5);
+		r.n = 3;
+		struct serve_job *j = submit(e, r);
+		wait_done(j);
+		struct serve_job_usage u;
+		serve_job_usage(j, &u);
+		cr_expect_eq(u.cached_tokens, round ? NP / BT * BT : 0, "round %d", round);
+		cr_expect_eq(u.completion_tokens, 15);
+		int32_t *ref = greedy_ref(p, NP, 5, NULL);
+		for (uint32_t i = 0; i < 3; i++) {
+			size_t n;
+			int32_t *got = ids_of(j, i, &n);
+			cr_expect_eq(n, 5);
+			cr_expect_arr_eq(got, ref, 5 * sizeof(*ref), "round %d, choice %u", round, i);
+			free(got);
+		}
+		free(ref);
+		serve_job_release(j);
+	}
+	cr_expect_eq(t_counter(&td, "claims"), 1, "the first round claimed");
+	cr_expect_eq(t_counter(&td, "published"), NP / BT);
+	serve_engine_stop(e);
+	pfx_cache_close(c);
+	t_stop(&td);
 	free(p);
 }

@@ -53,6 +53,10 @@ enum pfx_cache_flag {
 int pfx_cache_open_flags(struct pfx_model *m, const char *socket, const void *salt,
 			 size_t salt_len, unsigned flags, struct pfx_cache **out,
 			 struct pfx_error *err);
+/* A new connection to the same daemon with c's model, salt and flags: a
+ * thread that waits (pfx_session_attach_wait) on a connection of its own
+ * holds up no other thread's calls. Close it as any cache. */
+int pfx_cache_clone(struct pfx_cache *c, struct pfx_cache **out, struct pfx_error *err);
 /* Drops the caller's reference: the connection closes once no session
  * holds attached blocks any more. NULL is fine. */
 void pfx_cache_close(struct pfx_cache *c);
@@ -128,7 +132,10 @@ int pfx_session_prefill(struct pfx_session *s, struct pfx_cache *c, const int32_
  * n / block tokens are tokens[0, n)'s, which the caller guarantees),
  * publishes those it did not attach to c (NULL: nothing), continuing the
  * attach's lease when s holds all of its blocks (else from the prompt's
- * beginning: the daemon counts the blocks it has). Sets info's published,
+ * beginning: the daemon counts the blocks it has). A prompt being
+ * computed may be published as it grows (n larger each time): a publish
+ * sends only the blocks after those an earlier one of s to c sent, and
+ * reports only those. Sets info's published,
  * deduplicated, unpublished, publish_rc and recomputed as
  * pfx_session_prefill does (a publish cut short is not an error);
  * -EINVAL when s holds fewer tokens than the full blocks or a token is
@@ -140,6 +147,39 @@ int pfx_session_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t
 int pfx_session_publish(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
 			size_t n, struct pfx_prefill_info *info, struct pfx_error *cache_err,
 			struct pfx_error *err);
+
+/*
+ * pfx_session_attach with single flight (libprefixd's prefixd_match_wait):
+ * when the prompt's blocks are missing, waits up to wait_ms (at most
+ * PFX_ATTACH_WAIT_MAX_MS; 0: pfx_session_attach) for another connection
+ * of this user that claimed them to publish them, or claims them for this
+ * one. *flight says which:
+ *   PFX_FLIGHT_NONE: matched as pfx_session_attach would;
+ *   PFX_FLIGHT_CLAIMED, _INHERITED: c's connection holds the claim on the
+ *     blocks after those attached (inherited: from a claimant that closed
+ *     or stalled). Compute them and publish them as they complete
+ *     (pfx_session_publish, as often as wanted: each sends only the new
+ *     blocks and moves the claim's deadline, prefixd --claim-timeout), and
+ *     keep c open until done: closing it hands the claim to a waiter;
+ *   PFX_FLIGHT_WAITED: it waited for another's claim and attached what
+ *     was cached when the wait ended (all, or less when wait_ms ran out:
+ *     compute the rest, or call again to wait on).
+ * A prompt that ends on a block boundary asks for its last block too, and
+ * when it hit, that block is a private copy with all but its last token
+ * committed (info->attached is n - 1). The wait holds c's connection: use
+ * a cache of its own (pfx_cache_clone) where other threads share it.
+ */
+enum pfx_flight {
+	PFX_FLIGHT_NONE = 0,
+	PFX_FLIGHT_CLAIMED = 1,
+	PFX_FLIGHT_WAITED = 2,
+	PFX_FLIGHT_INHERITED = 3,
+};
+#define PFX_ATTACH_WAIT_MAX_MS 600000u
+int pfx_session_attach_wait(struct pfx_session *s, struct pfx_cache *c, const int32_t *tokens,
+			    size_t n, uint32_t wait_ms, enum pfx_flight *flight,
+			    struct pfx_prefill_info *info, struct pfx_error *cache_err,
+			    struct pfx_error *err);
 
 /* Pins the chain of the prompt's full blocks in the daemon against
  * eviction, for ttl_s seconds (0: until unpinned): the chain of this

@@ -19,6 +19,7 @@
 
 #include <prefixd-runtime/cache.h>
 
+#include "attach.h"
 #include "engine_impl.h"
 #include "local_prefix.h"
 
@@ -37,6 +38,8 @@ struct serve_engine {
 	bool draining, cancel_all, stopping;
 	uint64_t steps;
 	size_t local_bytes;       /* local_prefix_bytes after the last step */
+	unsigned landed;          /* attach threads finished, not reaped yet */
+	unsigned attaching;       /* slots in SEQ_ATTACH */
 	/* The engine thread's: */
 	struct seq *seqs;         /* (parallel) */
 	struct pfx_batch_item *items;
@@ -48,6 +51,9 @@ struct serve_engine {
 	bool *chosen;             /* (parallel): build's */
 	struct serve_job **touched; /* jobs with new output this step */
 	size_t ntouched;
+	struct serve_attach **orphans; /* attaches whose jobs left: reaped
+					* once their threads finish */
+	size_t norphans, orphans_cap;
 };
 
 /* ==== Jobs entering and leaving ==== */
@@ -60,9 +66,66 @@ static void touch(struct serve_engine *e, struct serve_job *j)
 	e->touched[e->ntouched++] = j;
 }
 
+/* An attach thread finished: one less to wait for. */
+static void landed_one(struct serve_engine *e)
+{
+	pthread_mutex_lock(&e->mu);
+	e->landed--;
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* The attach of a job that left: it stops at its next slice, and is
+ * reaped (its thread joined, its session and connection freed) once it
+ * has, without the engine waiting for it. */
+static void orphan(struct serve_engine *e, struct serve_attach *a)
+{
+	attach_abandon(a);
+	if (e->norphans == e->orphans_cap) {
+		size_t cap = e->orphans_cap ? 2 * e->orphans_cap : 8;
+		struct serve_attach **o = realloc(e->orphans, cap * sizeof(*o));
+		if (!o) {
+			/* No room to remember it: wait for it here (a slice). */
+			attach_free(a); /* joined: it has landed */
+			landed_one(e);
+			return;
+		}
+		e->orphans = o;
+		e->orphans_cap = cap;
+	}
+	e->orphans[e->norphans++] = a;
+}
+
+/* Orphans whose threads finished (all: also waiting for the others). */
+static void reap_orphans(struct serve_engine *e, bool all)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < e->norphans; i++) {
+		struct serve_attach *a = e->orphans[i];
+		if (!all && !attach_landed(a)) {
+			e->orphans[k++] = a;
+			continue;
+		}
+		attach_free(a);
+		landed_one(e);
+	}
+	e->norphans = k;
+}
+
+static void count_attaching(struct serve_engine *e, int d)
+{
+	pthread_mutex_lock(&e->mu);
+	e->attaching += (unsigned)d;
+	pthread_mutex_unlock(&e->mu);
+}
+
 /* Frees the sequence in slot q at once, ending its choice with fin. */
 static void seq_drop(struct serve_engine *e, struct seq *q, enum serve_finish fin)
 {
+	if (q->att) {
+		orphan(e, q->att);
+		count_attaching(e, -1);
+	}
+	q->att = NULL;
 	seq_end(q, fin);
 	pthread_mutex_lock(&e->mu);
 	e->running--;
@@ -171,6 +234,17 @@ static void admit(struct serve_engine *e, struct serve_job *j)
 			first = &e->seqs[i];
 		ok += !rc;
 	}
+	/* Single flight: the attach may wait, on a thread of its own; the
+	 * job joins the batch when it lands. One that cannot start a thread
+	 * attaches here without waiting. */
+	if (!rc && e->o.wait_ms && e->o.cache && (j->r.nprompt - 1) / e->B) {
+		struct attach_signal sig = { &e->mu, &e->wake, &e->landed };
+		if (!attach_start(e->o.model, e->o.cache, j, e->o.wait_ms, sig, &first->att, &err)) {
+			first->state = SEQ_ATTACH;
+			count_attaching(e, 1);
+			return;
+		}
+	}
 	if (!rc)
 		rc = start_prompt(e, first, &err);
 	job_set_admitted(j, rc ? 0 : first->pos);
@@ -189,6 +263,55 @@ static void admit(struct serve_engine *e, struct serve_job *j)
 		pthread_cond_broadcast(&e->idle);
 	pthread_mutex_unlock(&e->mu);
 	end_now(j, SERVE_FAILED, why);
+}
+
+/* q's attach landed: its session, or a longer prefix kept locally, as
+ * start_prompt chooses. */
+static int start_landed(struct serve_engine *e, struct seq *q, struct pfx_error *err)
+{
+	const struct serve_request *r = &q->job->r;
+	struct pfx_session *s;
+	size_t attached;
+	int rc = attach_take(q->att, &s, &q->cache, &attached, &q->claimed, err);
+	attach_free(q->att);
+	q->att = NULL;
+	landed_one(e);
+	count_attaching(e, -1);
+	if (rc)
+		return rc;
+	size_t max = (r->nprompt - 1) / e->B * e->B, local = 0;
+	struct pfx_session *ls = e->local ? local_prefix_find(e->local, r->prompt, r->nprompt, max,
+								   &local)
+					  : NULL;
+	if (!ls || attached >= local) {
+		q->s = s;
+		q->pos = q->attached = attached;
+		return 0;
+	}
+	pfx_session_free(s);
+	q->pos = local;
+	return pfx_session_fork_prefix(ls, local, &q->s, err);
+}
+
+/* Jobs whose attach landed join the batch. */
+static void land(struct serve_engine *e)
+{
+	for (unsigned i = 0; i < e->o.parallel; i++) {
+		struct seq *q = &e->seqs[i];
+		if (q->state != SEQ_ATTACH || !attach_landed(q->att))
+			continue;
+		struct pfx_error err = { "" };
+		struct serve_job *j = q->job;
+		int rc = start_landed(e, q, &err);
+		job_set_admitted(j, rc ? 0 : q->pos);
+		if (!rc) {
+			q->state = SEQ_PREFILL;
+			continue;
+		}
+		char why[300];
+		snprintf(why, sizeof(why), "starting the request failed: %s", err.msg);
+		job_leave(e, j, SERVE_FAILED, why);
+	}
 }
 
 /* Between steps: cancelled and hung-up jobs leave, queued ones join. */
@@ -220,6 +343,8 @@ static bool schedule(struct serve_engine *e)
 		if (q->state != SEQ_FREE && (all || stop || atomic_load(&q->job->cancel)))
 			job_leave(e, q->job, SERVE_CANCELLED, "");
 	}
+	reap_orphans(e, false);
+	land(e);
 	/* The queue: cancelled jobs leave wherever they are; the others join
 	 * first come, first served, while their choices fit. */
 	for (;;) {
@@ -273,12 +398,16 @@ static int prompt_done(struct serve_engine *e, struct seq *q0, float *logits,
 	int rc = 0;
 	if (full > pfx_session_frozen(q0->s))
 		rc = pfx_session_freeze_at(q0->s, full, err);
+	/* A prompt of whole blocks that attached them all computed only its
+	 * last token, in a copy of a block the daemon has. */
+	bool cached = q0->attached + 1 == r->nprompt && r->nprompt % e->B == 0;
 	/* Neither a publish cut short nor a local copy that could not be
 	 * kept is the request's failure: a later prompt computes more. */
-	if (!rc && e->o.cache) {
+	if (!rc && e->o.cache && !cached) {
 		struct pfx_prefill_info info = { 0 };
 		struct pfx_error cerr;
-		pfx_session_publish(q0->s, e->o.cache, r->prompt, r->nprompt, &info, &cerr, NULL);
+		pfx_session_publish(q0->s, q0->cache ? q0->cache : e->o.cache, r->prompt, r->nprompt,
+				    &info, &cerr, NULL);
 	}
 	/* Kept locally only when its blocks are this process's own: attached
 	 * ones are prefixd's already, and a lease kept here would hold them
@@ -361,8 +490,16 @@ static void after(struct serve_engine *e, struct seq *q, float *logits)
 	int rc = 0;
 	if (q->state == SEQ_PREFILL) {
 		q->pos += q->chunk;
-		if (q->pos == j->r.nprompt)
+		if (q->pos == j->r.nprompt) {
 			rc = prompt_done(e, q, logits, &err);
+		} else if (q->claimed && q->pos / e->B > (q->pos - q->chunk) / e->B) {
+			/* Claimed: the blocks this step completed go out now, so
+			 * processes waiting for them attach early and the claim
+			 * stays alive. A publish cut short is no failure. */
+			struct pfx_prefill_info info;
+			struct pfx_error cerr;
+			pfx_session_publish(q->s, q->cache, j->r.prompt, q->pos, &info, &cerr, NULL);
+		}
 	} else {
 		rc = seq_token(q, logits, &e->sc, &err);
 		touch(e, j);
@@ -378,11 +515,12 @@ static void after(struct serve_engine *e, struct seq *q, float *logits)
 			seq_leave(e, &e->seqs[i], SERVE_RUNNING);
 }
 
-static void step(struct serve_engine *e)
+/* Returns the items computed. */
+static size_t step(struct serve_engine *e)
 {
 	size_t n = build(e);
 	if (!n)
-		return;
+		return 0;
 	struct pfx_error err = { "" };
 	if (pfx_forward(e->o.model, e->items, n, &err)) {
 		/* Nothing was committed: each item alone says whose it was. */
@@ -402,6 +540,11 @@ static void step(struct serve_engine *e)
 			}
 		}
 	}
+	/* Counted before the output it gives: a job seen done has its steps
+	 * counted. */
+	pthread_mutex_lock(&e->mu);
+	e->steps++;
+	pthread_mutex_unlock(&e->mu);
 	for (size_t k = 0; k < n; k++) {
 		struct seq *q = e->item_seq[k];
 		/* A failed job's other items are gone too. */
@@ -410,8 +553,25 @@ static void step(struct serve_engine *e)
 	}
 	size_t kept = e->local ? local_prefix_bytes(e->local) : 0;
 	pthread_mutex_lock(&e->mu);
-	e->steps++;
 	e->local_bytes = kept;
+	pthread_mutex_unlock(&e->mu);
+	return n;
+}
+
+/* Nothing to compute while attaches wait: sleep until one lands or a job
+ * comes, looking at cancels and hang-ups every few milliseconds. */
+static void idle(struct serve_engine *e)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 20 * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&e->mu);
+	if (!e->landed && !e->stopping && !e->cancel_all)
+		pthread_cond_timedwait(&e->wake, &e->mu, &until);
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -420,15 +580,19 @@ static void *run(void *arg)
 	struct serve_engine *e = arg;
 	for (;;) {
 		pthread_mutex_lock(&e->mu);
-		while (!e->stopping && !e->nqueued && !e->running)
+		while (!e->stopping && !e->nqueued && !e->running && !e->landed)
 			pthread_cond_wait(&e->wake, &e->mu);
 		pthread_mutex_unlock(&e->mu);
 		bool go = schedule(e);
-		step(e);
+		size_t n = step(e);
 		notify_touched(e);
 		if (!go)
 			break;
+		if (!n && e->running)
+			idle(e);
 	}
+	/* Every job left: their attaches stop within a slice. */
+	reap_orphans(e, true);
 	return NULL;
 }
 
@@ -444,6 +608,7 @@ static void engine_free(struct serve_engine *e)
 	free(e->touched);
 	free(e->chosen);
 	free(e->logits);
+	free(e->orphans);
 	free(e);
 }
 
@@ -453,6 +618,9 @@ int serve_engine_start(const struct serve_engine_opts *o, struct serve_engine **
 	if (!o || !o->model || !o->tok || !o->parallel || o->ctx < 2)
 		return pfx_errorf(err, -EINVAL,
 				  "the engine needs a model, a tokenizer, parallel >= 1 and ctx >= 2");
+	if (o->wait_ms > PFX_ATTACH_WAIT_MAX_MS)
+		return pfx_errorf(err, -EINVAL, "a wait of %u ms is past the longest, %u ms",
+				  o->wait_ms, PFX_ATTACH_WAIT_MAX_MS);
 	const struct pfx_config *c = pfx_model_config(o->model);
 	if (pfx_tokenizer_vocab_size(o->tok) > (size_t)c->vocab)
 		return pfx_errorf(err, -EINVAL,
@@ -630,6 +798,7 @@ void serve_engine_stats(struct serve_engine *e, struct serve_engine_stats *out)
 	pthread_mutex_lock(&e->mu);
 	out->running = e->running;
 	out->queued = e->nqueued;
+	out->attaching = e->attaching;
 	out->steps = e->steps;
 	out->local_bytes = e->local_bytes;
 	pthread_mutex_unlock(&e->mu);

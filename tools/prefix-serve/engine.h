@@ -8,7 +8,10 @@
  * Prefix reuse: a new sequence starts from the longest run of the prompt's
  * full blocks found either in prefixd (attached, zero-copy) or in this
  * process's own frozen sessions (forked); the prompt's new full blocks are
- * published to prefixd and kept locally.
+ * published to prefixd and kept locally. With single flight (wait_ms), a
+ * prompt's attach runs on a thread of its own (attach.h) and the job joins
+ * the batch when it returns; a prompt it claimed publishes its full blocks
+ * step by step.
  *
  * The HTTP side (http.c) submits jobs and reads their output; the engine
  * thread writes it. Locking: the engine takes a job's lock only to append
@@ -41,6 +44,14 @@ struct serve_engine_opts {
 				    * sequence past them fails its request) */
 	size_t step_tokens;        /* prompt tokens per step, all sequences (0: 256) */
 	size_t local_bytes;        /* KV bytes kept in local frozen sessions (0: none) */
+	uint32_t wait_ms;          /* single flight: how long a new prompt may wait
+				    * for another process computing the same
+				    * blocks in prefixd (claiming those no one
+				    * computes, and publishing them as they
+				    * complete); at most PFX_ATTACH_WAIT_MAX_MS.
+				    * 0: never wait nor claim (--no-wait). The
+				    * wait runs on a thread of its own: other
+				    * sequences keep running meanwhile */
 };
 
 struct serve_engine;
@@ -58,6 +69,8 @@ void serve_engine_stop(struct serve_engine *e);
 struct serve_engine_stats {
 	unsigned running;          /* sequences */
 	unsigned queued;           /* jobs */
+	unsigned attaching;        /* jobs whose prompt's attach runs (single
+				    * flight: it may wait for another process) */
 	uint64_t steps;
 	size_t local_bytes;        /* KV bytes of the local frozen prompts
 				    * (counted per prompt, shared blocks too) */

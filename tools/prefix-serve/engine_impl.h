@@ -50,6 +50,7 @@ void job_put(struct serve_job *j);
 /* seq.c: one choice's decode state. */
 enum seq_state {
 	SEQ_FREE,                 /* slot unused */
+	SEQ_ATTACH,               /* choice 0 while its attach thread runs */
 	SEQ_PREFILL,              /* computing its prompt (choice 0 of a job) */
 	SEQ_FORK,                 /* waiting for choice 0's prompt */
 	SEQ_DECODE,               /* next is its input of the next step */
@@ -69,6 +70,11 @@ struct seq {
 	size_t chunk;             /* prompt tokens in this step's batch */
 	uint32_t generated;       /* tokens sampled, EOS included */
 	uint64_t order;           /* its job's admission: prompts first come first served */
+	struct serve_attach *att; /* SEQ_ATTACH: its attach */
+	struct pfx_cache *cache;  /* the attach's own connection, published
+				   * through (NULL: the engine's) */
+	bool claimed;             /* the prompt's missing blocks are its to
+				   * compute: published at each step */
 	int32_t next;
 };
 

@@ -94,6 +94,8 @@ static const char usage[] =
 	"                      $XDG_RUNTIME_DIR/prefixd.sock, else /run/prefixd.sock);\n"
 	"                      when none answers, a warning, and the server runs alone\n"
 	"  --no-cache          do not use prefixd\n"
+	"  --no-wait           compute a prompt another process is computing now\n"
+	"                      instead of waiting for it to publish (single flight)\n"
 	"\n"
 	"  --help, --version\n"
 	"\n"
@@ -102,7 +104,7 @@ static const char usage[] =
 enum {
 	O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_REUSE, O_KEY, O_CONNS, O_PERIP, O_BODY, O_TIMEOUT,
 	O_GRACE, O_PARALLEL, O_QUEUE, O_CTX, O_STEP, O_LOCAL, O_SPECIAL, O_THREADS, O_BLOCK,
-	O_WEIGHTS, O_KV, O_MATMUL, O_SOCKET, O_NOCACHE, O_HELP, O_VERSION,
+	O_WEIGHTS, O_KV, O_MATMUL, O_SOCKET, O_NOCACHE, O_NOWAIT, O_HELP, O_VERSION,
 };
 
 static const struct option longopts[] = {
@@ -130,6 +132,7 @@ static const struct option longopts[] = {
 	{ "matmul", required_argument, NULL, O_MATMUL },
 	{ "socket", required_argument, NULL, O_SOCKET },
 	{ "no-cache", no_argument, NULL, O_NOCACHE },
+	{ "no-wait", no_argument, NULL, O_NOWAIT },
 	{ "help", no_argument, NULL, O_HELP },
 	{ "version", no_argument, NULL, O_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -139,7 +142,7 @@ struct args {
 	const char *model, *name, *host, *key_file, *socket;
 	long port, max_conns, per_ip, max_body, timeout, grace, parallel, queue, ctx, step,
 		local_mib, threads, block;
-	bool reuse_port, parse_special, no_cache;
+	bool reuse_port, parse_special, no_cache, no_wait;
 	struct pfx_model_opts mo;
 };
 
@@ -262,6 +265,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case O_SOCKET: a->socket = optarg; break;
 		case O_NOCACHE: a->no_cache = true; break;
+		case O_NOWAIT: a->no_wait = true; break;
 		}
 		if (bad)
 			return 2;
@@ -453,6 +457,7 @@ int main(int argc, char **argv)
 		.model = model, .tok = tok, .cache = cache, .parallel = (unsigned)a.parallel,
 		.queue = (unsigned)a.queue, .ctx = ctx, .step_tokens = (size_t)a.step,
 		.local_bytes = (size_t)a.local_mib << 20,
+		.wait_ms = a.no_wait ? 0 : PFX_CACHE_WAIT_MS,
 	};
 	if (serve_engine_start(&eo, &engine, &err)) {
 		fprintf(stderr, "prefix-serve: cannot start the engine: %s\n", err.msg);

@@ -50,6 +50,7 @@ void seq_end(struct seq *q, enum serve_finish fin)
 	if (fin != SERVE_RUNNING)
 		job_finish(q->job, q->choice, fin);
 	pfx_session_free(q->s);
+	pfx_cache_close(q->cache);
 	pfx_sampler_free(q->sampler);
 	pfx_detok_stream_free(q->detok);
 	free(q->hold);
