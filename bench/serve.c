@@ -110,25 +110,29 @@ static size_t count_tokens(const char *text)
 }
 
 /* Corpus lines from line `first` on (wrapping), prefixed by head, until
- * the text holds at least `tokens` tokens. malloc'd. */
+ * the text holds at least `tokens` tokens (counted line by line: close to
+ * the whole text's count); lines of more than 256 tokens are left out, so
+ * that no prompt overshoots by much. malloc'd. */
 static char *text_of(const char *head, size_t first, size_t tokens)
 {
 	size_t nl = json_object_array_length(corpus), cap = 1 << 16, len = 0;
 	char *s = malloc(cap);
 	len = (size_t)snprintf(s, cap, "%s", head);
-	for (size_t i = first;; i++) {
+	size_t have = count_tokens(s);
+	for (size_t i = first; have < tokens; i++) {
 		const char *l = json_object_get_string(json_object_array_get_idx(corpus, i % nl));
-		size_t ll = strlen(l);
-		if (len + ll + 2 > cap)
+		size_t ll = strlen(l), lt = count_tokens(l) + 1;
+		if (lt > 256)
+			continue;
+		while (len + ll + 2 > cap)
 			s = realloc(s, cap *= 2);
 		memcpy(s + len, l, ll);
 		len += ll;
 		s[len++] = '\n';
 		s[len] = 0;
-		/* Counting every line would be quadratic: count every 16th. */
-		if (i % 16 == 15 && count_tokens(s) >= tokens)
-			return s;
+		have += lt;
 	}
+	return s;
 }
 
 /* The prompt of request r of a workload (made before the clients start,

@@ -30,6 +30,9 @@ int sp_start(struct serve_proc *p, const char *log, const char *const *args)
 	argv[n] = NULL;
 	snprintf(p->log, sizeof(p->log), "%s", log);
 	p->port = -1;
+	/* The child's freopen would write what stdio holds for the caller
+	 * (a benchmark's report) a second time. */
+	fflush(NULL);
 	p->pid = fork();
 	if (p->pid < 0)
 		return -1;
