@@ -33,12 +33,10 @@
  * 10% of local (TTFT p50 and tokens/s); HTTP + SSE <= 50 us a generated
  * token. One JSON object on stdout.
  */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -47,8 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_util.h"
