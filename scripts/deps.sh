@@ -6,7 +6,7 @@
 set -e
 PKGS="build-essential meson ninja-build pkg-config python3 libopenblas-dev \
 libcriterion-dev liburing-dev libjson-c-dev libsodium-dev libxxhash-dev \
-clang libclang-rt-14-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev"
+clang libclang-rt-14-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libhiredis-dev redis-server"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

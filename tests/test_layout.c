@@ -59,6 +59,7 @@ static const struct rule {
 	{ "shm/", { "shm/" } },
 	{ "client/", { "client/", "proto/", "shm/", "include/prefixd.h", "include/prefixd_proto.h" } },
 	{ "daemon/", { "daemon/", "proto/", "shm/", "include/prefixd.h", "include/prefixd_proto.h" } },
+	{ "daemon/remote/", { "daemon/remote/" } },
 	{ "runtime/", { "runtime/", "include/" } },
 	{ "runtime/load/", { "runtime/load/", "include/prefixd-runtime/" } },
 	{ "runtime/kernels/", { "runtime/kernels/", "include/prefixd-runtime/" } },
