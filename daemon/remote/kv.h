@@ -47,7 +47,8 @@ void kv_close(struct kv *k);
  * them. For each i, res[i] is 0 (vals[i] and lens[i] are the value; it
  * stays valid until the next call on k or kv_close), -ENOENT (no such key),
  * or the reason it could not be read: -ETIMEDOUT, -ECONNREFUSED (no node
- * answered), -EPROTO (an error reply or a reply of the wrong type). Returns
+ * answered), -EACCES (AUTH refused or wanted), -EPROTO (another error
+ * reply, a reply of the wrong type, too many redirects). Returns
  * 0 when every key got an answer (found or not), else the first res[i] that
  * is neither 0 nor -ENOENT.
  */
@@ -68,5 +69,8 @@ struct kv_stats {
 	uint64_t errors;          /* keys answered with an error other than -ENOENT */
 };
 void kv_stats(const struct kv *k, struct kv_stats *out);
+/* The words of the last error met (a node's, a key's), for the log; ""
+ * when none yet. Valid until the next call on k. */
+const char *kv_errmsg(const struct kv *k);
 
 #endif

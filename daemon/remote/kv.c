@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A call is a few rounds. A round sends each node the commands for its
+ * keys (one pipeline per node, all sent before any reply is read, so the
+ * nodes work in parallel) and then reads each node's replies; one deadline
+ * (the timeout from the start of the round) bounds the connects, writes
+ * and reads of the whole round, so a stopped node costs the timeout once,
+ * not once per node. Keys redirected (cluster: MOVED, ASK) go into the next
+ * round; there are at most KV_REDIRECTS more.
+ */
+#include "kv_impl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_REDIRECTS 5
+#define TIMEOUT_MAX_MS 600000u
+
+enum cmd { CMD_GET, CMD_SET };
+
+struct op {
+	int32_t next;  /* the node's next key this round */
+	int32_t node;  /* with forced: where a redirect sent it */
+	uint16_t slot;
+	bool forced, asking, pending;
+};
+
+struct call {
+	enum cmd cmd;
+	uint32_t n;
+	const char *const *keys;
+	const uint8_t *const *vals; /* SET */
+	const size_t *lens;         /* SET */
+	char ttl[24];               /* SET: PX argument, "" for none */
+	const uint8_t **out_vals;   /* GET */
+	size_t *out_lens;           /* GET */
+	int *res;
+	struct op *ops;
+};
+
+int kv_open(const struct kv_opts *o, struct kv **out, char *why, size_t why_len)
+{
+	*out = NULL;
+	if (!o || !o->seeds || o->n_seeds == 0) {
+		snprintf(why, why_len, "remote: no seed given");
+		return -EINVAL;
+	}
+	if (o->n_seeds > 1 && !o->cluster) {
+		snprintf(why, why_len, "remote: %u seeds are only for a Redis Cluster", o->n_seeds);
+		return -EINVAL;
+	}
+	if (o->n_seeds > 64) {
+		snprintf(why, why_len, "remote: %u seeds, 64 at most", o->n_seeds);
+		return -EINVAL;
+	}
+	if (o->timeout_ms == 0 || o->timeout_ms > TIMEOUT_MAX_MS) {
+		snprintf(why, why_len, "remote: timeout %u ms, expected 1..%u", o->timeout_ms,
+			 TIMEOUT_MAX_MS);
+		return -EINVAL;
+	}
+	if (o->password && (!*o->password || strpbrk(o->password, "\r\n"))) {
+		snprintf(why, why_len, "remote: the password is empty or has a line break");
+		return -EINVAL;
+	}
+	struct kv *k = calloc(1, sizeof(*k));
+	if (!k)
+		goto oom;
+	k->cluster = o->cluster;
+	k->timeout_ms = o->timeout_ms;
+	if (o->password && !(k->password = strdup(o->password)))
+		goto oom;
+	if (k->cluster && !(k->slots = malloc(KV_SLOTS * sizeof(*k->slots))))
+		goto oom;
+	for (unsigned s = 0; k->slots && s < KV_SLOTS; s++)
+		k->slots[s] = -1;
+	for (uint32_t i = 0; i < o->n_seeds; i++) {
+		struct kv_endpoint e;
+		int rc = kv_seed_parse(o->seeds[i], &e, why, why_len);
+		if (rc) {
+			kv_close(k);
+			return rc;
+		}
+		if (e.db && k->cluster) {
+			snprintf(why, why_len,
+				 "remote seed \"%.200s\": a Redis Cluster has only DB 0",
+				 o->seeds[i]);
+			kv_close(k);
+			return -EINVAL;
+		}
+		k->db = e.db;
+		if (kv_node_get(k, &e) < 0)
+			goto oom;
+	}
+	k->n_seeds = k->n_nodes;
+	*out = k;
+	return 0;
+oom:
+	kv_close(k);
+	snprintf(why, why_len, "remote: out of memory");
+	return -ENOMEM;
+}
+
+static void drop_replies(struct kv *k)
+{
+	for (uint32_t i = 0; i < k->cap_replies; i++)
+		if (k->replies[i]) {
+			freeReplyObject(k->replies[i]);
+			k->replies[i] = NULL;
+		}
+}
+
+void kv_close(struct kv *k)
+{
+	if (!k)
+		return;
+	drop_replies(k);
+	free(k->replies);
+	for (uint32_t i = 0; i < k->n_nodes; i++)
+		kv_node_close(&k->nodes[i]);
+	free(k->nodes);
+	free(k->slots);
+	free(k->password);
+	free(k);
+}
+
+void kv_stats(const struct kv *k, struct kv_stats *out)
+{
+	*out = k->st;
+}
+
+const char *kv_errmsg(const struct kv *k)
+{
+	return k->err;
+}
+
+static void done(struct call *c, uint32_t i, int rc)
+{
+	c->res[i] = rc;
+	c->ops[i].pending = false;
+}
+
+/* The rest of node's list, from op i, answered with rc. */
+static void fail_from(struct call *c, int32_t i, int rc)
+{
+	for (; i >= 0; i = c->ops[i].next)
+		done(c, (uint32_t)i, rc);
+}
+
+static int append(struct kv *k, struct call *c, uint32_t node, uint32_t i)
+{
+	redisContext *ctx = k->nodes[node].c;
+	if (c->ops[i].asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK)
+		return -ENOMEM;
+	const char *argv[5] = { c->cmd == CMD_GET ? "GET" : "SET", c->keys[i] };
+	size_t lens[5] = { 3, strlen(c->keys[i]) };
+	int argc = 2;
+	if (c->cmd == CMD_SET) {
+		argv[2] = c->vals[i] ? (const char *)c->vals[i] : "";
+		lens[2] = c->vals[i] ? c->lens[i] : 0;
+		argc = 3;
+		if (c->ttl[0]) {
+			argv[3] = "PX", lens[3] = 2;
+			argv[4] = c->ttl, lens[4] = strlen(c->ttl);
+			argc = 5;
+		}
+	}
+	return redisAppendCommandArgv(ctx, argc, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
+}
+
+/* Sends node its list: 0, or the list is answered with the error. */
+static int send_node(struct kv *k, struct call *c, uint32_t node, uint64_t deadline)
+{
+	struct kv_node *n = &k->nodes[node];
+	int rc = kv_node_connect(k, node, deadline);
+	for (int32_t i = n->head; !rc && i >= 0; i = c->ops[i].next)
+		rc = append(k, c, node, (uint32_t)i);
+	if (rc == -ENOMEM) {
+		snprintf(k->err, sizeof(k->err), "redis: out of memory for a pipeline");
+		kv_node_close(n); /* half a pipeline must not stay buffered */
+	}
+	if (!rc) {
+		kv_node_deadline(k, node, deadline);
+		int all = 0;
+		while (!all && !rc)
+			if (redisBufferWrite(n->c, &all) != REDIS_OK)
+				rc = kv_node_fail(k, node, errno);
+	}
+	if (rc) {
+		fail_from(c, n->head, rc);
+		return rc;
+	}
+	n->sent = true;
+	k->st.round_trips++;
+	return 0;
+}
+
+/* One reply for key i from node: the key answered, or redirected. */
+static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i, redisReply *r,
+		 bool *moved)
+{
+	struct op *op = &c->ops[i];
+	if (r->type == REDIS_REPLY_ERROR && k->cluster) {
+		unsigned slot;
+		int32_t to;
+		int kind = kv_cluster_redirect(k, r, &slot, &to);
+		if (kind > 0) {
+			k->st.redirects++;
+			op->forced = true;
+			op->node = to;
+			op->asking = kind == 2;
+			if (kind == 1) {
+				k->slots[slot] = to;
+				*moved = true;
+			}
+			freeReplyObject(r);
+			return;
+		}
+		if (kind < 0) {
+			snprintf(k->err, sizeof(k->err), "redis: a redirect that cannot be followed: %.*s",
+				 (int)(r->len < 120 ? r->len : 120), r->str);
+			freeReplyObject(r);
+			done(c, i, kind);
+			return;
+		}
+	}
+	int rc;
+	if (c->cmd == CMD_GET && r->type == REDIS_REPLY_STRING) {
+		k->replies[i] = r;
+		c->out_vals[i] = (const uint8_t *)r->str;
+		c->out_lens[i] = r->len;
+		done(c, i, 0);
+		return;
+	}
+	if (c->cmd == CMD_GET && r->type == REDIS_REPLY_NIL)
+		rc = -ENOENT;
+	else if (c->cmd == CMD_SET && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "OK"))
+		rc = 0;
+	else
+		rc = kv_reply_errno(k, node, r);
+	freeReplyObject(r);
+	done(c, i, rc);
+}
+
+static void read_node(struct kv *k, struct call *c, uint32_t node, uint64_t deadline,
+		      bool *moved)
+{
+	/* k->nodes moves when a MOVED names a new node: indexed each time. */
+	kv_node_deadline(k, node, deadline);
+	for (int32_t i = k->nodes[node].head; i >= 0; i = c->ops[i].next) {
+		void *r = NULL;
+		if (c->ops[i].asking) {
+			if (redisGetReply(k->nodes[node].c, &r) != REDIS_OK) {
+				fail_from(c, i, kv_node_fail(k, node, errno));
+				return;
+			}
+			freeReplyObject(r); /* OK; an error shows in the command's reply */
+			c->ops[i].asking = false;
+		}
+		if (redisGetReply(k->nodes[node].c, &r) != REDIS_OK) {
+			fail_from(c, i, kv_node_fail(k, node, errno));
+			return;
+		}
+		take(k, c, node, (uint32_t)i, r, moved);
+	}
+}
+
+/* Where key i goes this round: a redirect's node, the slot's owner, or
+ * (slot unknown, map not fetched) the first seed, whose MOVED will tell. */
+static int32_t route(const struct kv *k, const struct op *op)
+{
+	if (op->forced)
+		return op->node;
+	if (k->cluster && k->slots[op->slot] >= 0)
+		return k->slots[op->slot];
+	return 0;
+}
+
+static void round_trip(struct kv *k, struct call *c, bool *moved)
+{
+	uint64_t deadline = kv_now_ns() + (uint64_t)k->timeout_ms * 1000000u;
+	for (uint32_t j = 0; j < k->n_nodes; j++) {
+		k->nodes[j].head = k->nodes[j].tail = -1;
+		k->nodes[j].sent = false;
+	}
+	for (uint32_t i = 0; i < c->n; i++) {
+		struct op *op = &c->ops[i];
+		if (!op->pending)
+			continue;
+		struct kv_node *n = &k->nodes[route(k, op)];
+		op->next = -1;
+		if (n->tail >= 0)
+			c->ops[n->tail].next = (int32_t)i;
+		else
+			n->head = (int32_t)i;
+		n->tail = (int32_t)i;
+		op->forced = false; /* a redirect counts for one round */
+	}
+	uint32_t nodes = k->n_nodes; /* a reply may add nodes: not in this round */
+	for (uint32_t j = 0; j < nodes; j++)
+		if (k->nodes[j].head >= 0)
+			send_node(k, c, j, deadline);
+	for (uint32_t j = 0; j < nodes; j++)
+		if (k->nodes[j].sent)
+			read_node(k, c, j, deadline, moved);
+}
+
+/* SIGPIPE: hiredis writes with write(2), and a node that died makes the
+ * next write raise it. It is blocked in this thread during a call and a
+ * SIGPIPE the call raised is taken back, so the caller need not ignore it. */
+struct pipe_guard {
+	sigset_t old, set;
+	bool was_pending;
+};
+
+static void guard_on(struct pipe_guard *g)
+{
+	sigset_t pending;
+	sigemptyset(&g->set);
+	sigaddset(&g->set, SIGPIPE);
+	sigpending(&pending);
+	g->was_pending = sigismember(&pending, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &g->set, &g->old);
+}
+
+static void guard_off(struct pipe_guard *g)
+{
+	sigset_t pending;
+	if (!g->was_pending && !sigpending(&pending) && sigismember(&pending, SIGPIPE)) {
+		struct timespec zero = { 0 };
+		sigtimedwait(&g->set, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+static int run(struct kv *k, struct call *c)
+{
+	if (!k || (c->n && (!c->keys || !c->res)))
+		return -EINVAL;
+	for (uint32_t i = 0; i < c->n; i++)
+		if (!c->keys[i] || (c->cmd == CMD_SET && !c->vals[i] && c->lens[i]))
+			return -EINVAL;
+	drop_replies(k);
+	if (c->n > k->cap_replies) {
+		redisReply **r = realloc(k->replies, c->n * sizeof(*r));
+		if (!r)
+			goto oom;
+		memset(r + k->cap_replies, 0, (c->n - k->cap_replies) * sizeof(*r));
+		k->replies = r;
+		k->cap_replies = c->n;
+	}
+	if (c->n > INT32_MAX || !(c->ops = calloc(c->n ? c->n : 1, sizeof(*c->ops))))
+		goto oom;
+	for (uint32_t i = 0; i < c->n; i++) {
+		c->ops[i].pending = true;
+		if (k->cluster)
+			c->ops[i].slot = (uint16_t)kv_key_slot(c->keys[i], strlen(c->keys[i]));
+		if (c->cmd == CMD_GET)
+			c->out_vals[i] = NULL, c->out_lens[i] = 0;
+	}
+	struct pipe_guard g;
+	guard_on(&g);
+	if (k->cluster && c->n &&
+	    (!k->map_loaded || (k->map_stale && kv_now_ns() >= k->next_refresh_ns)))
+		kv_cluster_refresh(k, true); /* on failure: keys go to a seed */
+	bool refreshed = false;
+	for (int round = 0;; round++) {
+		bool moved = false, pending = false;
+		round_trip(k, c, &moved);
+		for (uint32_t i = 0; i < c->n && !pending; i++)
+			pending = c->ops[i].pending;
+		if (!pending)
+			break;
+		if (round == KV_REDIRECTS) {
+			snprintf(k->err, sizeof(k->err), "redis: more than %d redirects for a key",
+				 KV_REDIRECTS);
+			for (uint32_t i = 0; i < c->n; i++)
+				if (c->ops[i].pending)
+					done(c, i, -EPROTO);
+			break;
+		}
+		if (moved && !refreshed) {
+			kv_cluster_refresh(k, false);
+			refreshed = true;
+		}
+	}
+	guard_off(&g);
+	free(c->ops);
+	int first = 0;
+	for (uint32_t i = 0; i < c->n; i++)
+		if (c->res[i] && c->res[i] != -ENOENT) {
+			k->st.errors++;
+			if (!first)
+				first = c->res[i];
+		}
+	return first;
+oom:
+	snprintf(k->err, sizeof(k->err), "redis: out of memory for %u keys", c->n);
+	for (uint32_t i = 0; i < c->n; i++)
+		c->res[i] = -ENOMEM;
+	k->st.errors += c->n;
+	return c->n ? -ENOMEM : 0;
+}
+
+int kv_get(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **vals,
+	   size_t *lens, int *res)
+{
+	if (n && (!vals || !lens))
+		return -EINVAL;
+	struct call c = { .cmd = CMD_GET, .n = n, .keys = keys, .out_vals = vals,
+			  .out_lens = lens, .res = res };
+	return run(k, &c);
+}
+
+int kv_set(struct kv *k, uint32_t n, const char *const *keys, const uint8_t *const *vals,
+	   const size_t *lens, uint64_t ttl_ms, int *res)
+{
+	if (n && (!vals || !lens))
+		return -EINVAL;
+	struct call c = { .cmd = CMD_SET, .n = n, .keys = keys, .vals = vals, .lens = lens,
+			  .res = res };
+	if (ttl_ms)
+		snprintf(c.ttl, sizeof(c.ttl), "%" PRIu64, ttl_ms);
+	return run(k, &c);
+}

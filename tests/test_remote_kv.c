@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The remote tier's Redis client (daemon/remote/kv.h) against private
+ * redis-servers (tests/support/redis_util.h): standalone over a unix socket
+ * and TCP, AUTH, DBs, TTLs, a stopped and a killed server; a 3-master Redis
+ * Cluster with pipelines per node, MOVED after a reshard, ASK during a
+ * migration and a dead master; the cluster's CRC16 and the seed syntax.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc16.h"
+#include "kv.h"
+#include "redis_util.h"
+
+#define TIMEOUT_MS 200
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void need_redis(void)
+{
+	if (!tr_available())
+		cr_skip_test("redis-server is not installed (scripts/deps.sh installs it)");
+}
+
+static struct kv *open_kv(const char *const *seeds, uint32_t n, bool cluster, const char *pw)
+{
+	struct kv_opts o = { .seeds = seeds, .n_seeds = n, .cluster = cluster, .password = pw,
+			     .timeout_ms = TIMEOUT_MS };
+	struct kv *k = NULL;
+	char why[256] = "";
+	cr_assert_eq(kv_open(&o, &k, why, sizeof(why)), 0, "%s", why);
+	return k;
+}
+
+static struct kv *open_one(const char *seed, const char *pw)
+{
+	return open_kv((const char *[]){ seed }, 1, false, pw);
+}
+
+static int set1(struct kv *k, const char *key, const void *v, size_t len, uint64_t ttl)
+{
+	int res = 1;
+	const uint8_t *vals[] = { v };
+	int rc = kv_set(k, 1, (const char *[]){ key }, vals, &len, ttl, &res);
+	cr_assert_eq(rc, res, "kv_set returns %d, the key's result %d", rc, res);
+	return res;
+}
+
+/* GET of one key: its result; the value in *v, *len. */
+static int get1(struct kv *k, const char *key, const uint8_t **v, size_t *len)
+{
+	int res = 1;
+	const uint8_t *val;
+	size_t l;
+	int rc = kv_get(k, 1, (const char *[]){ key }, &val, &l, &res);
+	cr_assert_eq(rc, res == -ENOENT ? 0 : res, "kv_get returns %d, the key's result %d", rc,
+		     res);
+	if (v)
+		*v = val, *len = l;
+	return res;
+}
+
+/* ---- CRC16 and slots, from the Redis Cluster specification ---- */
+
+Test(remote_kv, crc16_is_the_cluster_specs)
+{
+	cr_expect_eq(kv_crc16("123456789", 9), 0x31C3);
+	cr_expect_eq(kv_crc16("", 0), 0);
+	/* Slots redis-server computes (CLUSTER KEYSLOT). */
+	cr_expect_eq(kv_key_slot("foo", 3), 12182);
+	cr_expect_eq(kv_key_slot("bar", 3), 5061);
+	const char *a = "{user1000}.following", *b = "{user1000}.followers";
+	cr_expect_eq(kv_key_slot(a, strlen(a)), kv_key_slot(b, strlen(b)));
+	cr_expect_eq(kv_key_slot(a, strlen(a)), kv_key_slot("user1000", 8));
+	/* An empty tag counts for nothing: the whole key is hashed. */
+	cr_expect_eq(kv_key_slot("foo{}{bar}", 10), kv_crc16("foo{}{bar}", 10) % 16384);
+	cr_expect_neq(kv_key_slot("foo{}{bar}", 10), kv_key_slot("bar", 3));
+	/* The first tag only, and a '{' without '}' is no tag. */
+	cr_expect_eq(kv_key_slot("foo{{bar}}zap", 13), kv_key_slot("{bar", 4));
+	cr_expect_eq(kv_key_slot("foo{bar}{zap}", 13), kv_key_slot("bar", 3));
+	cr_expect_eq(kv_key_slot("foo{bar", 7), kv_crc16("foo{bar", 7) % 16384);
+}
+
+/* ---- Seeds ---- */
+
+static void refused(const char *seed, const char *words)
+{
+	char why[256] = "";
+	cr_expect_eq(kv_parse_seed(seed, why, sizeof(why)), -EINVAL, "%s accepted", seed);
+	cr_expect(strstr(why, words), "%s: \"%s\" does not say \"%s\"", seed, why, words);
+}
+
+Test(remote_kv, seeds_parse_or_say_what_is_wrong)
+{
+	const char *good[] = { "redis://127.0.0.1:6380", "redis://cache.example:1/15",
+			       "redis://[::1]:7000", "unix:/run/redis.sock", "redis://h:65535/0" };
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		char why[256] = "";
+		cr_expect_eq(kv_parse_seed(good[i], why, sizeof(why)), 0, "%s: %s", good[i], why);
+	}
+	refused("http://127.0.0.1:6379", "unknown scheme");
+	refused("127.0.0.1:6379", "unknown scheme");
+	refused("rediss://h:1", "TLS");
+	refused("redis://h:0", "port");
+	refused("redis://h:70000", "port");
+	refused("redis://h:", "port");
+	refused("redis://h", "no port");
+	refused("redis://:6379", "no host");
+	refused("redis://h:6379x", "unexpected \"x\"");
+	refused("redis://h:6379/1/2", "unexpected \"/2\"");
+	refused("redis://h:6379/", "DB");
+	refused("redis://h:6379/abc", "DB");
+	refused("redis://user:pw@h:6379", "password");
+	refused("redis://[::1:6379", "no ]");
+	refused("unix:", "no path");
+	refused("", "empty");
+}
+
+Test(remote_kv, open_refuses_what_cannot_work)
+{
+	struct kv *k = (struct kv *)1;
+	char why[256] = "";
+	const char *two[] = { "redis://127.0.0.1:7000", "redis://127.0.0.1:7001" };
+	struct kv_opts o = { .seeds = two, .n_seeds = 2, .timeout_ms = 100 };
+	cr_expect_eq(kv_open(&o, &k, why, sizeof(why)), -EINVAL);
+	cr_expect(strstr(why, "Redis Cluster"), "%s", why);
+	cr_expect_null(k);
+	const char *db[] = { "redis://127.0.0.1:7000/2" };
+	o = (struct kv_opts){ .seeds = db, .n_seeds = 1, .cluster = true, .timeout_ms = 100 };
+	cr_expect_eq(kv_open(&o, &k, why, sizeof(why)), -EINVAL);
+	cr_expect(strstr(why, "only DB 0"), "%s", why);
+	o = (struct kv_opts){ .seeds = two, .n_seeds = 1, .timeout_ms = 0 };
+	cr_expect_eq(kv_open(&o, &k, why, sizeof(why)), -EINVAL);
+	cr_expect(strstr(why, "timeout"), "%s", why);
+	o = (struct kv_opts){ .seeds = (const char *[]){ "redis://h:99999" }, .n_seeds = 1,
+			      .timeout_ms = 10 };
+	cr_expect_eq(kv_open(&o, &k, why, sizeof(why)), -EINVAL);
+	cr_expect(strstr(why, "port"), "%s", why);
+	/* Unreachable is not an error at open: nothing is connected yet. */
+	o = (struct kv_opts){ .seeds = two, .n_seeds = 1, .timeout_ms = 10 };
+	cr_expect_eq(kv_open(&o, &k, why, sizeof(why)), 0, "%s", why);
+	struct kv_stats st;
+	kv_stats(k, &st);
+	cr_expect_eq(st.connects, 0);
+	kv_close(k);
+	kv_close(NULL);
+}
+
+/* ---- Standalone ---- */
+
+static struct test_redis rs;
+
+static void stop_redis(void)
+{
+	if (rs.dir[0])
+		cr_expect_eq(tr_stop(&rs), 0);
+}
+
+TestSuite(remote_kv_redis, .fini = stop_redis);
+
+static void start_redis(bool tcp, const char *conf)
+{
+	need_redis();
+	cr_assert_eq(tcp ? tr_start_tcp(&rs, conf) : tr_start(&rs, conf), 0);
+}
+
+static struct kv *open_redis(bool tcp, int db, const char *pw)
+{
+	static char seed[2][PATH_MAX + 32];
+	static int which;
+	char *s = seed[which ^= 1];
+	tr_seed(&rs, tcp, db, s, sizeof(seed[0]));
+	return open_one(s, pw);
+}
+
+Test(remote_kv_redis, binary_values_round_trip_over_a_unix_socket)
+{
+	start_redis(false, NULL);
+	struct kv *k = open_redis(false, 0, NULL);
+	static uint8_t zeros[64], big[1 << 20];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 2654435761u >> 13);
+	big[100] = 0, big[101] = '\r', big[102] = '\n';
+	const char *keys[] = { "zeros", "big", "empty" };
+	const uint8_t *vals[] = { zeros, big, NULL };
+	size_t lens[] = { sizeof(zeros), sizeof(big), 0 };
+	int res[3] = { 1, 1, 1 };
+	cr_assert_eq(kv_set(k, 3, keys, vals, lens, 0, res), 0, "%s", kv_errmsg(k));
+	cr_expect(!res[0] && !res[1] && !res[2]);
+	const char *gkeys[] = { "big", "missing", "zeros", "empty" };
+	const uint8_t *got[4];
+	size_t glen[4];
+	int gres[4];
+	cr_assert_eq(kv_get(k, 4, gkeys, got, glen, gres), 0, "%s", kv_errmsg(k));
+	cr_expect_eq(gres[0], 0);
+	cr_expect_eq(gres[1], -ENOENT);
+	cr_expect_null(got[1]);
+	cr_expect_eq(gres[2], 0);
+	cr_expect_eq(gres[3], 0);
+	cr_assert_eq(glen[0], sizeof(big));
+	cr_expect(!memcmp(got[0], big, sizeof(big)), "the 1 MiB value differs");
+	cr_assert_eq(glen[2], sizeof(zeros));
+	cr_expect(!memcmp(got[2], zeros, sizeof(zeros)));
+	cr_expect_eq(glen[3], 0);
+	struct kv_stats st;
+	kv_stats(k, &st);
+	cr_expect_eq(st.connects, 1);
+	cr_expect_eq(st.round_trips, 2, "one pipeline per call: %llu",
+		     (unsigned long long)st.round_trips);
+	cr_expect_eq(st.errors, 0);
+	kv_close(k);
+}
+
+Test(remote_kv_redis, a_hundred_keys_are_one_pipeline)
+{
+	start_redis(false, NULL);
+	struct kv *k = open_redis(false, 0, NULL);
+	enum { N = 100 };
+	char names[N][16];
+	const char *keys[N];
+	const uint8_t *vals[N];
+	size_t lens[N];
+	int res[N];
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "key%d", i);
+		keys[i] = names[i];
+		vals[i] = (const uint8_t *)names[i];
+		lens[i] = strlen(names[i]);
+	}
+	cr_assert_eq(kv_set(k, N, keys, vals, lens, 0, res), 0, "%s", kv_errmsg(k));
+	const uint8_t *got[N];
+	cr_assert_eq(kv_get(k, N, keys, got, lens, res), 0, "%s", kv_errmsg(k));
+	for (int i = 0; i < N; i++)
+		cr_expect(!res[i] && lens[i] == strlen(names[i]) && !memcmp(got[i], names[i], lens[i]),
+			  "key %d", i);
+	struct kv_stats st;
+	kv_stats(k, &st);
+	cr_expect_eq(st.round_trips, 2);
+	kv_close(k);
+}
+
+Test(remote_kv_redis, ttl_expires)
+{
+	start_redis(false, NULL);
+	struct kv *k = open_redis(false, 0, NULL);
+	cr_assert_eq(set1(k, "short", "v", 1, 150), 0, "%s", kv_errmsg(k));
+	cr_assert_eq(set1(k, "forever", "v", 1, 0), 0, "%s", kv_errmsg(k));
+	char out[64];
+	cr_assert_eq(tr_cmd(&rs, NULL, out, sizeof(out), "PTTL", "short", NULL), 0);
+	cr_expect(atoi(out) > 0 && atoi(out) <= 150, "PTTL %s", out);
+	cr_assert_eq(tr_cmd(&rs, NULL, out, sizeof(out), "PTTL", "forever", NULL), 0);
+	cr_expect_str_eq(out, "-1");
+	cr_expect_eq(get1(k, "short", NULL, NULL), 0);
+	usleep(300 * 1000);
+	cr_expect_eq(get1(k, "short", NULL, NULL), -ENOENT);
+	cr_expect_eq(get1(k, "forever", NULL, NULL), 0);
+	kv_close(k);
+}
+
+Test(remote_kv_redis, auth_is_sent_and_its_refusal_said)
+{
+	start_redis(false, "requirepass s3cret\n");
+	struct kv *none = open_redis(false, 0, NULL);
+	cr_expect_eq(get1(none, "k", NULL, NULL), -EACCES);
+	cr_expect(strstr(kv_errmsg(none), "NOAUTH"), "%s", kv_errmsg(none));
+	struct kv *wrong = open_redis(false, 0, "nope");
+	cr_expect_eq(get1(wrong, "k", NULL, NULL), -EACCES);
+	cr_expect(strstr(kv_errmsg(wrong), "WRONGPASS"), "%s", kv_errmsg(wrong));
+	struct kv_stats st;
+	kv_stats(wrong, &st);
+	cr_expect_eq(st.errors, 1);
+	struct kv *right = open_redis(false, 0, "s3cret");
+	cr_expect_eq(set1(right, "k", "v", 1, 0), 0, "%s", kv_errmsg(right));
+	const uint8_t *v;
+	size_t len;
+	cr_expect_eq(get1(right, "k", &v, &len), 0);
+	cr_expect(len == 1 && v[0] == 'v');
+	kv_close(none);
+	kv_close(wrong);
+	kv_close(right);
+}
+
+Test(remote_kv_redis, dbs_are_apart_over_tcp)
+{
+	start_redis(true, NULL);
+	struct kv *db0 = open_redis(true, 0, NULL), *db3 = open_redis(true, 3, NULL);
+	cr_assert_eq(set1(db3, "where", "three", 5, 0), 0, "%s", kv_errmsg(db3));
+	cr_expect_eq(get1(db0, "where", NULL, NULL), -ENOENT);
+	const uint8_t *v;
+	size_t len;
+	cr_expect_eq(get1(db3, "where", &v, &len), 0);
+	cr_expect(len == 5 && !memcmp(v, "three", 5));
+	char out[64];
+	cr_assert_eq(tr_cmd(&rs, NULL, out, sizeof(out), "INFO", "keyspace", NULL), 0);
+	cr_expect(strstr(out, "db3:keys=1"), "%s", out);
+	kv_close(db0);
+	kv_close(db3);
+}
+
+Test(remote_kv_redis, a_stopped_server_costs_the_timeout_then_answers)
+{
+	start_redis(false, NULL);
+	struct kv *k = open_redis(false, 0, NULL);
+	cr_assert_eq(set1(k, "k", "v", 1, 0), 0, "%s", kv_errmsg(k));
+	tr_pause(&rs);
+	double t0 = now_ms();
+	int rc = get1(k, "k", NULL, NULL);
+	double ms = now_ms() - t0;
+	cr_expect_eq(rc, -ETIMEDOUT, "%d: %s", rc, kv_errmsg(k));
+	cr_expect(ms >= TIMEOUT_MS * 0.9 && ms < TIMEOUT_MS + 150, "%.0f ms for a %d ms timeout",
+		  ms, TIMEOUT_MS);
+	/* A new connection to it is bounded as well (the kernel accepts it). */
+	t0 = now_ms();
+	rc = get1(k, "k", NULL, NULL);
+	ms = now_ms() - t0;
+	cr_expect_eq(rc, -ETIMEDOUT, "%d: %s", rc, kv_errmsg(k));
+	cr_expect(ms < TIMEOUT_MS + 150, "%.0f ms", ms);
+	tr_resume(&rs);
+	cr_expect_eq(get1(k, "k", NULL, NULL), 0, "%s", kv_errmsg(k));
+	struct kv_stats st;
+	kv_stats(k, &st);
+	cr_expect_eq(st.errors, 2);
+	cr_expect_geq(st.connects, 2, "a connection that timed out is made again");
+	kv_close(k);
+}
+
+Test(remote_kv_redis, a_killed_server_is_refused_fast_and_reconnected)
+{
+	start_redis(false, NULL);
+	struct kv *k = open_redis(false, 0, NULL);
+	cr_assert_eq(set1(k, "k", "v", 1, 0), 0, "%s", kv_errmsg(k));
+	tr_kill(&rs);
+	for (int i = 0; i < 2; i++) { /* the old connection, then a new one */
+		double t0 = now_ms();
+		int rc = get1(k, "k", NULL, NULL);
+		double ms = now_ms() - t0;
+		cr_expect_eq(rc, -ECONNREFUSED, "%d: %s", rc, kv_errmsg(k));
+		cr_expect(ms < 50, "%.0f ms to be refused", ms);
+		/* SET as well: a write to a dead socket raises no SIGPIPE. */
+		cr_expect_eq(set1(k, "k", "w", 1, 0), -ECONNREFUSED);
+	}
+	cr_assert_eq(tr_restart(&rs), 0);
+	cr_expect_eq(get1(k, "k", NULL, NULL), -ENOENT, "%s", kv_errmsg(k));
+	cr_expect_eq(set1(k, "k", "w", 1, 0), 0);
+	struct kv_stats st;
+	kv_stats(k, &st);
+	cr_expect_eq(st.connects, 2);
+	cr_expect_eq(st.errors, 4);
+	kv_close(k);
+}
+
+Test(remote_kv_redis, a_cluster_node_alone_is_not_standalone)
+{
+	need_redis();
+	struct test_cluster c;
+	cr_assert_eq(tc_start(&c, 1), 0);
+	char seed[64];
+	tr_seed(&c.node[0], true, 0, seed, sizeof(seed));
+	struct kv *k = open_kv((const char *[]){ seed }, 1, true, NULL);
+	cr_expect_eq(set1(k, "k", "v", 1, 0), 0, "%s", kv_errmsg(k));
+	kv_close(k);
+	cr_expect_eq(tc_stop(&c), 0);
+}
