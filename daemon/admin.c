@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "peer.h"
+#include "remote.h"
 
 static bool is_admin(const struct conn *c)
 {
@@ -105,6 +106,8 @@ int admin_stats(struct conn *c)
 	uint64_t charged, arenas;
 	idx_get_stats(d->idx, &s);
 	flight_get_stats(d->flight, &fs);
+	struct remote_stats rs;
+	remote_get_stats(d->remote, &rs);
 	partitions_usage(&d->parts, &charged, &arenas);
 	uint64_t v[PD_STATS_COUNT] = {
 		[PD_ST_hits] = s.hits,
@@ -146,6 +149,19 @@ int admin_stats(struct conn *c)
 		[PD_ST_wait_ms] = fs.wait_ms,
 		[PD_ST_claims_inherited] = fs.inherited,
 		[PD_ST_claims_expired] = fs.expired,
+		[PD_ST_remote_hits] = rs.hits,
+		[PD_ST_remote_misses] = rs.misses,
+		[PD_ST_remote_bytes_in] = rs.bytes_in,
+		[PD_ST_remote_bytes_out] = rs.bytes_out,
+		[PD_ST_remote_writes] = rs.writes,
+		[PD_ST_remote_write_drops] = rs.write_drops,
+		[PD_ST_remote_errors] = rs.errors,
+		[PD_ST_remote_bad_checksum] = rs.bad_checksum,
+		[PD_ST_remote_bad_foreign] = rs.bad_foreign,
+		[PD_ST_remote_bad_mac] = rs.bad_mac,
+		[PD_ST_remote_breaker_opens] = rs.breaker_opens,
+		[PD_ST_remote_skipped] = rs.skipped,
+		[PD_ST_remote_us] = rs.fetch_us,
 	};
 	struct pd_usage *rows;
 	uint32_t n;

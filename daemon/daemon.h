@@ -14,6 +14,7 @@
 
 struct tier;
 struct flight;
+struct remote;
 
 /*
  * Errors: a call returns 0 or -errno, and one that can say more sets a
@@ -40,6 +41,7 @@ struct daemon {
 	struct partitions parts;  /* arenas, and the budget */
 	struct idx *idx;          /* every block of every user and model */
 	struct tier *tier;        /* the disk tier; NULL: none */
+	struct remote *remote;    /* the remote tier (Redis); NULL: none */
 	struct flight *flight;    /* single flight's claims and waiters */
 	struct idx_limits lim;
 	uint32_t block_tokens;

@@ -19,6 +19,7 @@
 
 #include "daemon.h"
 #include "prefixd_version.h"
+#include "remote.h"
 #include "server.h"
 #include "sock.h"
 
@@ -42,6 +43,9 @@ static void usage(FILE *f)
 		"               [--idle-timeout SECS] [--claim-timeout SECS]\n"
 		"               [--disk-dir DIR [--disk-budget SIZE] [--disk-sync]]\n"
 		"               [--shared-group GROUP [--shared-publishers UID[,UID...]]]\n"
+		"               [--remote URL... [--remote-cluster] [--remote-key-file FILE]\n"
+		"                [--remote-auth-file FILE] [--remote-users shared|all]\n"
+		"                [--remote-ttl SECS] [--remote-timeout MS]]\n"
 		"               [--force]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
@@ -88,6 +92,22 @@ static void usage(FILE *f)
 		"  --disk-sync         answer a PUBLISH only once its blocks' records are on disk,\n"
 		"                      synced (default: written behind, soon after the answer, so\n"
 		"                      a kill -9 or a crash loses what was not written yet)\n"
+		"  --remote URL        share blocks with other hosts' daemons through Redis:\n"
+		"                      redis://HOST:PORT[/DB] or unix:PATH; repeated, the seed\n"
+		"                      nodes of a Redis Cluster (with --remote-cluster)\n"
+		"  --remote-cluster    the --remote servers are nodes of a Redis Cluster\n"
+		"  --remote-key-file FILE\n"
+		"                      sign every record with a MAC keyed by FILE's first line (32\n"
+		"                      bytes at least, mode 600) and drop those without a valid one;\n"
+		"                      without it, every writer to the Redis is trusted\n"
+		"  --remote-auth-file FILE\n"
+		"                      the Redis password (AUTH), the first line of FILE (mode 600)\n"
+		"  --remote-users shared|all\n"
+		"                      which namespaces go remote: the shared one (default), or\n"
+		"                      every user's too (uids must then mean the same on every host)\n"
+		"  --remote-ttl SECS   records expire in Redis after SECS (default: 0, never; Redis's\n"
+		"                      maxmemory policy evicts them)\n"
+		"  --remote-timeout MS the most a MATCH waits for Redis (default: 50); slower is a miss\n"
 		"  --shared-group GROUP\n"
 		"                      a shared namespace: GROUP's members may attach its prefixes\n"
 		"                      (prefix-run --shared), besides their own\n"
@@ -247,6 +267,13 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "force", no_argument, NULL, 'F' },
+		{ "remote", required_argument, NULL, 1000 },
+		{ "remote-cluster", no_argument, NULL, 1001 },
+		{ "remote-key-file", required_argument, NULL, 1002 },
+		{ "remote-auth-file", required_argument, NULL, 1003 },
+		{ "remote-users", required_argument, NULL, 1004 },
+		{ "remote-ttl", required_argument, NULL, 1005 },
+		{ "remote-timeout", required_argument, NULL, 1006 },
 		{ 0 },
 	};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -256,7 +283,8 @@ int main(int argc, char **argv)
 				  .request_timeout_s = DEFAULT_REQUEST_TIMEOUT,
 				  .claim_timeout_ms = DEFAULT_CLAIM_TIMEOUT_MS };
 	long max_user = 0;
-	bool force = false;
+	bool force = false, remote_flags = false;
+	struct remote_cfg rc_cfg = { .timeout_ms = REMOTE_DEFAULT_TIMEOUT_MS };
 	char socket_buf[256];
 	const char *quota = NULL, *pin_max = NULL, *disk_budget = NULL;
 	long v;
@@ -357,6 +385,44 @@ int main(int argc, char **argv)
 		case 'Y':
 			cfg.disk_sync = true;
 			break;
+		case 1000:
+			if (rc_cfg.n_seeds == REMOTE_MAX_SEEDS)
+				return bad("--remote: %d servers at most", REMOTE_MAX_SEEDS);
+			rc_cfg.seeds[rc_cfg.n_seeds++] = optarg;
+			break;
+		case 1001:
+			rc_cfg.cluster = remote_flags = true;
+			break;
+		case 1002:
+			if (!*optarg)
+				return bad("--remote-key-file: an empty path");
+			rc_cfg.key_file = optarg;
+			remote_flags = true;
+			break;
+		case 1003:
+			if (!*optarg)
+				return bad("--remote-auth-file: an empty path");
+			rc_cfg.auth_file = optarg;
+			remote_flags = true;
+			break;
+		case 1004:
+			if (strcmp(optarg, "shared") && strcmp(optarg, "all"))
+				return bad("--remote-users: '%s' is neither 'shared' nor 'all'", optarg);
+			rc_cfg.all_users = !strcmp(optarg, "all");
+			remote_flags = true;
+			break;
+		case 1005:
+			if (parse_int(optarg, 0, 10L * 365 * 86400, &v))
+				return bad("--remote-ttl: '%s' is not a number of seconds from 0 (never) to 315360000", optarg);
+			rc_cfg.ttl_s = (uint64_t)v;
+			remote_flags = true;
+			break;
+		case 1006:
+			if (parse_int(optarg, 1, 60000, &v))
+				return bad("--remote-timeout: '%s' is not a number of milliseconds from 1 to 60000", optarg);
+			rc_cfg.timeout_ms = (uint32_t)v;
+			remote_flags = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -410,6 +476,13 @@ int main(int argc, char **argv)
 	if (sodium_init() < 0) {
 		pd_err("libsodium failed to initialise");
 		return 1;
+	}
+	if (remote_flags && !rc_cfg.n_seeds)
+		return bad("--remote-cluster, --remote-key-file, --remote-auth-file, --remote-users, --remote-ttl and --remote-timeout: only with --remote");
+	if (rc_cfg.n_seeds) {
+		char why[512];
+		if (remote_open(&rc_cfg, cfg.block_tokens, &cfg.remote, why, sizeof(why)))
+			return bad("%s", why);
 	}
 	/* Signals are read from a signalfd by the listener: block them in
 	 * every thread. A peer that hangs up must not kill the daemon. */

@@ -36,6 +36,7 @@ struct conn {
 	struct partition *part;   /* the arenas of (user, block size) */
 	struct idx_group *group;  /* the chain root: user, model, layout, salt */
 	uint8_t h0[PD_HASH_SIZE];
+	uint8_t fp[PD_FP_SIZE];   /* the model's fingerprint (the remote tier's keys) */
 	/* Set by a HELLO with the SHARED flag: the shared namespace's arenas
 	 * and chain root. Its arenas go to the client with ids from
 	 * STORE_MAX_ARENAS on, so that they never clash with its own. A

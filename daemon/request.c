@@ -14,6 +14,7 @@
 
 #include "chain.h"
 #include "peer.h"
+#include "remote.h"
 #include "tier.h"
 
 /* Leases one connection may hold at once: each pins blocks and costs the
@@ -148,6 +149,7 @@ int req_hello(struct conn *c)
 	}
 	c->part = p;
 	memcpy(c->h0, root.h0, PD_HASH_SIZE);
+	memcpy(c->fp, m.fingerprint, PD_FP_SIZE);
 	if ((c->h.flags & PD_FLAG_SHARED) && (rc = attach_shared(c, &m)))
 		return rc < 0 ? -1 : 0;
 	struct pd_hello_reply r = { PD_VERSION, PD_MAX_HASHES, d->parts.budget.limit, d->lim.quota,
@@ -302,6 +304,21 @@ static void restore(struct conn *c, struct idx_block *fetch, uint32_t nfetch, ui
 			from_disk[fetch[i].pos] = true;
 }
 
+/* The remote tier for the blocks of v that follow the hit: how many it
+ * imported into memory (a MATCH that runs again finds them there). */
+static uint32_t ask_remote(struct conn *c, const struct ns_view *v, const struct pd_match *m,
+			   const uint32_t *tokens, uint32_t hit, uint32_t count)
+{
+	struct daemon *d = c->d;
+	uint32_t ns = v->shared ? PD_NS_SHARED : c->cred.uid;
+	if (!remote_wants(d->remote, ns) || hit >= count)
+		return 0;
+	struct partition *p = v->shared ? c->shared_part : c->part;
+	struct remote_ask a = { d->idx, v->g, v->store, p->block_bytes, ns, c->h0, c->fp,
+				m->hashes, tokens, hit, count };
+	return remote_fetch(d->remote, &a);
+}
+
 /* The longest run of m's blocks in one namespace, cut to the arenas one
  * reply can carry: *lease and *hit, locs with wire arena ids, the new
  * arenas in ids. 0 or -ENOMEM. */
@@ -312,6 +329,7 @@ static int match_in(struct conn *c, const struct ns_view *v, const struct pd_mat
 	/* Only with a tier; without memory for it, blocks on disk miss. */
 	struct idx_block *fetch = c->d->tier ? malloc(m->count * sizeof(*fetch)) : NULL;
 	uint32_t count = m->count, nfetch = 0;
+	bool asked = false;
 	int rc = 0;
 	*lease = 0;
 	*hit = 0;
@@ -324,6 +342,19 @@ static int match_in(struct conn *c, const struct ns_view *v, const struct pd_mat
 			break;
 		if (nfetch)
 			restore(c, fetch, nfetch, lease, hit, from_disk);
+		/* Past memory and disk, once: what the remote has is imported,
+		 * and the run made again finds it in memory. */
+		if (!asked && *hit < count) {
+			asked = true;
+			if (ask_remote(c, v, m, tokens, *hit, count)) {
+				if (*lease)
+					idx_release(c->d->idx, *lease);
+				idx_uncount_match(c->d->idx, v->g, count, *hit);
+				*lease = 0;
+				*hit = 0;
+				continue;
+			}
+		}
 		for (uint32_t i = 0; i < *hit; i++)
 			locs[i].arena += v->arena_base;
 		uint32_t fit = *hit;
@@ -609,6 +640,10 @@ int req_publish(struct conn *c)
 	uint32_t ns = shared ? PD_NS_SHARED : c->cred.uid;
 	if (stored + dedup)
 		flight_published(c->d->flight, ns, m.hashes, stored + dedup, conn_now_ms());
+	/* Written behind, after the reply's way is clear: only a queue entry. */
+	if (stored)
+		remote_published(c->d->remote, ns,
+				 m.hashes + (size_t)(stored + dedup - 1) * PD_HASH_SIZE, stored + dedup);
 	if (stop != PD_STOP_NONE && stored + dedup < m.count)
 		flight_dropped(c->d->flight, ns, m.hashes + (size_t)(stored + dedup) * PD_HASH_SIZE);
 	if (rc == -EIO)

@@ -7,6 +7,7 @@
  */
 #include "server.h"
 #include "restart.h"
+#include "remote.h"
 #include "tier.h"
 
 #include <errno.h>
@@ -459,9 +460,10 @@ int server_run(const struct server_cfg *cfg)
 			    .lim = { cfg->quota, cfg->pin_max, cfg->memory, cfg->disk_budget },
 			    .request_timeout_ms = (uint64_t)cfg->request_timeout_s * 1000,
 			    .idle_timeout_ms = (uint64_t)cfg->idle_timeout_s * 1000,
-			    .shared = cfg->shared };
+			    .shared = cfg->shared, .remote = cfg->remote };
 	if (admission_init(&d.adm, cfg->max_conns, cfg->max_user_conns, cfg->request_memory)) {
 		pd_err("cannot set up admission");
+		remote_close(d.remote);
 		return 1;
 	}
 	partitions_init(&d.parts, cfg->memory, arena_bytes(cfg->memory));
@@ -471,6 +473,7 @@ int server_run(const struct server_cfg *cfg)
 		idx_free(d.idx);
 		partitions_destroy(&d.parts);
 		admission_destroy(&d.adm);
+		remote_close(d.remote);
 		return 1;
 	}
 	int rc = 1, nw = 0, lfd = -1, sfd = -1, epfd = -1;
@@ -478,6 +481,11 @@ int server_run(const struct server_cfg *cfg)
 	/* Before the socket: a second daemon on one directory stops here. */
 	if (cfg->disk_dir && disk_start(cfg, &d))
 		goto out;
+	if (d.remote && (rc = remote_start(d.remote, d.idx))) {
+		pd_err("cannot start the remote tier: %s", strerror(-rc));
+		rc = 1;
+		goto out;
+	}
 	sigset_t sigs;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
@@ -587,6 +595,8 @@ out:
 	for (int i = 0; i < nw; i++)
 		worker_stop(&ws[i]);
 	reaper_stop();
+	/* After the workers, before the index: its writer reads blocks. */
+	remote_close(d.remote);
 	if (d.tier && rc == 0) {
 		uint64_t left = tier_drain(d.tier);
 		if (left)

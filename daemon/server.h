@@ -13,6 +13,8 @@
 
 #include "shared.h"
 
+struct remote;
+
 struct server_cfg {
 	const char *socket_path;
 	uint64_t memory;        /* budget for KV blocks, in bytes */
@@ -32,6 +34,7 @@ struct server_cfg {
 	struct shared_cfg shared; /* --shared-group, --shared-publishers */
 	bool disk_sync;           /* PUBLISH answered once its records are durable */
 	uint64_t claim_timeout_ms; /* a claim's life without progress */
+	struct remote *remote;    /* the remote tier (remote_open'd); NULL: none. server_run closes it */
 };
 
 /* Runs until SIGTERM or SIGINT, which the caller must have blocked in

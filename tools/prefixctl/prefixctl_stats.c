@@ -78,6 +78,10 @@ static const char *const prom_names[NCOUNTERS] = {
 	[C_wait_ms] = "prefixd_flight_wait_milliseconds",
 	[C_claims_inherited] = "prefixd_flight_claims_inherited",
 	[C_claims_expired] = "prefixd_flight_claims_expired",
+	[C_remote_hits] = "prefixd_remote_hit_blocks",
+	[C_remote_bytes_in] = "prefixd_remote_read_bytes",
+	[C_remote_bytes_out] = "prefixd_remote_written_bytes",
+	[C_remote_us] = "prefixd_remote_microseconds",
 };
 
 #define PROM_PREFIX "prefixd_"
