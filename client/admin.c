@@ -150,7 +150,8 @@ static struct prefixd_chain chain_of(const struct pd_chain_row *r)
 		.pinned = !!(r->flags & PD_CHAIN_PINNED),
 		.pin_ttl_s = r->pin_ttl_s,
 		.where = (r->flags & PD_CHAIN_MEMORY ? PREFIXD_IN_MEMORY : 0) |
-			 (r->flags & PD_CHAIN_DISK ? PREFIXD_ON_DISK : 0),
+			 (r->flags & PD_CHAIN_DISK ? PREFIXD_ON_DISK : 0) |
+			 (r->flags & PD_CHAIN_REMOTE ? PREFIXD_REMOTE : 0),
 	};
 	memcpy(ch.id.key, r->id.key, PD_HASH_SIZE);
 	memcpy(ch.model, r->fp, PD_FP_SIZE);

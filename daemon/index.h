@@ -247,6 +247,9 @@ int idx_load(struct idx *x, struct idx_group *g, const struct idx_block *b);
  * The blocks come with their hits, use and pin. */
 int idx_each_record(struct idx *x, int (*fn)(void *ctx, const struct idx_block *b),
 		    void *ctx);
+/* The block (ns, hash) is in the remote tier: this daemon wrote it there
+ * or read it from there (LIST's PD_CHAIN_REMOTE). Gone: nothing. */
+void idx_mark_remote(struct idx *x, uint32_t ns, const uint8_t *hash);
 /* Records found damaged elsewhere (at start), for the disk_corrupt count. */
 void idx_count_corrupt(struct idx *x, uint64_t n);
 

@@ -271,11 +271,22 @@ static void do_row(const struct idx *x, const struct entry *e, uint64_t now,
 	r->hits = e->hits;
 	r->idle_s = now > e->used_s ? (uint32_t)(now - e->used_s) : 0;
 	r->flags = (e->resident ? PD_CHAIN_MEMORY : 0) | (e->disk ? PD_CHAIN_DISK : 0) |
-		   (e->pins ? PD_CHAIN_PINNED : 0);
+		   (e->pins ? PD_CHAIN_PINNED : 0) | (e->remote ? PD_CHAIN_REMOTE : 0);
 	const struct pin *p = e->pins ? do_pin_of(x, e) : NULL;
 	uint64_t ms = now_ms();
 	if (p && p->expires_ms) /* whole seconds left, rounded up */
 		r->pin_ttl_s = p->expires_ms > ms ? (uint32_t)((p->expires_ms - ms + 999) / 1000) : 0;
+}
+
+void idx_mark_remote(struct idx *x, uint32_t ns, const uint8_t *hash)
+{
+	struct pd_id id = { .uid = ns };
+	memcpy(id.key, hash, IDX_HASH_BYTES);
+	pthread_mutex_lock(&x->lock);
+	struct entry *e = do_find_id(x, &id);
+	if (e)
+		e->remote = true;
+	pthread_mutex_unlock(&x->lock);
 }
 
 void idx_list(struct idx *x, const struct pd_list *req, struct pd_chain_row *rows,

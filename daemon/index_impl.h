@@ -90,6 +90,7 @@ struct entry {
 	struct link l[NLISTS];
 	bool on[NLISTS];
 	bool resident, disk, writing, restoring;
+	bool remote;                  /* written to or read from the remote tier (LIST shows it) */
 	bool zombie;                  /* removed while writing: freed by idx_spilled */
 	uint32_t tokens[];            /* (block_tokens) */
 };

@@ -319,6 +319,8 @@ struct out_batch {
 	uint8_t *vals[WRITE_BATCH];
 	size_t lens[WRITE_BATCH];
 	int res[WRITE_BATCH];
+	uint32_t ns[WRITE_BATCH];
+	uint8_t hash[WRITE_BATCH][PD_HASH_SIZE];
 	uint32_t n;
 	size_t bytes;
 };
@@ -342,6 +344,7 @@ static void flush(struct remote *r, struct kv *k, struct out_batch *o)
 	}
 	for (uint32_t i = 0; i < o->n; i++) {
 		if (!rc && !o->res[i]) {
+			idx_mark_remote(r->x, o->ns[i], o->hash[i]);
 			atomic_fetch_add(&r->writes, 1);
 			atomic_fetch_add(&r->bytes_out, o->lens[i]);
 		} else {
@@ -380,6 +383,8 @@ static int encode(struct remote *r, const struct idx_block *b, struct out_batch 
 	uint32_t i = o->n++;
 	remote_key(b->ns, b->fp, bb, r->block_tokens, b->hash, o->keys[i]);
 	o->kp[i] = o->keys[i];
+	o->ns[i] = b->ns;
+	memcpy(o->hash[i], b->hash, PD_HASH_SIZE);
 	o->vals[i] = v;
 	o->lens[i] = size + mac;
 	o->bytes += size + mac;
@@ -614,6 +619,7 @@ static uint32_t fetch_round(struct remote *r, struct kv *k, const struct remote_
 		bool dedup;
 		if (idx_import(a->x, a->g, &b, fill_from_value, &f, &dedup, &held))
 			break;
+		idx_mark_remote(a->x, a->ns, b.hash);
 		atomic_fetch_add(&r->hits, 1);
 		got++;
 	}

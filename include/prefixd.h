@@ -261,6 +261,7 @@ int prefixd_prompt_id(const struct prefixd_prompt *p, struct prefixd_id *out);
 enum prefixd_where {
 	PREFIXD_IN_MEMORY = 1u << 0,
 	PREFIXD_ON_DISK = 1u << 1,
+	PREFIXD_REMOTE = 1u << 2,   /* also in the remote tier: the daemon wrote or read it there */
 };
 
 /* A chain that ends at a leaf (no cached block continues it) or at a pin. */

@@ -268,7 +268,8 @@ enum pd_chain_flag {
 	PD_CHAIN_PINNED = 1u << 0,
 	PD_CHAIN_MEMORY = 1u << 1,
 	PD_CHAIN_DISK = 1u << 2,
-	PD_CHAIN_FLAGS = PD_CHAIN_PINNED | PD_CHAIN_MEMORY | PD_CHAIN_DISK,
+	PD_CHAIN_REMOTE = 1u << 3,  /* its last block: this daemon wrote it to or read it from Redis */
+	PD_CHAIN_FLAGS = PD_CHAIN_PINNED | PD_CHAIN_MEMORY | PD_CHAIN_DISK | PD_CHAIN_REMOTE,
 };
 
 struct pd_chain_row {

@@ -156,6 +156,14 @@ Test(remote, a_prefix_published_on_one_host_is_attached_on_another)
 	/* Now in B's memory: no second trip. */
 	cr_expect_eq(match_ok(b, p, 3), 3);
 	cr_expect_eq(t_stats(&tb).remote_hits, 3);
+	/* Where the chain is, for each daemon: in memory and in Redis. */
+	static char out[1 << 16];
+	cr_expect_eq(t_ctl(&ta, out, sizeof(out), "ls", ""), 0, "%s", out);
+	cr_expect(strstr(out, "both+remote"), "A wrote it (and has it on disk): %s", out);
+	cr_expect_eq(t_ctl(&tb, out, sizeof(out), "ls", ""), 0, "%s", out);
+	cr_expect(strstr(out, "+remote"), "B read it: %s", out);
+	cr_expect_eq(t_ctl(&tb, out, sizeof(out), "stats", "--prometheus"), 0, "%s", out);
+	cr_expect(strstr(out, "prefixd_remote_hit_blocks_total 3"), "%s", out);
 	prefixd_close(a);
 	prefixd_close(b);
 	t_stop(&ta);

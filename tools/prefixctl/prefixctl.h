@@ -90,7 +90,8 @@ int hex_decode(const char *s, uint8_t *out, size_t n);
 /* The model and id columns: the first chars of the hex. */
 #define CTL_SHORT_MODEL 8
 #define CTL_SHORT_ID 12
-/* "memory", "disk", "both" for enum prefixd_where. */
+/* "memory", "disk", "both" for enum prefixd_where, "+remote" after them
+ * for a chain also in the remote tier. */
 const char *where_name(unsigned where);
 
 /* Prints a JSON value (pretty, slashes as they are) and frees it. */

@@ -117,12 +117,11 @@ int hex_decode(const char *s, uint8_t *out, size_t n)
 
 const char *where_name(unsigned where)
 {
-	switch (where & (PREFIXD_IN_MEMORY | PREFIXD_ON_DISK)) {
-	case PREFIXD_IN_MEMORY: return "memory";
-	case PREFIXD_ON_DISK: return "disk";
-	case PREFIXD_IN_MEMORY | PREFIXD_ON_DISK: return "both";
-	default: return "none";
-	}
+	static const char *const local[2][4] = {
+		{ "none", "memory", "disk", "both" },
+		{ "remote", "memory+remote", "disk+remote", "both+remote" },
+	};
+	return local[!!(where & PREFIXD_REMOTE)][where & (PREFIXD_IN_MEMORY | PREFIXD_ON_DISK)];
 }
 
 void ctl_print_json(json_object *o)
