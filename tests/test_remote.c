@@ -442,3 +442,55 @@ Test(remote, logits_on_a_prefix_fetched_from_redis_equal_an_uncached_run)
 	t_stop(&ta);
 	t_stop(&tb);
 }
+
+/* ==== A Redis Cluster ==== */
+
+Test(remote, a_cluster_serves_across_hosts_and_after_a_reshard)
+{
+	if (!tr_available())
+		cr_skip_test("redis-server is not installed (scripts/deps.sh installs it)");
+	static struct test_cluster cl;
+	cr_assert_eq(tc_start(&cl, 3), 0);
+	char bufs[3][64];
+	const char *seeds[3];
+	tc_seeds(&cl, bufs[0], sizeof(bufs[0]), seeds);
+	const char *args[] = { "--block-tokens", "4", "--shared-group", "0", "--remote-cluster",
+			       "--remote", seeds[0], "--remote", seeds[1], "--remote", seeds[2],
+			       "--remote-key-file", keyfile, NULL };
+	t_start(&ta, args, NULL);
+	t_start(&tb, args, NULL);
+	uint32_t p[8 * BT], stored, dedup;
+	td_prompt(p, 8, TD_PROMPT_K(1));
+	struct prefixd *a = shared_client(&ta, 1);
+	cr_assert_eq(td_publish(a, 0, p, 0, 8, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	prefixd_close(a);
+	wait_writes(&ta, 8);
+	/* B learns the slot map with a lookup of another prompt. */
+	struct prefixd *b = shared_client(&tb, 1);
+	uint32_t q[BT];
+	td_prompt(q, 1, TD_PROMPT_K(9));
+	cr_expect_eq(match_ok(b, q, 1), 0);
+	/* The slot of the prompt's first block moves to another master. */
+	char key[8][256], out[64];
+	int n = 0;
+	for (int i = 0; i < 3 && !n; i++) {
+		struct test_redis saved = rs;
+		rs = cl.node[i];
+		n = keys_of(1, key, 8);
+		rs = saved;
+	}
+	cr_assert_gt(n, 0, "the records are in the cluster");
+	cr_assert_eq(tr_cmd(&cl.node[0], NULL, out, sizeof(out), "CLUSTER", "KEYSLOT", key[0], NULL), 0);
+	unsigned slot = (unsigned)atoi(out);
+	int from = tc_owner(&cl, slot);
+	cr_assert_geq(from, 0);
+	cr_assert_eq(tc_move_slots(&cl, from, (from + 1) % 3, slot, slot), 0);
+	cr_expect_eq(match_ok(b, p, 8), 8, "B follows the MOVED and fetches the whole prefix");
+	struct prefixd_stats s = t_stats(&tb);
+	cr_expect_eq(s.remote_hits, 8);
+	cr_expect_eq(s.remote_bad_checksum + s.remote_bad_foreign + s.remote_bad_mac, 0);
+	prefixd_close(b);
+	t_stop(&ta);
+	t_stop(&tb);
+	cr_expect_eq(tc_stop(&cl), 0);
+}
