@@ -286,7 +286,7 @@ int main(int argc, char **argv)
 	}
 	if (tiny) {
 		rounds = 1;
-		prefix_blocks = 4;
+		prefix_blocks = 16; /* several round trips of a lookup */
 		ttft_runs = 1;
 		probes = 100;
 	}
