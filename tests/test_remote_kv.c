@@ -12,10 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "crc16.h"
 #include "kv.h"
+#include "kv_resp.h"
 #include "redis_util.h"
 
 #define TIMEOUT_MS 200
@@ -155,6 +159,102 @@ Test(remote_kv, open_refuses_what_cannot_work)
 	cr_expect_eq(st.connects, 0);
 	kv_close(k);
 	kv_close(NULL);
+}
+
+/* ---- Replies read off the socket (kv_resp.c) ---- */
+
+static int sp[2];
+
+/* A socket whose other end the test writes, with a 100 ms receive
+ * timeout as the client sets. */
+static void pair(void)
+{
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	struct timeval tv = { .tv_usec = 100000 };
+	setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+static void put(const void *p, size_t n)
+{
+	cr_assert_eq(write(sp[1], p, n), (ssize_t)n);
+}
+
+Test(remote_kv, replies_are_read_whole_and_in_step)
+{
+	pair();
+	struct kv_rbuf b = { 0 };
+	struct kv_resp r;
+	const char *replies = "+OK\r\n$-1\r\n-MOVED 1 h:2\r\n$5\r\nab\r\nc\r\n$0\r\n\r\n";
+	put(replies, strlen(replies));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect(r.type == KV_RESP_STATUS && r.len == 2 && !memcmp(b.buf + r.off, "OK", 2));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect_eq(r.type, KV_RESP_NIL);
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect(r.type == KV_RESP_ERROR && r.len == 11 && !memcmp(b.buf + r.off, "MOVED 1 h:2", 11));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0, "a value holding CRLF");
+	cr_expect(r.type == KV_RESP_BULK && r.len == 5 && !memcmp(b.buf + r.off, "ab\r\nc", 5));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect(r.type == KV_RESP_BULK && r.len == 0);
+	/* Nothing more: the receive timeout. */
+	cr_expect_eq(kv_resp_next(&b, sp[0], &r), -ETIMEDOUT);
+	/* A value in pieces, larger than one read. */
+	static char big[3 << 20];
+	memset(big, 'x', sizeof(big));
+	char head[32];
+	int hl = snprintf(head, sizeof(head), "$%zu\r\n", sizeof(big));
+	kv_rbuf_reset(&b);
+	put(head, (size_t)hl);
+	put(big, 100);
+	cr_expect_eq(kv_resp_next(&b, sp[0], &r), -ETIMEDOUT, "half a value is no reply");
+	kv_rbuf_reset(&b);
+	pid_t writer = fork();
+	if (writer == 0) {
+		put(head, (size_t)hl);
+		for (size_t at = 0; at < sizeof(big); at += 65536)
+			put(big + at, 65536);
+		put("\r\n", 2);
+		_exit(0);
+	}
+	/* The reader waits 100 ms at most between pieces, the writer far less. */
+	int rc = kv_resp_next(&b, sp[0], &r);
+	cr_assert_eq(rc, 0, "%d", rc);
+	cr_expect(r.type == KV_RESP_BULK && r.len == sizeof(big));
+	cr_expect(!memcmp(b.buf + r.off, big, sizeof(big)));
+	waitpid(writer, NULL, 0);
+	kv_rbuf_free(&b);
+	close(sp[0]);
+	close(sp[1]);
+}
+
+static int one(const char *bytes, bool close_after)
+{
+	pair();
+	put(bytes, strlen(bytes));
+	if (close_after)
+		close(sp[1]);
+	struct kv_rbuf b = { 0 };
+	struct kv_resp r;
+	int rc = kv_resp_next(&b, sp[0], &r);
+	kv_rbuf_free(&b);
+	close(sp[0]);
+	if (!close_after)
+		close(sp[1]);
+	return rc;
+}
+
+Test(remote_kv, replies_out_of_step_are_refused)
+{
+	cr_expect_eq(one(":1\r\n", false), -EPROTO, "an integer");
+	cr_expect_eq(one("*1\r\n$1\r\na\r\n", false), -EPROTO, "an array");
+	cr_expect_eq(one("$3\r\nabcd\r\n", false), -EPROTO, "a value longer than said");
+	cr_expect_eq(one("$x\r\n", false), -EPROTO);
+	cr_expect_eq(one("$-2\r\n", false), -EPROTO);
+	cr_expect_eq(one("$99999999999999999999999\r\n", false), -EPROTO);
+	cr_expect_eq(one("+OK\n", false), -EPROTO, "LF without CR");
+	cr_expect_eq(one("\r\n", false), -EPROTO);
+	cr_expect_eq(one("$10\r\nabc", true), -ECONNREFUSED, "closed mid-value");
+	cr_expect_eq(one("", true), -ECONNREFUSED);
 }
 
 /* ---- Standalone ---- */
