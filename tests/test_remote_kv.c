@@ -669,5 +669,17 @@ Test(remote_kv_cluster, a_one_node_cluster_serves_every_slot)
 	get_all(k, NULL);
 	cr_expect_eq(stats(k).round_trips, 2);
 	cr_expect_eq(stats(k).connects, 1);
+	/* A slot nobody serves: CLUSTERDOWN is an error for its keys only. */
+	char slot[16], out[64];
+	snprintf(slot, sizeof(slot), "%u", kv_key_slot("moved", 5));
+	cr_assert_eq(tr_cmd(&cl.node[0], NULL, out, sizeof(out), "CLUSTER", "DELSLOTS", slot, NULL), 0);
+	cr_assert_str_eq(out, "OK");
+	const uint8_t *got[2];
+	size_t glen[2];
+	int res[2];
+	cr_expect_eq(kv_get(k, 2, (const char *[]){ "{moved}:1", "key:20" }, got, glen, res), -EPROTO);
+	cr_expect_eq(res[0], -EPROTO);
+	cr_expect(strstr(kv_errmsg(k), "CLUSTERDOWN"), "%s", kv_errmsg(k));
+	cr_expect_eq(res[1], 0);
 	kv_close(k);
 }
