@@ -9,6 +9,7 @@
  * round; there are at most KV_REDIRECTS more.
  */
 #include "kv_impl.h"
+#include "kv_send.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -141,25 +142,37 @@ static void fail_from(struct call *c, int32_t i, int rc)
 		done(c, (uint32_t)i, rc);
 }
 
-static int append(struct kv *k, struct call *c, uint32_t node, uint32_t i)
+static int append_get(struct kv *k, struct call *c, uint32_t node, uint32_t i)
 {
 	redisContext *ctx = k->nodes[node].c;
 	if (c->ops[i].asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK)
 		return -ENOMEM;
-	const char *argv[5] = { c->cmd == CMD_GET ? "GET" : "SET", c->keys[i] };
-	size_t lens[5] = { 3, strlen(c->keys[i]) };
-	int argc = 2;
-	if (c->cmd == CMD_SET) {
-		argv[2] = c->vals[i] ? (const char *)c->vals[i] : "";
-		lens[2] = c->vals[i] ? c->lens[i] : 0;
-		argc = 3;
+	const char *argv[2] = { "GET", c->keys[i] };
+	size_t lens[2] = { 3, strlen(c->keys[i]) };
+	return redisAppendCommandArgv(ctx, 2, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
+}
+
+/* SETs straight from the caller's values (kv_send.h). */
+static int send_sets(struct kv *k, struct call *c, uint32_t node)
+{
+	struct kv_send s;
+	kv_send_init(&s, k->nodes[node].c->fd);
+	for (int32_t i = k->nodes[node].head; i >= 0; i = c->ops[i].next) {
+		if (c->ops[i].asking) {
+			kv_send_array(&s, 1);
+			kv_send_arg(&s, "ASKING", 6);
+		}
+		kv_send_array(&s, c->ttl[0] ? 5 : 3);
+		kv_send_arg(&s, "SET", 3);
+		kv_send_arg(&s, c->keys[i], strlen(c->keys[i]));
+		kv_send_arg(&s, c->vals[i], c->lens[i]);
 		if (c->ttl[0]) {
-			argv[3] = "PX", lens[3] = 2;
-			argv[4] = c->ttl, lens[4] = strlen(c->ttl);
-			argc = 5;
+			kv_send_arg(&s, "PX", 2);
+			kv_send_arg(&s, c->ttl, strlen(c->ttl));
 		}
 	}
-	return redisAppendCommandArgv(ctx, argc, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
+	int rc = kv_send_finish(&s);
+	return rc ? kv_node_lost(k, node, rc) : 0;
 }
 
 /* Sends node its list: 0, or the list is answered with the error. */
@@ -167,16 +180,19 @@ static int send_node(struct kv *k, struct call *c, uint32_t node, uint64_t deadl
 {
 	struct kv_node *n = &k->nodes[node];
 	int rc = kv_node_connect(k, node, deadline);
-	for (int32_t i = n->head; !rc && i >= 0; i = c->ops[i].next)
-		rc = append(k, c, node, (uint32_t)i);
-	if (rc == -ENOMEM) {
-		snprintf(k->err, sizeof(k->err), "redis: out of memory for a pipeline");
-		kv_node_close(n); /* half a pipeline must not stay buffered */
-	}
-	if (!rc) {
+	if (!rc)
 		kv_node_deadline(k, node, deadline);
+	if (!rc && c->cmd == CMD_SET)
+		rc = send_sets(k, c, node);
+	else if (!rc) {
+		for (int32_t i = n->head; !rc && i >= 0; i = c->ops[i].next)
+			rc = append_get(k, c, node, (uint32_t)i);
+		if (rc == -ENOMEM) {
+			snprintf(k->err, sizeof(k->err), "redis: out of memory for a pipeline");
+			kv_node_close(n); /* half a pipeline must not stay buffered */
+		}
 		int all = 0;
-		while (!all && !rc)
+		while (!rc && !all)
 			if (redisBufferWrite(n->c, &all) != REDIS_OK)
 				rc = kv_node_fail(k, node, errno);
 	}
