@@ -12,10 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "crc16.h"
 #include "kv.h"
+#include "kv_resp.h"
 #include "redis_util.h"
 
 #define TIMEOUT_MS 200
@@ -155,6 +159,102 @@ Test(remote_kv, open_refuses_what_cannot_work)
 	cr_expect_eq(st.connects, 0);
 	kv_close(k);
 	kv_close(NULL);
+}
+
+/* ---- Replies read off the socket (kv_resp.c) ---- */
+
+static int sp[2];
+
+/* A socket whose other end the test writes, with a 100 ms receive
+ * timeout as the client sets. */
+static void pair(void)
+{
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+	struct timeval tv = { .tv_usec = 100000 };
+	setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+static void put(const void *p, size_t n)
+{
+	cr_assert_eq(write(sp[1], p, n), (ssize_t)n);
+}
+
+Test(remote_kv, replies_are_read_whole_and_in_step)
+{
+	pair();
+	struct kv_rbuf b = { 0 };
+	struct kv_resp r;
+	const char *replies = "+OK\r\n$-1\r\n-MOVED 1 h:2\r\n$5\r\nab\r\nc\r\n$0\r\n\r\n";
+	put(replies, strlen(replies));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect(r.type == KV_RESP_STATUS && r.len == 2 && !memcmp(b.buf + r.off, "OK", 2));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect_eq(r.type, KV_RESP_NIL);
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect(r.type == KV_RESP_ERROR && r.len == 11 && !memcmp(b.buf + r.off, "MOVED 1 h:2", 11));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0, "a value holding CRLF");
+	cr_expect(r.type == KV_RESP_BULK && r.len == 5 && !memcmp(b.buf + r.off, "ab\r\nc", 5));
+	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_expect(r.type == KV_RESP_BULK && r.len == 0);
+	/* Nothing more: the receive timeout. */
+	cr_expect_eq(kv_resp_next(&b, sp[0], &r), -ETIMEDOUT);
+	/* A value in pieces, larger than one read. */
+	static char big[3 << 20];
+	memset(big, 'x', sizeof(big));
+	char head[32];
+	int hl = snprintf(head, sizeof(head), "$%zu\r\n", sizeof(big));
+	kv_rbuf_reset(&b);
+	put(head, (size_t)hl);
+	put(big, 100);
+	cr_expect_eq(kv_resp_next(&b, sp[0], &r), -ETIMEDOUT, "half a value is no reply");
+	kv_rbuf_reset(&b);
+	pid_t writer = fork();
+	if (writer == 0) {
+		put(head, (size_t)hl);
+		for (size_t at = 0; at < sizeof(big); at += 65536)
+			put(big + at, 65536);
+		put("\r\n", 2);
+		_exit(0);
+	}
+	/* The reader waits 100 ms at most between pieces, the writer far less. */
+	int rc = kv_resp_next(&b, sp[0], &r);
+	cr_assert_eq(rc, 0, "%d", rc);
+	cr_expect(r.type == KV_RESP_BULK && r.len == sizeof(big));
+	cr_expect(!memcmp(b.buf + r.off, big, sizeof(big)));
+	waitpid(writer, NULL, 0);
+	kv_rbuf_free(&b);
+	close(sp[0]);
+	close(sp[1]);
+}
+
+static int one(const char *bytes, bool close_after)
+{
+	pair();
+	put(bytes, strlen(bytes));
+	if (close_after)
+		close(sp[1]);
+	struct kv_rbuf b = { 0 };
+	struct kv_resp r;
+	int rc = kv_resp_next(&b, sp[0], &r);
+	kv_rbuf_free(&b);
+	close(sp[0]);
+	if (!close_after)
+		close(sp[1]);
+	return rc;
+}
+
+Test(remote_kv, replies_out_of_step_are_refused)
+{
+	cr_expect_eq(one(":1\r\n", false), -EPROTO, "an integer");
+	cr_expect_eq(one("*1\r\n$1\r\na\r\n", false), -EPROTO, "an array");
+	cr_expect_eq(one("$3\r\nabcd\r\n", false), -EPROTO, "a value longer than said");
+	cr_expect_eq(one("$x\r\n", false), -EPROTO);
+	cr_expect_eq(one("$-2\r\n", false), -EPROTO);
+	cr_expect_eq(one("$99999999999999999999999\r\n", false), -EPROTO);
+	cr_expect_eq(one("+OK\n", false), -EPROTO, "LF without CR");
+	cr_expect_eq(one("\r\n", false), -EPROTO);
+	cr_expect_eq(one("$10\r\nabc", true), -ECONNREFUSED, "closed mid-value");
+	cr_expect_eq(one("", true), -ECONNREFUSED);
 }
 
 /* ---- Standalone ---- */
@@ -360,15 +460,226 @@ Test(remote_kv_redis, a_killed_server_is_refused_fast_and_reconnected)
 	kv_close(k);
 }
 
-Test(remote_kv_redis, a_cluster_node_alone_is_not_standalone)
+/* ---- Redis Cluster ---- */
+
+static struct test_cluster cl;
+static char cl_bufs[TC_MAX][64];
+static const char *cl_seeds[TC_MAX];
+
+static void stop_cluster(void)
+{
+	if (cl.n)
+		cr_expect_eq(tc_stop(&cl), 0);
+}
+
+TestSuite(remote_kv_cluster, .fini = stop_cluster);
+
+static struct kv *start_cluster(int n)
 {
 	need_redis();
-	struct test_cluster c;
-	cr_assert_eq(tc_start(&c, 1), 0);
-	char seed[64];
-	tr_seed(&c.node[0], true, 0, seed, sizeof(seed));
-	struct kv *k = open_kv((const char *[]){ seed }, 1, true, NULL);
-	cr_expect_eq(set1(k, "k", "v", 1, 0), 0, "%s", kv_errmsg(k));
+	cr_assert_eq(tc_start(&cl, n), 0);
+	tc_seeds(&cl, &cl_bufs[0][0], sizeof(cl_bufs[0]), cl_seeds);
+	return open_kv(cl_seeds, (uint32_t)n, true, NULL);
+}
+
+enum { NK = 300 };
+static char knames[NK][24], kvals[NK][40];
+static const char *keys[NK];
+static const uint8_t *vals[NK];
+static size_t lens[NK];
+
+/* NK keys, "key:I", with values of their own; 10 of them share the hash
+ * tag {moved} and 2 the tag {ask}. */
+static void make_keys(void)
+{
+	for (int i = 0; i < NK; i++) {
+		if (i < 10)
+			snprintf(knames[i], sizeof(knames[i]), "{moved}:%d", i);
+		else if (i < 12)
+			snprintf(knames[i], sizeof(knames[i]), "{ask}:%d", i);
+		else
+			snprintf(knames[i], sizeof(knames[i]), "key:%d", i);
+		snprintf(kvals[i], sizeof(kvals[i]), "value %d of %s", i * 7919, knames[i]);
+		keys[i] = knames[i];
+		vals[i] = (const uint8_t *)kvals[i];
+		lens[i] = strlen(kvals[i]);
+	}
+}
+
+static int owner_of(const char *key)
+{
+	return tc_owner(&cl, kv_key_slot(key, strlen(key)));
+}
+
+static void set_all(struct kv *k)
+{
+	int res[NK];
+	cr_assert_eq(kv_set(k, NK, keys, vals, lens, 0, res), 0, "%s", kv_errmsg(k));
+}
+
+/* GETs every key: each found with its value, or with res expect(i). The
+ * milliseconds kv_get took. */
+static double get_all_at(struct kv *k, int (*expect)(int i), int line)
+{
+	const uint8_t *got[NK];
+	size_t glen[NK];
+	int res[NK];
+	double t0 = now_ms();
+	kv_get(k, NK, keys, got, glen, res);
+	double ms = now_ms() - t0;
+	for (int i = 0; i < NK; i++) {
+		int want = expect ? expect(i) : 0;
+		cr_expect_eq(res[i], want, "line %d: %s: %d, expected %d (%s) owner %d", line, keys[i],
+			     res[i], want, kv_errmsg(k), owner_of(keys[i]));
+		if (!res[i] && !want)
+			cr_expect(glen[i] == lens[i] && !memcmp(got[i], vals[i], lens[i]),
+				  "%s: another value", keys[i]);
+	}
+	return ms;
+}
+#define get_all(k, expect) get_all_at(k, expect, __LINE__)
+
+static struct kv_stats stats(const struct kv *k)
+{
+	struct kv_stats st;
+	kv_stats(k, &st);
+	return st;
+}
+
+Test(remote_kv_cluster, keys_spread_over_the_masters_one_pipeline_each)
+{
+	struct kv *k = start_cluster(3);
+	make_keys();
+	set_all(k);
+	get_all(k, NULL);
+	struct kv_stats st = stats(k);
+	cr_expect_eq(st.round_trips, 6, "one pipeline per master per call: %llu",
+		     (unsigned long long)st.round_trips);
+	cr_expect_eq(st.map_refreshes, 1);
+	cr_expect_eq(st.redirects, 0);
+	cr_expect_eq(st.connects, 3);
+	cr_expect_eq(st.errors, 0);
+	/* Each master holds the keys of its slots, no more. */
+	for (int n = 0; n < 3; n++) {
+		int mine = 0;
+		for (int i = 0; i < NK; i++)
+			mine += owner_of(keys[i]) == n;
+		char out[32];
+		cr_assert_eq(tr_cmd(&cl.node[n], NULL, out, sizeof(out), "DBSIZE", NULL), 0);
+		cr_expect_eq(atoi(out), mine, "master %d holds %s keys, owns %d", n, out, mine);
+		cr_expect_gt(mine, 50);
+	}
 	kv_close(k);
-	cr_expect_eq(tc_stop(&c), 0);
+}
+
+Test(remote_kv_cluster, a_reshard_is_followed_through_moved)
+{
+	struct kv *k = start_cluster(3);
+	make_keys();
+	set_all(k);
+	unsigned s = kv_key_slot("moved", 5);
+	int from = tc_owner(&cl, s), to = (from + 1) % 3;
+	unsigned end = 16384u * (unsigned)(from + 1) / 3 - 1;
+	cr_assert_eq(tc_move_slots(&cl, from, to, s, s + 15 < end ? s + 15 : end), 0);
+	struct kv_stats before = stats(k);
+	get_all(k, NULL);
+	struct kv_stats after = stats(k);
+	cr_expect_eq(after.redirects - before.redirects, 10, "one MOVED per key of the slot");
+	cr_expect_eq(after.map_refreshes - before.map_refreshes, 1, "the map fetched once");
+	cr_expect_eq(after.errors, 0);
+	/* The map now knows: no more redirects. */
+	get_all(k, NULL);
+	cr_expect_eq(stats(k).redirects, after.redirects);
+	cr_expect_eq(stats(k).map_refreshes, after.map_refreshes);
+	kv_close(k);
+}
+
+Test(remote_kv_cluster, a_migrating_slot_is_followed_through_ask)
+{
+	struct kv *k = start_cluster(3);
+	make_keys();
+	set_all(k);
+	unsigned s = kv_key_slot("ask", 3);
+	int from = tc_owner(&cl, s), to = (from + 2) % 3;
+	cr_assert_eq(tc_begin_slot_move(&cl, from, to, s, "{ask}:10"), 0);
+	struct kv_stats before = stats(k);
+	get_all(k, NULL);
+	struct kv_stats after = stats(k);
+	cr_expect_eq(after.redirects - before.redirects, 1, "one ASK, for {ask}:10");
+	cr_expect_eq(after.map_refreshes, before.map_refreshes, "ASK changes no map");
+	/* A new key of the slot goes where the migration takes it. */
+	cr_expect_eq(set1(k, "{ask}:new", "n", 1, 0), 0, "%s", kv_errmsg(k));
+	char out[64], slot[16];
+	snprintf(slot, sizeof(slot), "%u", s);
+	cr_assert_eq(tr_cmd(&cl.node[to], NULL, out, sizeof(out), "CLUSTER", "COUNTKEYSINSLOT",
+			    slot, NULL), 0);
+	cr_expect_str_eq(out, "2", "{ask}:10 and {ask}:new on the importing master");
+	cr_assert_eq(tc_finish_slot_move(&cl, from, to, s), 0);
+	get_all(k, NULL);
+	cr_expect_gt(stats(k).map_refreshes, after.map_refreshes, "MOVED once the slot moved");
+	const uint8_t *v;
+	size_t len;
+	cr_expect_eq(get1(k, "{ask}:new", &v, &len), 0, "%s", kv_errmsg(k));
+	cr_expect(len == 1 && v[0] == 'n');
+	cr_expect_eq(stats(k).errors, 0);
+	kv_close(k);
+}
+
+/* Master 1 killed (then restarted empty), then masters 1 and 2 stopped. */
+static int down_then(int i)
+{
+	return owner_of(keys[i]) == 1 ? -ECONNREFUSED : 0;
+}
+static int lost_then(int i)
+{
+	return owner_of(keys[i]) == 1 ? -ENOENT : 0;
+}
+static int late_then(int i)
+{
+	return owner_of(keys[i]) ? -ETIMEDOUT : 0;
+}
+
+Test(remote_kv_cluster, a_dead_or_stopped_master_costs_its_keys_only)
+{
+	struct kv *k = start_cluster(3);
+	make_keys();
+	set_all(k);
+	tr_kill(&cl.node[1]);
+	double ms = get_all(k, down_then);
+	cr_expect_lt(ms, 100, "%.0f ms to be refused", ms);
+	get_all(k, down_then); /* reconnecting, and the map asked again */
+	cr_assert_eq(tc_restart(&cl, 1), 0);
+	get_all(k, lost_then); /* no persistence: its keys are gone */
+	/* Two stopped masters cost one timeout: the round has one deadline. */
+	tr_pause(&cl.node[1]);
+	tr_pause(&cl.node[2]);
+	ms = get_all(k, late_then);
+	cr_expect(ms < TIMEOUT_MS + 150, "%.0f ms for a %d ms timeout", ms, TIMEOUT_MS);
+	tr_resume(&cl.node[1]);
+	tr_resume(&cl.node[2]);
+	get_all(k, lost_then);
+	kv_close(k);
+}
+
+Test(remote_kv_cluster, a_one_node_cluster_serves_every_slot)
+{
+	struct kv *k = start_cluster(1);
+	make_keys();
+	set_all(k);
+	get_all(k, NULL);
+	cr_expect_eq(stats(k).round_trips, 2);
+	cr_expect_eq(stats(k).connects, 1);
+	/* A slot nobody serves: CLUSTERDOWN is an error for its keys only. */
+	char slot[16], out[64];
+	snprintf(slot, sizeof(slot), "%u", kv_key_slot("moved", 5));
+	cr_assert_eq(tr_cmd(&cl.node[0], NULL, out, sizeof(out), "CLUSTER", "DELSLOTS", slot, NULL), 0);
+	cr_assert_str_eq(out, "OK");
+	const uint8_t *got[2];
+	size_t glen[2];
+	int res[2];
+	cr_expect_eq(kv_get(k, 2, (const char *[]){ "{moved}:1", "key:20" }, got, glen, res), -EPROTO);
+	cr_expect_eq(res[0], -EPROTO);
+	cr_expect(strstr(kv_errmsg(k), "CLUSTERDOWN"), "%s", kv_errmsg(k));
+	cr_expect_eq(res[1], 0);
+	kv_close(k);
 }

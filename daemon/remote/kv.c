@@ -9,6 +9,7 @@
  * round; there are at most KV_REDIRECTS more.
  */
 #include "kv_impl.h"
+#include "kv_send.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -25,8 +26,10 @@ enum cmd { CMD_GET, CMD_SET };
 struct op {
 	int32_t next;  /* the node's next key this round */
 	int32_t node;  /* with forced: where a redirect sent it */
+	int32_t from;  /* GET found: the node whose buffer holds the value */
 	uint16_t slot;
 	bool forced, asking, pending;
+	size_t off, len; /* GET found: the value in from's buffer */
 };
 
 struct call {
@@ -104,23 +107,12 @@ oom:
 	return -ENOMEM;
 }
 
-static void drop_replies(struct kv *k)
-{
-	for (uint32_t i = 0; i < k->cap_replies; i++)
-		if (k->replies[i]) {
-			freeReplyObject(k->replies[i]);
-			k->replies[i] = NULL;
-		}
-}
-
 void kv_close(struct kv *k)
 {
 	if (!k)
 		return;
-	drop_replies(k);
-	free(k->replies);
 	for (uint32_t i = 0; i < k->n_nodes; i++)
-		kv_node_close(&k->nodes[i]);
+		kv_node_free(&k->nodes[i]);
 	free(k->nodes);
 	free(k->slots);
 	free(k->password);
@@ -150,25 +142,37 @@ static void fail_from(struct call *c, int32_t i, int rc)
 		done(c, (uint32_t)i, rc);
 }
 
-static int append(struct kv *k, struct call *c, uint32_t node, uint32_t i)
+static int append_get(struct kv *k, struct call *c, uint32_t node, uint32_t i)
 {
 	redisContext *ctx = k->nodes[node].c;
 	if (c->ops[i].asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK)
 		return -ENOMEM;
-	const char *argv[5] = { c->cmd == CMD_GET ? "GET" : "SET", c->keys[i] };
-	size_t lens[5] = { 3, strlen(c->keys[i]) };
-	int argc = 2;
-	if (c->cmd == CMD_SET) {
-		argv[2] = c->vals[i] ? (const char *)c->vals[i] : "";
-		lens[2] = c->vals[i] ? c->lens[i] : 0;
-		argc = 3;
+	const char *argv[2] = { "GET", c->keys[i] };
+	size_t lens[2] = { 3, strlen(c->keys[i]) };
+	return redisAppendCommandArgv(ctx, 2, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
+}
+
+/* SETs straight from the caller's values (kv_send.h). */
+static int send_sets(struct kv *k, struct call *c, uint32_t node)
+{
+	struct kv_send s;
+	kv_send_init(&s, k->nodes[node].c->fd);
+	for (int32_t i = k->nodes[node].head; i >= 0; i = c->ops[i].next) {
+		if (c->ops[i].asking) {
+			kv_send_array(&s, 1);
+			kv_send_arg(&s, "ASKING", 6);
+		}
+		kv_send_array(&s, c->ttl[0] ? 5 : 3);
+		kv_send_arg(&s, "SET", 3);
+		kv_send_arg(&s, c->keys[i], strlen(c->keys[i]));
+		kv_send_arg(&s, c->vals[i], c->lens[i]);
 		if (c->ttl[0]) {
-			argv[3] = "PX", lens[3] = 2;
-			argv[4] = c->ttl, lens[4] = strlen(c->ttl);
-			argc = 5;
+			kv_send_arg(&s, "PX", 2);
+			kv_send_arg(&s, c->ttl, strlen(c->ttl));
 		}
 	}
-	return redisAppendCommandArgv(ctx, argc, argv, lens) == REDIS_OK ? 0 : -ENOMEM;
+	int rc = kv_send_finish(&s);
+	return rc ? kv_node_lost(k, node, rc) : 0;
 }
 
 /* Sends node its list: 0, or the list is answered with the error. */
@@ -176,16 +180,19 @@ static int send_node(struct kv *k, struct call *c, uint32_t node, uint64_t deadl
 {
 	struct kv_node *n = &k->nodes[node];
 	int rc = kv_node_connect(k, node, deadline);
-	for (int32_t i = n->head; !rc && i >= 0; i = c->ops[i].next)
-		rc = append(k, c, node, (uint32_t)i);
-	if (rc == -ENOMEM) {
-		snprintf(k->err, sizeof(k->err), "redis: out of memory for a pipeline");
-		kv_node_close(n); /* half a pipeline must not stay buffered */
-	}
-	if (!rc) {
+	if (!rc)
 		kv_node_deadline(k, node, deadline);
+	if (!rc && c->cmd == CMD_SET)
+		rc = send_sets(k, c, node);
+	else if (!rc) {
+		for (int32_t i = n->head; !rc && i >= 0; i = c->ops[i].next)
+			rc = append_get(k, c, node, (uint32_t)i);
+		if (rc == -ENOMEM) {
+			snprintf(k->err, sizeof(k->err), "redis: out of memory for a pipeline");
+			kv_node_close(n); /* half a pipeline must not stay buffered */
+		}
 		int all = 0;
-		while (!all && !rc)
+		while (!rc && !all)
 			if (redisBufferWrite(n->c, &all) != REDIS_OK)
 				rc = kv_node_fail(k, node, errno);
 	}
@@ -199,14 +206,15 @@ static int send_node(struct kv *k, struct call *c, uint32_t node, uint64_t deadl
 }
 
 /* One reply for key i from node: the key answered, or redirected. */
-static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i, redisReply *r,
-		 bool *moved)
+static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i,
+		 const struct kv_resp *r, bool *moved)
 {
 	struct op *op = &c->ops[i];
-	if (r->type == REDIS_REPLY_ERROR && k->cluster) {
+	const char *text = k->nodes[node].rb.buf + r->off;
+	if (r->type == KV_RESP_ERROR && k->cluster) {
 		unsigned slot;
 		int32_t to;
-		int kind = kv_cluster_redirect(k, r, &slot, &to);
+		int kind = kv_cluster_redirect(k, text, r->len, &slot, &to);
 		if (kind > 0) {
 			k->st.redirects++;
 			op->forced = true;
@@ -216,32 +224,30 @@ static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i, redisR
 				k->slots[slot] = to;
 				*moved = true;
 			}
-			freeReplyObject(r);
 			return;
 		}
 		if (kind < 0) {
+			text = k->nodes[node].rb.buf + r->off; /* a node added: nodes moved */
 			snprintf(k->err, sizeof(k->err), "redis: a redirect that cannot be followed: %.*s",
-				 (int)(r->len < 120 ? r->len : 120), r->str);
-			freeReplyObject(r);
+				 (int)(r->len < 120 ? r->len : 120), text);
 			done(c, i, kind);
 			return;
 		}
 	}
 	int rc;
-	if (c->cmd == CMD_GET && r->type == REDIS_REPLY_STRING) {
-		k->replies[i] = r;
-		c->out_vals[i] = (const uint8_t *)r->str;
-		c->out_lens[i] = r->len;
-		done(c, i, 0);
-		return;
-	}
-	if (c->cmd == CMD_GET && r->type == REDIS_REPLY_NIL)
-		rc = -ENOENT;
-	else if (c->cmd == CMD_SET && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "OK"))
+	if (c->cmd == CMD_GET && r->type == KV_RESP_BULK) {
+		op->from = (int32_t)node;
+		op->off = r->off;
+		op->len = r->len;
 		rc = 0;
-	else
-		rc = kv_reply_errno(k, node, r);
-	freeReplyObject(r);
+	} else if (c->cmd == CMD_GET && r->type == KV_RESP_NIL) {
+		rc = -ENOENT;
+	} else if (c->cmd == CMD_SET && r->type == KV_RESP_STATUS && r->len == 2 &&
+		   !memcmp(text, "OK", 2)) {
+		rc = 0;
+	} else {
+		rc = kv_reply_errno(k, node, r->type == KV_RESP_ERROR ? text : NULL, r->len);
+	}
 	done(c, i, rc);
 }
 
@@ -250,21 +256,22 @@ static void read_node(struct kv *k, struct call *c, uint32_t node, uint64_t dead
 {
 	/* k->nodes moves when a MOVED names a new node: indexed each time. */
 	kv_node_deadline(k, node, deadline);
+	int fd = k->nodes[node].c->fd;
 	for (int32_t i = k->nodes[node].head; i >= 0; i = c->ops[i].next) {
-		void *r = NULL;
+		struct kv_resp r;
+		int rc = 0;
 		if (c->ops[i].asking) {
-			if (redisGetReply(k->nodes[node].c, &r) != REDIS_OK) {
-				fail_from(c, i, kv_node_fail(k, node, errno));
-				return;
-			}
-			freeReplyObject(r); /* OK; an error shows in the command's reply */
+			/* OK; an error would show in the command's own reply. */
+			rc = kv_resp_next(&k->nodes[node].rb, fd, &r);
 			c->ops[i].asking = false;
 		}
-		if (redisGetReply(k->nodes[node].c, &r) != REDIS_OK) {
-			fail_from(c, i, kv_node_fail(k, node, errno));
+		if (!rc)
+			rc = kv_resp_next(&k->nodes[node].rb, fd, &r);
+		if (rc) {
+			fail_from(c, i, kv_node_lost(k, node, rc));
 			return;
 		}
-		take(k, c, node, (uint32_t)i, r, moved);
+		take(k, c, node, (uint32_t)i, &r, moved);
 	}
 }
 
@@ -343,15 +350,6 @@ static int run(struct kv *k, struct call *c)
 	for (uint32_t i = 0; i < c->n; i++)
 		if (!c->keys[i] || (c->cmd == CMD_SET && !c->vals[i] && c->lens[i]))
 			return -EINVAL;
-	drop_replies(k);
-	if (c->n > k->cap_replies) {
-		redisReply **r = realloc(k->replies, c->n * sizeof(*r));
-		if (!r)
-			goto oom;
-		memset(r + k->cap_replies, 0, (c->n - k->cap_replies) * sizeof(*r));
-		k->replies = r;
-		k->cap_replies = c->n;
-	}
 	if (c->n > INT32_MAX || !(c->ops = calloc(c->n ? c->n : 1, sizeof(*c->ops))))
 		goto oom;
 	for (uint32_t i = 0; i < c->n; i++) {
@@ -366,6 +364,8 @@ static int run(struct kv *k, struct call *c)
 	if (k->cluster && c->n &&
 	    (!k->map_loaded || (k->map_stale && kv_now_ns() >= k->next_refresh_ns)))
 		kv_cluster_refresh(k, true); /* on failure: keys go to a seed */
+	for (uint32_t j = 0; j < k->n_nodes; j++)
+		kv_rbuf_reset(&k->nodes[j].rb);
 	bool refreshed = false;
 	for (int round = 0;; round++) {
 		bool moved = false, pending = false;
@@ -388,14 +388,20 @@ static int run(struct kv *k, struct call *c)
 		}
 	}
 	guard_off(&g);
-	free(c->ops);
 	int first = 0;
-	for (uint32_t i = 0; i < c->n; i++)
+	for (uint32_t i = 0; i < c->n; i++) {
+		/* Pointers only now: a node's buffer moves as it grows. */
+		if (c->cmd == CMD_GET && !c->res[i]) {
+			c->out_vals[i] = (const uint8_t *)k->nodes[c->ops[i].from].rb.buf + c->ops[i].off;
+			c->out_lens[i] = c->ops[i].len;
+		}
 		if (c->res[i] && c->res[i] != -ENOENT) {
 			k->st.errors++;
 			if (!first)
 				first = c->res[i];
 		}
+	}
+	free(c->ops);
 	return first;
 oom:
 	snprintf(k->err, sizeof(k->err), "redis: out of memory for %u keys", c->n);

@@ -58,17 +58,18 @@ static int parse_addr(const char *s, size_t len, struct kv_endpoint *e)
 	return 0;
 }
 
-int kv_cluster_redirect(struct kv *k, const redisReply *r, unsigned *slot, int32_t *node)
+int kv_cluster_redirect(struct kv *k, const char *msg, size_t len, unsigned *slot,
+			int32_t *node)
 {
 	int kind;
 	const char *p;
-	if (r->len > 6 && !strncmp(r->str, "MOVED ", 6))
-		kind = 1, p = r->str + 6;
-	else if (r->len > 4 && !strncmp(r->str, "ASK ", 4))
-		kind = 2, p = r->str + 4;
+	if (len > 6 && !memcmp(msg, "MOVED ", 6))
+		kind = 1, p = msg + 6;
+	else if (len > 4 && !memcmp(msg, "ASK ", 4))
+		kind = 2, p = msg + 4;
 	else
 		return 0;
-	const char *end = r->str + r->len;
+	const char *end = msg + len;
 	unsigned s = 0;
 	const char *d = p;
 	for (; p < end && *p >= '0' && *p <= '9' && s < KV_SLOTS; p++)
@@ -144,7 +145,7 @@ static void prune(struct kv *k, int32_t *map)
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < k->n_nodes; i++) {
 		if (!to[i]) {
-			kv_node_close(&k->nodes[i]);
+			kv_node_free(&k->nodes[i]);
 			to[i] = -1;
 			continue;
 		}
@@ -169,7 +170,7 @@ static int ask_slots(struct kv *k, uint32_t i, uint64_t deadline, int32_t *map)
 		return kv_node_fail(k, i, errno);
 	rc = parse_slots(k, i, r, map);
 	if (rc == -EPROTO)
-		rc = kv_reply_errno(k, i, r);
+		rc = kv_reply_errno(k, i, r->type == REDIS_REPLY_ERROR ? r->str : NULL, r->len);
 	freeReplyObject(r);
 	return rc;
 }

@@ -12,6 +12,7 @@
 
 #include "crc16.h"
 #include "kv.h"
+#include "kv_resp.h"
 #include "kv_seed.h"
 
 /* A cluster bigger than this is refused (the map would not fit). */
@@ -20,6 +21,7 @@
 struct kv_node {
 	struct kv_endpoint ep;
 	redisContext *c; /* NULL: not connected (made on first use, again after an error) */
+	struct kv_rbuf rb; /* this call's replies from the node (values point into it) */
 	/* This round's keys for the node: a list through kv_op.next. */
 	int32_t head, tail;
 	bool sent; /* its pipeline went out this round */
@@ -38,10 +40,6 @@ struct kv {
 	bool map_loaded;
 	bool map_stale;          /* a node failed: the map may have changed */
 	uint64_t next_refresh_ns; /* a stale map is fetched again no sooner */
-
-	/* The replies of the last call, one per key: values point into them. */
-	redisReply **replies;
-	uint32_t cap_replies;
 
 	struct kv_stats st;
 	char err[256]; /* the last error's words */
@@ -62,17 +60,23 @@ void kv_node_deadline(struct kv *k, uint32_t i, uint64_t deadline_ns);
  * failed call), with k->err said; the connection is closed (made again on
  * the next call). */
 int kv_node_fail(struct kv *k, uint32_t i, int saved_errno);
-/* The errno for an error reply (NOAUTH, WRONGPASS: -EACCES; else -EPROTO). */
-int kv_reply_errno(struct kv *k, uint32_t i, const redisReply *r);
+/* The same for an error met reading replies (kv_resp_next's rc). */
+int kv_node_lost(struct kv *k, uint32_t i, int rc);
+/* The errno for an error reply msg (NOAUTH, WRONGPASS: -EACCES; else
+ * -EPROTO), with k->err said; msg NULL: a reply of the wrong type. */
+int kv_reply_errno(struct kv *k, uint32_t i, const char *msg, size_t len);
+/* Closes the connection; kv_node_free also lets go of the buffer. */
 void kv_node_close(struct kv_node *n);
+void kv_node_free(struct kv_node *n);
 
 /* Fetches the slot map with CLUSTER SLOTS from the first node that
  * answers within the timeout (connected nodes first, then the others,
  * seeds last), and drops nodes it no longer names when prune. 0 or -errno. */
 int kv_cluster_refresh(struct kv *k, bool prune);
-/* A MOVED or ASK reply ("MOVED 3999 127.0.0.1:6381"): its slot and the
- * node index (added when new). 1 for MOVED, 2 for ASK, 0 for another
- * error, -errno when the reply cannot be read or the node not added. */
-int kv_cluster_redirect(struct kv *k, const redisReply *r, unsigned *slot, int32_t *node);
+/* An error reply msg that is a MOVED or ASK ("MOVED 3999 127.0.0.1:6381"):
+ * its slot and the node index (added when new). 1 for MOVED, 2 for ASK, 0
+ * for another error, -errno when it cannot be read or the node added. */
+int kv_cluster_redirect(struct kv *k, const char *msg, size_t len, unsigned *slot,
+			int32_t *node);
 
 #endif

@@ -44,6 +44,12 @@ void kv_node_close(struct kv_node *n)
 	n->c = NULL;
 }
 
+void kv_node_free(struct kv_node *n)
+{
+	kv_node_close(n);
+	kv_rbuf_free(&n->rb);
+}
+
 static struct timeval left(uint64_t deadline_ns)
 {
 	uint64_t now = kv_now_ns();
@@ -94,16 +100,35 @@ int kv_node_fail(struct kv *k, uint32_t i, int saved_errno)
 	return rc;
 }
 
-int kv_reply_errno(struct kv *k, uint32_t i, const redisReply *r)
+int kv_node_lost(struct kv *k, uint32_t i, int rc)
+{
+	char name[KV_HOST_MAX + 16];
+	snprintf(k->err, sizeof(k->err), "redis %s: %s",
+		 kv_endpoint_name(&k->nodes[i].ep, name, sizeof(name)),
+		 rc == -ETIMEDOUT      ? "no reply within the timeout"
+		 : rc == -ECONNREFUSED ? "the connection was closed"
+		 : rc == -EPROTO       ? "a reply out of step with the commands"
+				       : strerror(-rc));
+	kv_node_close(&k->nodes[i]);
+	if (k->cluster)
+		k->map_stale = true;
+	return rc;
+}
+
+static bool starts(const char *msg, size_t len, const char *word)
+{
+	size_t n = strlen(word);
+	return len >= n && !memcmp(msg, word, n);
+}
+
+int kv_reply_errno(struct kv *k, uint32_t i, const char *msg, size_t len)
 {
 	char name[KV_HOST_MAX + 16];
 	snprintf(k->err, sizeof(k->err), "redis %s: %.*s",
 		 kv_endpoint_name(&k->nodes[i].ep, name, sizeof(name)),
-		 r->type == REDIS_REPLY_ERROR ? (int)r->len : 25,
-		 r->type == REDIS_REPLY_ERROR ? r->str : "a reply of the wrong type");
-	if (r->type == REDIS_REPLY_ERROR &&
-	    (!strncmp(r->str, "NOAUTH", 6) || !strncmp(r->str, "WRONGPASS", 9) ||
-	     strstr(r->str, "invalid password")))
+		 msg ? (int)(len < 200 ? len : 200) : 25, msg ? msg : "a reply of the wrong type");
+	if (msg && (starts(msg, len, "NOAUTH") || starts(msg, len, "WRONGPASS") ||
+		    starts(msg, len, "ERR invalid password")))
 		return -EACCES;
 	return -EPROTO;
 }
@@ -117,7 +142,7 @@ static int setup_command(struct kv *k, uint32_t i, int argc, const char **argv)
 		return kv_node_fail(k, i, errno);
 	int rc = 0;
 	if (r->type != REDIS_REPLY_STATUS) {
-		rc = kv_reply_errno(k, i, r);
+		rc = kv_reply_errno(k, i, r->type == REDIS_REPLY_ERROR ? r->str : NULL, r->len);
 		kv_node_close(&k->nodes[i]);
 	}
 	freeReplyObject(r);
