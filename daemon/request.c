@@ -35,14 +35,13 @@ static void hello_undo(struct conn *c)
  * the namespace's block sizes (one whose size has none yet joins at a
  * later MATCH). 0; -ENOENT (none yet), -EILSEQ (blocks of another size
  * under this root), or partitions_get's error. */
-static int shared_join(struct conn *c)
+static int shared_join_as(struct conn *c, bool make)
 {
 	struct daemon *d = c->d;
 	struct partition *p;
 	uint64_t bb = c->part->block_bytes;
-	int rc = conn_shared_role(c) == SHARED_PUBLISHER
-			 ? partitions_get(&d->parts, PD_NS_SHARED, bb, &p)
-			 : partitions_find(&d->parts, PD_NS_SHARED, bb, &p);
+	int rc = make ? partitions_get(&d->parts, PD_NS_SHARED, bb, &p)
+		      : partitions_find(&d->parts, PD_NS_SHARED, bb, &p);
 	if (rc)
 		return rc;
 	struct idx_root root = { .ns = PD_NS_SHARED };
@@ -61,6 +60,19 @@ static int shared_join(struct conn *c)
 	}
 	c->shared_part = p;
 	return 0;
+}
+
+static int shared_join(struct conn *c)
+{
+	return shared_join_as(c, conn_shared_role(c) == SHARED_PUBLISHER);
+}
+
+static void shared_leave(struct conn *c)
+{
+	idx_group_put(c->d->idx, c->shared_group);
+	partitions_put(&c->d->parts, c->shared_part);
+	c->shared_group = NULL;
+	c->shared_part = NULL;
 }
 
 /* The shared namespace for a HELLO that asks for it, after the
@@ -397,6 +409,15 @@ static int match_run(struct conn *c, const struct pd_match *m, const uint32_t *t
 	 * (the miss then counts once, there). */
 	if (!rc && !*hit && c->shared_wanted && !c->shared_group)
 		shared_join(c); /* a member's: something may have been published since */
+	/* Nothing of the shared namespace here yet, but maybe in the remote
+	 * tier: a member makes its arenas only for blocks fetched, checked and
+	 * imported there (they commit to this block size), else lets go. */
+	if (!rc && !*hit && c->shared_wanted && !c->shared_group &&
+	    remote_wants(c->d->remote, PD_NS_SHARED) && !shared_join_as(c, true)) {
+		struct ns_view sv = { c->shared_group, c->shared_part->store, STORE_MAX_ARENAS, true };
+		if (!ask_remote(c, &sv, m, tokens, 0, m->count))
+			shared_leave(c);
+	}
 	if (!rc && !*hit && c->shared_group) {
 		idx_uncount_miss(c->d->idx, c->group, m->count);
 		*v = (struct ns_view){ c->shared_group, c->shared_part->store, STORE_MAX_ARENAS, true };

@@ -11,6 +11,8 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +168,56 @@ Test(remote, a_prefix_published_on_one_host_is_attached_on_another)
 	cr_expect(strstr(out, "prefixd_remote_hit_blocks_total 3"), "%s", out);
 	prefixd_close(a);
 	prefixd_close(b);
+	t_stop(&ta);
+	t_stop(&tb);
+}
+
+/* In a child as nobody, a member of B's shared namespace (not a
+ * publisher): the prefix attached from Redis. 0, or which step failed. */
+static int member_attaches(const uint32_t *p)
+{
+	gid_t g = 65534;
+	if (setgroups(1, &g) || setgid(65534) || setuid(65534))
+		return 64;
+	struct prefixd_layout l = td_layout(1);
+	struct prefixd *c;
+	if (prefixd_connect_flags(tb.sock, &l, PREFIXD_CONNECT_SHARED, &c))
+		return 65;
+	uint64_t lease;
+	uint32_t hit;
+	const void *kv[3];
+	if (prefixd_match(c, p, 3, &lease, &hit, kv))
+		return 66;
+	for (uint32_t i = 0; i < hit; i++)
+		if (!td_block_ok(p, i, kv[i]))
+			return 2;
+	prefixd_close(c);
+	return hit == 3 ? 0 : 1;
+}
+
+Test(remote, a_member_of_the_shared_namespace_attaches_what_another_host_published)
+{
+	cr_assert_eq(geteuid(), 0, "this test changes uid: run it as root");
+	redis_up();
+	start(&ta, "a", true, NULL);
+	const char *member[] = { "--group", "65534", "--shared-group", "65534", NULL };
+	start(&tb, "b", true, member);
+	cr_assert_eq(td_share_dir(&tb), 0);
+	uint32_t p[3 * BT], stored, dedup;
+	td_prompt(p, 3, TD_PROMPT_K(4));
+	struct prefixd *a = shared_client(&ta, 1);
+	cr_assert_eq(td_publish(a, 0, p, 0, 3, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	prefixd_close(a);
+	wait_writes(&ta, 3);
+	/* Nothing was ever published into B's shared namespace. */
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(member_attaches(p));
+	int st;
+	waitpid(pid, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the member: status %d (1: not every block hit, 2: wrong bytes)", WEXITSTATUS(st));
+	cr_expect_eq(t_stats(&tb).remote_hits, 3);
 	t_stop(&ta);
 	t_stop(&tb);
 }
