@@ -474,6 +474,14 @@ int remote_start(struct remote *r, struct idx *x)
 	r->x = x;
 	int rc = -pthread_create(&r->thread, NULL, writer, r);
 	r->started = !rc;
+	if (!rc)
+		pd_log("remote tier: %s%s%s, records %s, the %s go remote, %u ms a lookup at most%s",
+		       r->cfg.cluster ? "a Redis Cluster from " : "Redis at ", r->cfg.seeds[0],
+		       r->cfg.n_seeds > 1 ? " and other seeds" : "",
+		       r->has_key ? "signed (--remote-key-file)"
+				  : "unsigned: every writer to this Redis is trusted",
+		       r->cfg.all_users ? "shared and every user's namespaces" : "shared namespace's blocks",
+		       (unsigned)r->cfg.timeout_ms, r->cfg.ttl_s ? ", with a TTL" : "");
 	return rc;
 }
 

@@ -155,6 +155,7 @@ Test(remote, a_prefix_published_on_one_host_is_attached_on_another)
 	cr_expect_eq(s.remote_hits, 3);
 	cr_expect_eq(s.remote_bad_checksum + s.remote_bad_foreign + s.remote_bad_mac, 0);
 	cr_expect_gt(s.remote_bytes_in, 3 * 8192);
+	cr_expect(td_log_has(&tb, "records signed (--remote-key-file)"), "the log says how it runs");
 	/* Now in B's memory: no second trip. */
 	cr_expect_eq(match_ok(b, p, 3), 3);
 	cr_expect_eq(t_stats(&tb).remote_hits, 3);
@@ -545,4 +546,18 @@ Test(remote, a_cluster_serves_across_hosts_and_after_a_reshard)
 	t_stop(&ta);
 	t_stop(&tb);
 	cr_expect_eq(tc_stop(&cl), 0);
+}
+
+Test(remote, records_expire_with_remote_ttl)
+{
+	redis_up();
+	const char *ttl[] = { "--remote-ttl", "100", NULL };
+	start(&ta, "a", false, ttl);
+	publish_one(1, 1, 1);
+	char keys[2][256], out[64];
+	cr_assert_eq(keys_of(1, keys, 2), 1);
+	cr_assert_eq(tr_cmd(&rs, NULL, out, sizeof(out), "PTTL", keys[0], NULL), 0);
+	long long ms = atoll(out);
+	cr_expect(ms > 90000 && ms <= 100000, "the record's TTL: %s ms", out);
+	t_stop(&ta);
 }
