@@ -561,3 +561,28 @@ Test(remote, records_expire_with_remote_ttl)
 	cr_expect(ms > 90000 && ms <= 100000, "the record's TTL: %s ms", out);
 	t_stop(&ta);
 }
+
+Test(remote, a_password_from_remote_auth_file)
+{
+	if (!tr_available())
+		cr_skip_test("redis-server is not installed (scripts/deps.sh installs it)");
+	cr_assert_eq(tr_start(&rs, "requirepass a-redis-password-1234\n"), 0);
+	tr_seed(&rs, false, 0, seed, sizeof(seed));
+	char good[PATH_MAX + 16], bad[PATH_MAX + 16], out[256];
+	snprintf(good, sizeof(good), "%s/pass", dir);
+	snprintf(bad, sizeof(bad), "%s/wrong", dir);
+	cr_assert_eq(td_sh(out, sizeof(out), "echo a-redis-password-1234 > %s && echo nope > %s && chmod 600 %s %s",
+			   good, bad, good, bad), 0, "%s", out);
+	const char *right[] = { "--remote-auth-file", good, NULL };
+	start(&ta, "a", false, right);
+	publish_one(1, 1, 1);
+	const char *wrong[] = { "--remote-auth-file", bad, NULL };
+	start(&tb, "b", false, wrong);
+	cr_expect_eq(match_on_b(1, 1), 0, "refused by Redis: a miss");
+	struct prefixd_stats s = t_stats(&tb);
+	cr_expect_geq(s.remote_errors, 1);
+	cr_expect_eq(s.remote_hits, 0);
+	cr_expect(td_log_has(&tb, "a lookup failed"), "the log says why lookups fail");
+	t_stop(&ta);
+	t_stop(&tb);
+}
