@@ -992,8 +992,8 @@ static bool do_parent_of(const struct idx *x, const struct idx_group *g,
  * lock. -EEXIST (its key is another prompt's), do_alloc's -ENOSPC or
  * -EDQUOT, or -ENOMEM. */
 static int do_reserve(struct idx *x, struct idx_group *g, struct entry *parent,
-		      const uint8_t *hash, const uint32_t *t, uint64_t now, struct entry **out,
-		      bool *dedup)
+		      const uint8_t *hash, const uint32_t *t, uint64_t now, bool may_wait,
+		      struct entry **out, bool *dedup)
 {
 	uint8_t key[IDX_HASH_BYTES];
 	make_key(x, hash, key);
@@ -1012,7 +1012,7 @@ static int do_reserve(struct idx *x, struct idx_group *g, struct entry *parent,
 	struct idx_loc loc;
 	if (e)
 		lease_add(x, e); /* it stays while its slot is found */
-	int rc = do_alloc(x, g, parent, &loc, true);
+	int rc = do_alloc(x, g, parent, &loc, may_wait);
 	if (e)
 		lease_drop(x, e);
 	if (rc)
@@ -1111,7 +1111,8 @@ static void do_fill(struct idx *x, struct placed *p, uint32_t *end, int *end_rc,
  * under it again. The publish ends at the first block that cannot be
  * placed or copied; what it placed past there is undone. Every block
  * found is leased while the lock is out, so it stays; with lease_out,
- * the chain up to the end is leased after `from`'s.
+ * the chain up to the end is leased after `from`'s. Without may_wait (a
+ * MATCH's import) no slot waits for the disk writer (do_alloc).
  *
  * A block found while another publish or a restore still fills it counts
  * as found; if that fill failed by the time the lock is back, the block
@@ -1121,7 +1122,8 @@ static void do_fill(struct idx *x, struct placed *p, uint32_t *end, int *end_rc,
 static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
 		      int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx,
-		      uint32_t *stored, uint32_t *dedup, uint64_t from, uint64_t *lease_out)
+		      uint32_t *stored, uint32_t *dedup, uint64_t from, uint64_t *lease_out,
+		      bool may_wait)
 {
 	uint64_t now = now_s();
 	uint32_t placed = 0;
@@ -1138,7 +1140,7 @@ static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 		bool there;
 		struct entry *e;
 		end_rc = do_reserve(x, g, at, hashes + (size_t)placed * IDX_HASH_BYTES,
-				    tokens + (size_t)placed * x->block_tokens, now, &e, &there);
+				    tokens + (size_t)placed * x->block_tokens, now, may_wait, &e, &there);
 		if (end_rc == -ENOSPC || end_rc == -EDQUOT)
 			x->st.refused_blocks += count - placed;
 		if (end_rc)
@@ -1158,7 +1160,8 @@ static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 			struct entry *e;
 			int rc = do_reserve(x, g, i ? chain[i - 1] : parent,
 					    hashes + (size_t)i * IDX_HASH_BYTES,
-					    tokens + (size_t)i * x->block_tokens, now, &e, &there);
+					    tokens + (size_t)i * x->block_tokens, now, may_wait, &e,
+					    &there);
 			if (rc) {
 				end = i;
 				end_rc = rc;
@@ -1250,7 +1253,7 @@ int idx_publish_leased(struct idx *x, struct idx_group *g, uint64_t lease,
 		parent = l->blocks[l->n - 1];
 	}
 	return do_publish(x, g, parent, hashes, tokens, count, fill, ctx, stored, dedup, lease,
-			  lease_out);
+			  lease_out, true);
 }
 
 int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
@@ -1276,7 +1279,7 @@ int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
 	/* A lease on the block until it is held: from its publish on, it
 	 * is never without one or the other. */
 	int rc = do_publish(x, g, parent, b->hash, b->tokens, 1, fill, ctx, &stored, &there, 0,
-			    &lease);
+			    &lease, !h->no_wait);
 	*dedup = there;
 	if (lease) {
 		hot_lock(x);

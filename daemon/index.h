@@ -202,12 +202,13 @@ int idx_publish_leased(struct idx *x, struct idx_group *g, uint64_t lease,
 struct idx_held {
 	void **e;
 	uint32_t n, cap;
+	bool no_wait;           /* a MATCH's import (remote tier): never waits for the disk writer */
 };
 
 /* Stores block b (ns, depth, hash, parent, tokens) of group g, as a
  * publish would, after its parent, found by hash, and holds it in h.
  * When memory is full of blocks not yet written, waits for the disk tier
- * to write some. 0 (*dedup: it was there), -ENOENT (no such parent), or
+ * to write some (not with h->no_wait: -ENOSPC then, as a restore would). 0 (*dedup: it was there), -ENOENT (no such parent), or
  * idx_publish's errors. */
 int idx_import(struct idx *x, struct idx_group *g, const struct idx_block *b,
 	       int (*fill)(void *ctx, uint32_t i, struct idx_loc loc), void *ctx, bool *dedup,

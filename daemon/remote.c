@@ -615,7 +615,9 @@ static uint32_t fetch_round(struct remote *r, struct kv *k, const struct remote_
 		pd_log_limited(&cut, "remote tier: a lookup failed (%s): a miss", kv_errmsg(k));
 	}
 	uint32_t got = 0;
-	struct idx_held held = { 0 };
+	/* A MATCH never waits for the disk writer: a block with no room
+	 * ends the hit, as a restore's does. */
+	struct idx_held held = { .no_wait = true };
 	for (uint32_t i = 0; i < n; i++) {
 		if (res[i] == -ENOENT) {
 			if (!got && from == a->from)

@@ -69,18 +69,18 @@
 	X(wait_ms, counter, "milliseconds MATCH requests waited, in all")              \
 	X(claims_inherited, counter, "claims passed to a waiter")                      \
 	X(claims_expired, counter, "claims that ended without their blocks")          \
-	X(remote_hits, counter, "blocks fetched from the remote tier, checked and served") \
+	X(remote_hits, counter, "blocks fetched from Redis, checked and served") \
 	X(remote_misses, counter, "remote lookups that found no next block")           \
 	X(remote_bytes_in, counter, "bytes of records read from the remote tier")      \
 	X(remote_bytes_out, counter, "bytes of records written to the remote tier")    \
 	X(remote_writes, counter, "records written to the remote tier")               \
-	X(remote_write_drops, counter, "blocks not written remotely (queue full, Redis failing)") \
+	X(remote_write_drops, counter, "blocks not written to Redis (queue full, Redis down)") \
 	X(remote_errors, counter, "round trips to the remote tier that failed")       \
 	X(remote_bad_checksum, counter, "remote values that are no intact record: dropped") \
-	X(remote_bad_foreign, counter, "remote records of another block, model or namespace: dropped") \
+	X(remote_bad_foreign, counter, "remote records of another block or model: dropped") \
 	X(remote_bad_mac, counter, "remote records without a valid MAC: dropped")     \
 	X(remote_breaker_opens, counter, "times the remote tier's circuit breaker opened") \
 	X(remote_skipped, counter, "remote lookups skipped while the breaker was open") \
-	X(remote_us, counter, "microseconds MATCH requests spent on the remote tier, in all")
+	X(remote_us, counter, "microseconds MATCHes spent on the remote tier")
 
 #endif
