@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A MATCH's lookups in the remote tier (remote.h): the chain's next keys
+ * in pipelined GETs on the worker's own client, each value checked whole
+ * (size, MAC, record, chain, tokens) before it is imported.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "groups.h"
+#include "record.h"
+#include "remote_impl.h"
+#include "store.h"
+
+/* Records asked for in one pipelined GET, and the bytes they may hold.
+ * Each round trip must fit in --remote-timeout: 16 MiB is 5 SmolLM-135M
+ * blocks, ~10 ms on a loopback or a 10 Gb/s link, where a whole 2048-token
+ * prefix (94 MB) in one would not fit the default 50 ms. */
+#define FETCH_MAX 64
+#define FETCH_BYTES ((uint64_t)16 << 20)
+
+static uint64_t mono_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
+}
+
+/* The calling thread's client, made on first use. */
+static struct kv *thread_kv(struct remote *r)
+{
+	struct kv *k = pthread_getspecific(r->tls);
+	char why[200];
+	if (k)
+		return k;
+	if (kv_open(&r->kv_opts, &k, why, sizeof(why))) {
+		static struct pd_log_limit cut;
+		pd_log_limited(&cut, "remote tier: %s", why);
+		return NULL;
+	}
+	pthread_setspecific(r->tls, k);
+	return k;
+}
+
+struct fill_ctx {
+	struct store *store;
+	const uint8_t *payload;
+	uint64_t len;
+};
+
+static int fill_from_value(void *ctx, uint32_t i, struct idx_loc loc)
+{
+	struct fill_ctx *f = ctx;
+	(void)i;
+	uint8_t *dst = store_slot(f->store, loc);
+	if (!dst)
+		return -EINVAL;
+	memcpy(dst, f->payload, f->len);
+	return 0;
+}
+
+/*
+ * Checks the value of block pos of a's chain: its size, its MAC (with a
+ * key), the record (checksums, the block, model and namespace asked for),
+ * its depth, parent and tokens. 0 and *m, else the counter it goes to
+ * bumped, and -errno with *why.
+ */
+static int check_value(struct remote *r, const struct remote_ask *a, uint32_t pos,
+		       const uint8_t *v, size_t len, struct rec_meta *m, const char **why)
+{
+	size_t size = rec_size(r->block_tokens, a->block_bytes);
+	size_t mac = r->has_key ? MAC_BYTES : 0;
+	if (mac && len == size) {
+		*why = "it is not signed (written by a daemon without the key)";
+		atomic_fetch_add(&r->bad_mac, 1);
+		return -EACCES;
+	}
+	if (len != size + mac) {
+		*why = "its size is not a record's (cut short, or of another kind)";
+		atomic_fetch_add(&r->bad_checksum, 1);
+		return -EBADMSG;
+	}
+	uint8_t want_mac[MAC_BYTES];
+	if (mac)
+		crypto_generichash(want_mac, MAC_BYTES, v, size, r->key, sizeof(r->key));
+	if (mac && sodium_memcmp(want_mac, v + size, MAC_BYTES)) {
+		*why = "its MAC is not valid (forged, or signed with another key)";
+		atomic_fetch_add(&r->bad_mac, 1);
+		return -EACCES;
+	}
+	struct idx_root root = { .ns = a->ns };
+	memcpy(root.h0, a->h0, PD_HASH_SIZE);
+	const uint8_t *hash = a->hashes + (size_t)pos * PD_HASH_SIZE;
+	struct rec_expect want = { r->block_tokens, a->block_bytes, &root, a->fp, hash };
+	int rc = rec_check(v, size, &want, m, why);
+	if (rc == -EACCES) {
+		atomic_fetch_add(&r->bad_foreign, 1);
+		return rc;
+	}
+	if (rc) {
+		atomic_fetch_add(&r->bad_checksum, 1);
+		return -EBADMSG;
+	}
+	const uint8_t *parent = pos ? hash - PD_HASH_SIZE : NULL;
+	bool chain = m->depth == pos &&
+		     (parent ? !memcmp(m->parent, parent, PD_HASH_SIZE) : true);
+	for (uint32_t t = 0; chain && t < r->block_tokens; t++)
+		chain = pd_token_at(m->tokens, r->block_tokens, 0, t) ==
+			a->tokens[(size_t)pos * r->block_tokens + t];
+	if (!chain) {
+		*why = "it is another block of the chain, or of another prompt";
+		atomic_fetch_add(&r->bad_foreign, 1);
+		return -EACCES;
+	}
+	return 0;
+}
+
+/* One pipelined GET of blocks [from, from + n): how many were imported. */
+static uint32_t fetch_round(struct remote *r, struct kv *k, const struct remote_ask *a,
+			    uint32_t from, uint32_t n, bool *more)
+{
+	char (*names)[REMOTE_KEY_MAX] = malloc((size_t)n * REMOTE_KEY_MAX);
+	const char *keys[FETCH_MAX] = { 0 };
+	const uint8_t *vals[FETCH_MAX];
+	size_t lens[FETCH_MAX];
+	int res[FETCH_MAX];
+	uint32_t *tokens = malloc(r->block_tokens * sizeof(uint32_t));
+	*more = false;
+	if (!names || !tokens) {
+		free(names);
+		free(tokens);
+		return 0;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		remote_key(a->ns, a->fp, a->block_bytes, r->block_tokens,
+			   a->hashes + (size_t)(from + i) * PD_HASH_SIZE, names[i]);
+		keys[i] = names[i];
+	}
+	int rc = kv_get(k, n, keys, vals, lens, res);
+	/* Every key answered, found or not: Redis is fine. */
+	remote_breaker_result(r, !rc);
+	if (rc) {
+		static struct pd_log_limit cut;
+		pd_log_limited(&cut, "remote tier: a lookup failed (%s): a miss", kv_errmsg(k));
+	}
+	uint32_t got = 0;
+	/* A MATCH never waits for the disk writer: a block with no room
+	 * ends the hit, as a restore's does. */
+	struct idx_held held = { .no_wait = true };
+	for (uint32_t i = 0; i < n; i++) {
+		if (res[i] == -ENOENT) {
+			if (!got && from == a->from)
+				atomic_fetch_add(&r->misses, 1);
+			break;
+		}
+		if (res[i])
+			break;
+		atomic_fetch_add(&r->bytes_in, lens[i]);
+		struct rec_meta m;
+		const char *why = NULL;
+		if (check_value(r, a, from + i, vals[i], lens[i], &m, &why)) {
+			static struct pd_log_limit cut;
+			pd_log_limited(&cut, "remote tier: the value of %s: %s: dropped, the client computes the block again",
+				       names[i], why ? why : "bad record");
+			break;
+		}
+		struct idx_block b;
+		if (groups_record_block(&m, r->block_tokens, tokens, &b, &why)) {
+			atomic_fetch_add(&r->bad_checksum, 1);
+			break;
+		}
+		b.ns = a->ns;
+		struct fill_ctx f = { a->store, vals[i] + m.payload_off, m.payload };
+		bool dedup;
+		if (idx_import(a->x, a->g, &b, fill_from_value, &f, &dedup, &held))
+			break;
+		idx_mark_remote(a->x, a->ns, b.hash);
+		atomic_fetch_add(&r->hits, 1);
+		got++;
+	}
+	idx_import_end(a->x, &held);
+	*more = got == n;
+	free(names);
+	free(tokens);
+	return got;
+}
+
+uint32_t remote_fetch(struct remote *r, const struct remote_ask *a)
+{
+	if (!r || a->from >= a->count || !remote_wants(r, a->ns))
+		return 0;
+	if (!remote_breaker_allow(r)) {
+		atomic_fetch_add(&r->skipped, 1);
+		return 0;
+	}
+	struct kv *k = thread_kv(r);
+	if (!k) {
+		remote_breaker_result(r, false);
+		return 0;
+	}
+	uint64_t t0 = mono_us();
+	size_t size = rec_size(r->block_tokens, a->block_bytes);
+	uint32_t per = size ? (uint32_t)(FETCH_BYTES / size) : 0, got = 0;
+	per = per < 1 ? 1 : per > FETCH_MAX ? FETCH_MAX : per;
+	bool more = true;
+	/* Rounds of as many records as FETCH_BYTES hold, while each finds all
+	 * it asked for; each round bounded by the timeout. */
+	for (uint32_t from = a->from; more && from < a->count; from += per) {
+		uint32_t n = a->count - from < per ? a->count - from : per;
+		got += fetch_round(r, k, a, from, n, &more);
+		if (more && from + n < a->count && !remote_breaker_allow(r))
+			break;
+	}
+	atomic_fetch_add(&r->fetch_us, mono_us() - t0);
+	return got;
+}
+
