@@ -33,6 +33,7 @@ static const struct refusal cases[] = {
 	{ "attack", "--seconds 5s", "--seconds must be a number from 1 to 600, not '5s'" },
 	{ "disk", "--prefixes 3", "--prefixes must be a whole number from 4 to 16, not '3'" },
 	{ "disk", "--rounds 2.5", "--rounds must be a whole number from 1 to 15, not '2.5'" },
+	{ "remote", "--rounds 3", "[--tiny]" },
 };
 
 Test(bench_options, a_malformed_or_out_of_range_value_is_refused_with_status_2)
