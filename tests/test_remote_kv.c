@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -164,14 +163,13 @@ Test(remote_kv, open_refuses_what_cannot_work)
 /* ---- Replies read off the socket (kv_resp.c) ---- */
 
 static int sp[2];
+static struct kv_clock clk;
 
-/* A socket whose other end the test writes, with a 100 ms receive
- * timeout as the client sets. */
+/* A socket whose other end the test writes; a 100 ms timeout from now. */
 static void pair(void)
 {
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
-	struct timeval tv = { .tv_usec = 100000 };
-	setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	clk = (struct kv_clock){ .moved_ns = kv_now_ns(), .timeout_ns = 100000000 };
 }
 
 static void put(const void *p, size_t n)
@@ -186,18 +184,18 @@ Test(remote_kv, replies_are_read_whole_and_in_step)
 	struct kv_resp r;
 	const char *replies = "+OK\r\n$-1\r\n-MOVED 1 h:2\r\n$5\r\nab\r\nc\r\n$0\r\n\r\n";
 	put(replies, strlen(replies));
-	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_assert_eq(kv_resp_next(&b, sp[0], &clk, &r), 0);
 	cr_expect(r.type == KV_RESP_STATUS && r.len == 2 && !memcmp(b.buf + r.off, "OK", 2));
-	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_assert_eq(kv_resp_next(&b, sp[0], &clk, &r), 0);
 	cr_expect_eq(r.type, KV_RESP_NIL);
-	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_assert_eq(kv_resp_next(&b, sp[0], &clk, &r), 0);
 	cr_expect(r.type == KV_RESP_ERROR && r.len == 11 && !memcmp(b.buf + r.off, "MOVED 1 h:2", 11));
-	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0, "a value holding CRLF");
+	cr_assert_eq(kv_resp_next(&b, sp[0], &clk, &r), 0, "a value holding CRLF");
 	cr_expect(r.type == KV_RESP_BULK && r.len == 5 && !memcmp(b.buf + r.off, "ab\r\nc", 5));
-	cr_assert_eq(kv_resp_next(&b, sp[0], &r), 0);
+	cr_assert_eq(kv_resp_next(&b, sp[0], &clk, &r), 0);
 	cr_expect(r.type == KV_RESP_BULK && r.len == 0);
 	/* Nothing more: the receive timeout. */
-	cr_expect_eq(kv_resp_next(&b, sp[0], &r), -ETIMEDOUT);
+	cr_expect_eq(kv_resp_next(&b, sp[0], &clk, &r), -ETIMEDOUT);
 	/* A value in pieces, larger than one read. */
 	static char big[3 << 20];
 	memset(big, 'x', sizeof(big));
@@ -206,10 +204,11 @@ Test(remote_kv, replies_are_read_whole_and_in_step)
 	kv_rbuf_reset(&b);
 	put(head, (size_t)hl);
 	put(big, 100);
-	cr_expect_eq(kv_resp_next(&b, sp[0], &r), -ETIMEDOUT, "half a value is no reply");
+	cr_expect_eq(kv_resp_next(&b, sp[0], &clk, &r), -ETIMEDOUT, "half a value is no reply");
 	kv_rbuf_reset(&b);
 	pid_t writer = fork();
 	if (writer == 0) {
+		close(sp[0]); /* a test that fails leaves the writer an EPIPE, not a wait */
 		put(head, (size_t)hl);
 		for (size_t at = 0; at < sizeof(big); at += 65536)
 			put(big + at, 65536);
@@ -217,7 +216,8 @@ Test(remote_kv, replies_are_read_whole_and_in_step)
 		_exit(0);
 	}
 	/* The reader waits 100 ms at most between pieces, the writer far less. */
-	int rc = kv_resp_next(&b, sp[0], &r);
+	clk.moved_ns = kv_now_ns();
+	int rc = kv_resp_next(&b, sp[0], &clk, &r);
 	cr_assert_eq(rc, 0, "%d", rc);
 	cr_expect(r.type == KV_RESP_BULK && r.len == sizeof(big));
 	cr_expect(!memcmp(b.buf + r.off, big, sizeof(big)));
@@ -235,7 +235,7 @@ static int one(const char *bytes, bool close_after)
 		close(sp[1]);
 	struct kv_rbuf b = { 0 };
 	struct kv_resp r;
-	int rc = kv_resp_next(&b, sp[0], &r);
+	int rc = kv_resp_next(&b, sp[0], &clk, &r);
 	kv_rbuf_free(&b);
 	close(sp[0]);
 	if (!close_after)
@@ -426,11 +426,25 @@ Test(remote_kv_redis, a_stopped_server_costs_the_timeout_then_answers)
 	ms = now_ms() - t0;
 	cr_expect_eq(rc, -ETIMEDOUT, "%d: %s", rc, kv_errmsg(k));
 	cr_expect(ms < TIMEOUT_MS + 150, "%.0f ms", ms);
+	/* Writes are bounded too: 16 MiB do not fit in the socket's buffers. */
+	size_t big = 16u << 20;
+	uint8_t *v = calloc(1, big);
+	t0 = now_ms();
+	rc = set1(k, "big", v, big, 0);
+	ms = now_ms() - t0;
+	cr_expect_eq(rc, -ETIMEDOUT, "%d: %s", rc, kv_errmsg(k));
+	cr_expect(ms < TIMEOUT_MS + 150, "%.0f ms", ms);
 	tr_resume(&rs);
 	cr_expect_eq(get1(k, "k", NULL, NULL), 0, "%s", kv_errmsg(k));
+	cr_expect_eq(set1(k, "big", v, big, 0), 0, "%s", kv_errmsg(k));
+	const uint8_t *got;
+	size_t len;
+	cr_expect_eq(get1(k, "big", &got, &len), 0, "%s", kv_errmsg(k));
+	cr_expect(len == big && !memcmp(got, v, big));
+	free(v);
 	struct kv_stats st;
 	kv_stats(k, &st);
-	cr_expect_eq(st.errors, 2);
+	cr_expect_eq(st.errors, 3);
 	cr_expect_geq(st.connects, 2, "a connection that timed out is made again");
 	kv_close(k);
 }

@@ -2,11 +2,13 @@
 /*
  * A call is a few rounds. A round sends each node the commands for its
  * keys (one pipeline per node, all sent before any reply is read, so the
- * nodes work in parallel) and then reads each node's replies; one deadline
- * (the timeout from the start of the round) bounds the connects, writes
- * and reads of the whole round, so a stopped node costs the timeout once,
- * not once per node. Keys redirected (cluster: MOVED, ASK) go into the next
- * round; there are at most KV_REDIRECTS more.
+ * nodes work in parallel) and then reads each node's replies. Connects
+ * wait until the round's start plus the timeout; replies and SETs until a
+ * node has moved no byte for the timeout since the round's start or its
+ * last byte (kv_io.h): a stopped node costs the timeout once, stopped
+ * nodes together too, and a large fetch that keeps flowing is not cut.
+ * Keys redirected (cluster: MOVED, ASK) go into the next round; there are
+ * at most KV_REDIRECTS more.
  */
 #include "kv_impl.h"
 #include "kv_send.h"
@@ -156,7 +158,7 @@ static int append_get(struct kv *k, struct call *c, uint32_t node, uint32_t i)
 static int send_sets(struct kv *k, struct call *c, uint32_t node)
 {
 	struct kv_send s;
-	kv_send_init(&s, k->nodes[node].c->fd);
+	kv_send_init(&s, k->nodes[node].c->fd, &k->nodes[node].clk);
 	for (int32_t i = k->nodes[node].head; i >= 0; i = c->ops[i].next) {
 		if (c->ops[i].asking) {
 			kv_send_array(&s, 1);
@@ -251,22 +253,20 @@ static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i,
 	done(c, i, rc);
 }
 
-static void read_node(struct kv *k, struct call *c, uint32_t node, uint64_t deadline,
-		      bool *moved)
+static void read_node(struct kv *k, struct call *c, uint32_t node, bool *moved)
 {
 	/* k->nodes moves when a MOVED names a new node: indexed each time. */
-	kv_node_deadline(k, node, deadline);
 	int fd = k->nodes[node].c->fd;
 	for (int32_t i = k->nodes[node].head; i >= 0; i = c->ops[i].next) {
 		struct kv_resp r;
 		int rc = 0;
 		if (c->ops[i].asking) {
 			/* OK; an error would show in the command's own reply. */
-			rc = kv_resp_next(&k->nodes[node].rb, fd, &r);
+			rc = kv_resp_next(&k->nodes[node].rb, fd, &k->nodes[node].clk, &r);
 			c->ops[i].asking = false;
 		}
 		if (!rc)
-			rc = kv_resp_next(&k->nodes[node].rb, fd, &r);
+			rc = kv_resp_next(&k->nodes[node].rb, fd, &k->nodes[node].clk, &r);
 		if (rc) {
 			fail_from(c, i, kv_node_lost(k, node, rc));
 			return;
@@ -288,10 +288,12 @@ static int32_t route(const struct kv *k, const struct op *op)
 
 static void round_trip(struct kv *k, struct call *c, bool *moved)
 {
-	uint64_t deadline = kv_now_ns() + (uint64_t)k->timeout_ms * 1000000u;
+	uint64_t now = kv_now_ns(), timeout = (uint64_t)k->timeout_ms * 1000000u;
+	uint64_t deadline = now + timeout;
 	for (uint32_t j = 0; j < k->n_nodes; j++) {
 		k->nodes[j].head = k->nodes[j].tail = -1;
 		k->nodes[j].sent = false;
+		k->nodes[j].clk = (struct kv_clock){ .moved_ns = now, .timeout_ns = timeout };
 	}
 	for (uint32_t i = 0; i < c->n; i++) {
 		struct op *op = &c->ops[i];
@@ -312,7 +314,7 @@ static void round_trip(struct kv *k, struct call *c, bool *moved)
 			send_node(k, c, j, deadline);
 	for (uint32_t j = 0; j < nodes; j++)
 		if (k->nodes[j].sent)
-			read_node(k, c, j, deadline, moved);
+			read_node(k, c, j, moved);
 }
 
 /* SIGPIPE: hiredis writes with write(2), and a node that died makes the

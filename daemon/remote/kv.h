@@ -7,10 +7,14 @@
  * changed). Keys are strings, values opaque bytes. It knows nothing of
  * records or of the daemon: daemon/remote.c does.
  *
- * Every call is bounded: connecting and each round trip wait at most the
- * timeout given at open, so a slow, stopped or dead node turns into an
- * error for the keys it holds, never a longer wait. Connections are made
- * on first use and made again on the next call after an error.
+ * Every call is bounded: connecting waits at most the timeout given at
+ * open, and a node that moves no byte for the timeout (from the start of a
+ * round, or since its last byte) is given up, so a slow, stopped or dead
+ * node turns into an error for the keys it holds, never a longer wait; a
+ * large transfer that keeps flowing is not cut short. A call is one round,
+ * plus one per redirect (5 at most). Connections are made on first use
+ * and made again on the next call after an error. Name resolution of a
+ * host name is not bounded: give IP addresses where that matters.
  *
  * Not thread-safe: each thread that talks to Redis opens its own kv.
  */

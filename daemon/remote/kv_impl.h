@@ -22,6 +22,7 @@ struct kv_node {
 	struct kv_endpoint ep;
 	redisContext *c; /* NULL: not connected (made on first use, again after an error) */
 	struct kv_rbuf rb; /* this call's replies from the node (values point into it) */
+	struct kv_clock clk; /* this round's progress */
 	/* This round's keys for the node: a list through kv_op.next. */
 	int32_t head, tail;
 	bool sent; /* its pipeline went out this round */
@@ -44,9 +45,6 @@ struct kv {
 	struct kv_stats st;
 	char err[256]; /* the last error's words */
 };
-
-/* Monotonic nanoseconds. */
-uint64_t kv_now_ns(void);
 
 /* The index of the node at ep, added when new: >= 0, or -ENOSPC. */
 int kv_node_get(struct kv *k, const struct kv_endpoint *ep);

@@ -7,13 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-uint64_t kv_now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 int kv_node_get(struct kv *k, const struct kv_endpoint *ep)
 {
 	for (uint32_t i = 0; i < k->n_nodes; i++)

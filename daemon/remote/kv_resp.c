@@ -5,7 +5,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #define READ_MIN (256u << 10) /* room asked of each read(2) */
 /* A buffer up to this size is kept for the next call: growing one again
@@ -46,25 +47,26 @@ static int reserve(struct kv_rbuf *b, size_t want)
 	return 0;
 }
 
-/* One read(2) of whatever has come, at least `want` bytes of room. */
-static int fill(struct kv_rbuf *b, int fd, size_t want)
+/* Whatever has come (at least one byte), with at least `want` bytes of
+ * room. */
+static int fill(struct kv_rbuf *b, int fd, struct kv_clock *clk, size_t want)
 {
 	int rc = reserve(b, want > READ_MIN ? want : READ_MIN);
-	if (rc)
-		return rc;
-	for (;;) {
-		ssize_t n = read(fd, b->buf + b->end, b->cap - b->end);
+	while (!rc) {
+		ssize_t n = recv(fd, b->buf + b->end, b->cap - b->end, MSG_DONTWAIT);
 		if (n > 0) {
 			b->end += (size_t)n;
+			clk->moved_ns = kv_now_ns();
 			return 0;
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		/* SO_RCVTIMEO passing reads as EAGAIN on a blocking socket. */
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return -ETIMEDOUT;
-		return -ECONNREFUSED; /* EOF, ECONNRESET: the node is gone */
+			rc = kv_wait_fd(fd, POLLIN, clk);
+		else
+			rc = -ECONNREFUSED; /* EOF, ECONNRESET: the node is gone */
 	}
+	return rc;
 }
 
 /* The line at pos (without \r\n): its length, or -1 while incomplete. */
@@ -78,13 +80,13 @@ static long line_at(const struct kv_rbuf *b)
 	return (long)(nl - s - 1);
 }
 
-int kv_resp_next(struct kv_rbuf *b, int fd, struct kv_resp *r)
+int kv_resp_next(struct kv_rbuf *b, int fd, struct kv_clock *clk, struct kv_resp *r)
 {
 	long line;
 	while ((line = line_at(b)) == -1) {
 		if (b->end - b->pos > LINE_MAX_LEN)
 			return -EPROTO;
-		int rc = fill(b, fd, 0);
+		int rc = fill(b, fd, clk, 0);
 		if (rc)
 			return rc;
 	}
@@ -121,7 +123,7 @@ int kv_resp_next(struct kv_rbuf *b, int fd, struct kv_resp *r)
 	size_t head = (size_t)line + 2, need = head + (size_t)len + 2;
 	/* The value is read in place: the buffer grows once to hold it. */
 	while (b->end - b->pos < need) {
-		int rc = fill(b, fd, need - (b->end - b->pos));
+		int rc = fill(b, fd, clk, need - (b->end - b->pos));
 		if (rc)
 			return rc;
 	}

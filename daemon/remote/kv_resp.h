@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "kv_io.h"
+
 /* What a call read from one node; replies are kept until the next call. */
 struct kv_rbuf {
 	char *buf;
@@ -32,10 +34,10 @@ struct kv_resp {
 /* Forgets what was read, for a new call (a large buffer is let go). */
 void kv_rbuf_reset(struct kv_rbuf *b);
 void kv_rbuf_free(struct kv_rbuf *b);
-/* Reads from fd until the next whole reply is in b: 0, or -ETIMEDOUT (the
- * socket's receive timeout passed), -ECONNREFUSED (closed, reset), -EPROTO
- * (not a reply these commands get: the connection cannot be trusted any
- * more), -ENOMEM. */
-int kv_resp_next(struct kv_rbuf *b, int fd, struct kv_resp *r);
+/* Reads from fd until the next whole reply is in b: 0, or -ETIMEDOUT (no
+ * byte for the clock's timeout; clk->moved_ns is updated as bytes come),
+ * -ECONNREFUSED (closed, reset), -EPROTO (not a reply these commands get:
+ * the connection cannot be trusted any more), -ENOMEM. */
+int kv_resp_next(struct kv_rbuf *b, int fd, struct kv_clock *clk, struct kv_resp *r);
 
 #endif

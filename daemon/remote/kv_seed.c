@@ -85,7 +85,8 @@ static int parse_tcp(const char *seed, const char *p, struct kv_endpoint *e, cha
 	if (n <= 0 || v == 0)
 		return refuse(why, why_len, seed, "the port is not a number in 1..65535");
 	e->port = (int)v;
-	if (*p == '/') {
+	bool db = *p == '/';
+	if (db) {
 		p++;
 		n = number(&p, DB_MAX, &v);
 		if (n <= 0)
@@ -94,8 +95,8 @@ static int parse_tcp(const char *seed, const char *p, struct kv_endpoint *e, cha
 		e->db = (int)v;
 	}
 	if (*p)
-		return refuse(why, why_len, seed, "unexpected \"%.40s\" after %s", p,
-			      e->db || strchr(seed + 8, '/') ? "the DB" : "the port");
+		return refuse(why, why_len, seed, "unexpected \"%.40s\" after the %s", p,
+			      db ? "DB" : "port");
 	return 0;
 }
 

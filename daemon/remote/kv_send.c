@@ -5,15 +5,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 /* Values smaller than this are copied: an iovec each would cost more. */
 #define REF_MIN 4096u
 
-void kv_send_init(struct kv_send *s, int fd)
+void kv_send_init(struct kv_send *s, int fd, struct kv_clock *clk)
 {
 	memset(s, 0, sizeof(*s));
 	s->fd = fd;
+	s->clk = clk;
 }
 
 static int write_all(struct kv_send *s)
@@ -25,13 +28,20 @@ static int write_all(struct kv_send *s)
 		iov[i].iov_len = s->seg[i].len;
 	}
 	while (at < n) {
-		ssize_t w = writev(s->fd, iov + at, n - at);
+		struct msghdr m = { .msg_iov = iov + at, .msg_iovlen = (size_t)(n - at) };
+		/* MSG_NOSIGNAL: a node gone is an error, not a SIGPIPE. */
+		ssize_t w = sendmsg(s->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			/* SO_SNDTIMEO passing reads as EAGAIN on a blocking socket. */
-			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -ECONNREFUSED;
+			int rc = 0;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				rc = kv_wait_fd(s->fd, POLLOUT, s->clk);
+			else if (errno != EINTR)
+				rc = -ECONNREFUSED;
+			if (rc)
+				return rc;
+			continue;
 		}
+		s->clk->moved_ns = kv_now_ns();
 		size_t left = (size_t)w;
 		while (at < n && left >= iov[at].iov_len)
 			left -= iov[at++].iov_len;

@@ -11,10 +11,13 @@
 
 #include <stddef.h>
 
+#include "kv_io.h"
+
 #define KV_SEND_SEGS 256
 
 struct kv_send {
 	int fd;
+	struct kv_clock *clk;
 	char *copy; /* small pieces, copied */
 	size_t copy_len, copy_cap;
 	struct kv_seg {
@@ -25,12 +28,12 @@ struct kv_send {
 	int rc; /* the first error; later pieces are dropped */
 };
 
-void kv_send_init(struct kv_send *s, int fd);
+void kv_send_init(struct kv_send *s, int fd, struct kv_clock *clk);
 /* A command's argument count ("*N\r\n") and one argument ("$len\r\n...\r\n"). */
 void kv_send_array(struct kv_send *s, unsigned n);
 void kv_send_arg(struct kv_send *s, const void *p, size_t len);
-/* Writes what is left: 0, or -ETIMEDOUT (the socket's send timeout passed),
- * -ECONNREFUSED (the node is gone), -ENOMEM. Frees s's memory. */
+/* Writes what is left: 0, or -ETIMEDOUT (no byte taken for the clock's
+ * timeout), -ECONNREFUSED (the node is gone), -ENOMEM. Frees s's memory. */
 int kv_send_finish(struct kv_send *s);
 
 #endif
