@@ -16,10 +16,11 @@
 #include "remote_impl.h"
 #include "store.h"
 
-/* Records asked for in one pipelined GET, and the bytes they may hold.
- * Each round trip must fit in --remote-timeout: 16 MiB is 5 SmolLM-135M
- * blocks, ~10 ms on a loopback or a 10 Gb/s link, where a whole 2048-token
- * prefix (94 MB) in one would not fit the default 50 ms. */
+/* Records asked for in one pipelined GET, and the bytes they may hold:
+ * 16 MiB, 5 SmolLM-135M blocks, ~10 ms on a loopback or a 10 Gb/s link.
+ * The timeout is of a round that moves no byte (kv.h), so a large fetch
+ * that keeps flowing goes on: it is work the client would otherwise do,
+ * slower. The rounds bound the replies each worker's client holds. */
 #define FETCH_MAX 64
 #define FETCH_BYTES ((uint64_t)16 << 20)
 
