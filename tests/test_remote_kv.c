@@ -662,6 +662,11 @@ Test(remote_kv_cluster, a_dead_or_stopped_master_costs_its_keys_only)
 	double ms = get_all(k, down_then);
 	cr_expect_lt(ms, 100, "%.0f ms to be refused", ms);
 	get_all(k, down_then); /* reconnecting, and the map asked again */
+	/* While it stays down, the map is asked again once a second at most. */
+	uint64_t refreshes = stats(k).map_refreshes;
+	for (int i = 0; i < 4; i++)
+		get_all(k, down_then);
+	cr_expect_leq(stats(k).map_refreshes - refreshes, 1);
 	cr_assert_eq(tc_restart(&cl, 1), 0);
 	get_all(k, lost_then); /* no persistence: its keys are gone */
 	/* Two stopped masters cost one timeout: the round has one deadline. */
