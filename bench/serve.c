@@ -398,6 +398,30 @@ static double threads_cpu_seconds(pid_t pid, const char *prefix)
 	return s;
 }
 
+/* Context switches (wake-ups, mostly) of a process's threads whose name
+ * starts with prefix, from /proc. */
+static double threads_switches(pid_t pid, const char *prefix)
+{
+	char path[320];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	double n = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		if (strncmp(td_read_file(path), prefix, strlen(prefix)))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, e->d_name);
+		const char *v = strstr(td_read_file(path), "voluntary_ctxt_switches:");
+		if (v)
+			n += atof(v + strlen("voluntary_ctxt_switches:"));
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 struct figures {
 	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, tok_s, cached_share, rss_mib, http_us;
 };
@@ -516,6 +540,7 @@ static double self_cpu_seconds(void)
 
 struct cost {
 	double wall, cpu, mhd_cpu; /* seconds: clients' start to end */
+	double mhd_switches;
 	long generated;
 };
 
@@ -662,6 +687,7 @@ static int run_http(char **prompts, struct cost *c)
 		pid_t pid = s.p[0].pid;
 		double t0 = bench_now(), cpu0 = proc_cpu_seconds(pid);
 		double mhd0 = threads_cpu_seconds(pid, "MHD");
+		double sw0 = threads_switches(pid, "MHD");
 		for (int i = 0; i < opt.clients; i++)
 			pthread_create(&th[i], NULL, client, &r);
 		for (int i = 0; i < opt.clients; i++)
@@ -669,6 +695,7 @@ static int run_http(char **prompts, struct cost *c)
 		c->wall = bench_now() - t0;
 		c->cpu = proc_cpu_seconds(pid) - cpu0;
 		c->mhd_cpu = threads_cpu_seconds(pid, "MHD") - mhd0;
+		c->mhd_switches = threads_switches(pid, "MHD") - sw0;
 		c->generated = 0;
 		for (int i = 0; i < opt.requests; i++) {
 			rc |= r.res[i].ok ? 0 : -1;
@@ -688,7 +715,7 @@ static int run_http(char **prompts, struct cost *c)
 
 /* HTTP's cost per generated token, us: wall and CPU differences. */
 struct overhead {
-	double wall_us, cpu_us, mhd_cpu_us;
+	double wall_us, cpu_us, mhd_cpu_us, mhd_switches;
 	double http_wall_s, direct_wall_s, http_cpu_s, direct_cpu_s;
 };
 
@@ -701,6 +728,7 @@ static int run_overhead(char **prompts, int rounds, struct overhead *o)
 		if (run_http(prompts, &a) || run_direct(prompts, &b))
 			return -1;
 		h.wall += a.wall, h.cpu += a.cpu, h.mhd_cpu += a.mhd_cpu, h.generated += a.generated;
+		h.mhd_switches += a.mhd_switches;
 		d.wall += b.wall, d.cpu += b.cpu, d.generated += b.generated;
 	}
 	report_require(h.generated == d.generated, "the runs generated different token counts");
@@ -708,6 +736,7 @@ static int run_overhead(char **prompts, int rounds, struct overhead *o)
 	o->wall_us = (h.wall - d.wall) / g * 1e6;
 	o->cpu_us = (h.cpu - d.cpu) / g * 1e6;
 	o->mhd_cpu_us = h.mhd_cpu / g * 1e6;
+	o->mhd_switches = h.mhd_switches / g;
 	o->http_wall_s = h.wall, o->direct_wall_s = d.wall;
 	o->http_cpu_s = h.cpu, o->direct_cpu_s = d.cpu;
 	return 0;
@@ -823,6 +852,7 @@ int main(int argc, char **argv)
 		report_fmt("http_overhead_wall_us_per_token", "%.1f", oh.wall_us);
 		report_fmt("http_overhead_cpu_us_per_token", "%.1f", oh.cpu_us);
 		report_fmt("http_mhd_threads_cpu_us_per_token", "%.1f", oh.mhd_cpu_us);
+		report_fmt("http_mhd_wakeups_per_token", "%.2f", oh.mhd_switches);
 		report_fmt("http_run_wall_s", "%.3f", oh.http_wall_s);
 		report_fmt("direct_run_wall_s", "%.3f", oh.direct_wall_s);
 		report_fmt("http_run_cpu_s", "%.3f", oh.http_cpu_s);

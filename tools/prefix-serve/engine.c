@@ -586,6 +586,8 @@ static void *run(void *arg)
 		bool go = schedule(e);
 		size_t n = step(e);
 		notify_touched(e);
+		if (e->o.notified)
+			e->o.notified(e->o.notified_arg);
 		if (!go)
 			break;
 		if (!n && e->running)
@@ -593,6 +595,8 @@ static void *run(void *arg)
 	}
 	/* Every job left: their attaches stop within a slice. */
 	reap_orphans(e, true);
+	if (e->o.notified)
+		e->o.notified(e->o.notified_arg);
 	return NULL;
 }
 

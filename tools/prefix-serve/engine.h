@@ -52,6 +52,12 @@ struct serve_engine_opts {
 				    * 0: never wait nor claim (--no-wait). The
 				    * wait runs on a thread of its own: other
 				    * sequences keep running meanwhile */
+	/* Called (engine thread, no lock held) after each round of notify
+	 * calls, once a step at most: a caller that batches what notify asks
+	 * for (prefix-serve wakes its HTTP thread once a step, not once a
+	 * stream) acts on the batch here. NULL: none. */
+	void (*notified)(void *arg);
+	void *notified_arg;
 };
 
 struct serve_engine;

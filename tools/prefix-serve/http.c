@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The HTTP side of prefix-serve on libmicrohttpd (MHD): one internal epoll
- * thread runs every connection; the engine thread writes jobs' output and
- * calls notify.
+ * The HTTP side of prefix-serve on libmicrohttpd (MHD): one thread of
+ * ours (the loop, below) runs MHD in external epoll mode for every
+ * connection; the engine thread writes jobs' output and calls notify, and
+ * its `notified` hook wakes the loop once a step to resume the streams
+ * that got output.
  *
  * Responses are pulled: a non-streamed request's connection is suspended
  * until its job is done; a stream's reader copies what is new and, when
@@ -14,7 +16,7 @@
  * "nothing new" and its suspend): each request's slot has a mutex and a
  * `suspended` flag. The reader checks for output and suspends under the
  * slot's mutex; notify takes it, and if the flag is set, clears it and
- * resumes after letting it go. So exactly one resume follows each suspend
+ * queues the resume after letting it go. So exactly one resume follows each suspend
  * and no output is missed.
  *
  * Lifetimes: notify's argument is a slot, and slots live as long as the
@@ -52,6 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -108,11 +112,15 @@ struct req;
 
 /* Where notify finds a request: one per connection that can be open. */
 struct slot {
+	struct http *h;
 	pthread_mutex_t mu;
 	struct req *req;           /* NULL: free */
 	struct MHD_Connection *conn;
 	bool suspended;
 	struct slot *next_free;    /* under http.slots_mu */
+	/* A resume the engine asked for, done by the loop (under wake_mu). */
+	struct MHD_Connection *wake_conn;
+	struct slot *next_wake;
 };
 
 struct stream_choice {
@@ -170,6 +178,18 @@ struct http {
 	bool wstop;
 	pthread_t watchdog;
 	bool watchdog_started;
+
+	/* The loop thread runs MHD (its epoll, external mode) and our
+	 * eventfd: the engine's resumes of a step come as one wake-up. */
+	int wake_fd;
+	pthread_mutex_t wake_mu;   /* a leaf */
+	struct slot *wakes;        /* resumes to do */
+	bool wake_sent;            /* wake_fd written since the loop took wakes */
+	pthread_t loop;
+	bool loop_started;
+	atomic_bool loop_stop;
+	atomic_int quiesce;        /* 1: asked, 2: done (the loop's) */
+	MHD_socket quiesced_fd;
 };
 
 static int64_t now_ns(void)
@@ -414,9 +434,39 @@ static void on_notify(void *arg)
 	struct MHD_Connection *c = s->conn;
 	pthread_mutex_unlock(&s->mu);
 	/* Suspended, the connection stays: MHD neither times it out nor
-	 * closes it, and only this resume can end the suspension. */
-	if (resume)
-		MHD_resume_connection(c);
+	 * closes it, and only this resume can end the suspension. The loop
+	 * does it, after the engine's round of notifies (http_notified): one
+	 * wake-up a step for every stream that got output. Cleared under
+	 * s->mu, `suspended` lets one resume through per suspend, so the
+	 * slot is queued at most once. */
+	if (resume) {
+		struct http *h = s->h;
+		pthread_mutex_lock(&h->wake_mu);
+		s->wake_conn = c;
+		s->next_wake = h->wakes;
+		h->wakes = s;
+		pthread_mutex_unlock(&h->wake_mu);
+	}
+}
+
+static void wake_loop(struct http *h)
+{
+	uint64_t one = 1;
+	if (write(h->wake_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN only (the counter is full): a wake-up is pending. */
+	}
+}
+
+void http_notified(void *arg)
+{
+	struct http *h = arg;
+	pthread_mutex_lock(&h->wake_mu);
+	bool wake = h->wakes && !h->wake_sent;
+	if (wake)
+		h->wake_sent = true;
+	pthread_mutex_unlock(&h->wake_mu);
+	if (wake)
+		wake_loop(h);
 }
 
 /* ==== Streams ==== */
@@ -903,6 +953,61 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	serve_log("http: %s", msg);
 }
 
+/* ==== The loop ====
+ *
+ * MHD runs in external mode on this thread: it waits on MHD's epoll
+ * descriptor (nested in its own) and on wake_fd. MHD's own internal
+ * thread would be woken by every MHD_resume_connection (each writes its
+ * inter-thread channel), so a step giving output to four streams cost up
+ * to four wake-ups and context switches; here the engine's notifies only
+ * queue their resumes and one write of wake_fd a step wakes the loop,
+ * which resumes them all (from MHD's own thread: no wake-up) and runs MHD
+ * once for all. Quiesce and stop are done here too, where MHD runs. */
+
+static void *loop_main(void *arg)
+{
+	struct http *h = arg;
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN };
+	if (ep < 0 || !di || epoll_ctl(ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) ||
+	    epoll_ctl(ep, EPOLL_CTL_ADD, h->wake_fd, &ev)) {
+		/* Never seen; MHD's own polling then, every 10 ms at worst. */
+		serve_log("http: cannot watch libmicrohttpd's epoll: %s", strerror(errno));
+		if (ep >= 0)
+			close(ep);
+		ep = -1;
+	}
+	while (!atomic_load(&h->loop_stop)) {
+		MHD_UNSIGNED_LONG_LONG to = 0;
+		int ms = MHD_get_timeout(h->d, &to) == MHD_YES ? (to > 1000 ? 1000 : (int)to) : 1000;
+		struct epoll_event got[2];
+		if (ep >= 0)
+			epoll_wait(ep, got, 2, ms);
+		else
+			MHD_run_wait(h->d, ms > 10 ? 10 : ms);
+		uint64_t cnt;
+		if (read(h->wake_fd, &cnt, sizeof(cnt)) < 0) {
+			/* EAGAIN: nothing written */
+		}
+		pthread_mutex_lock(&h->wake_mu);
+		struct slot *w = h->wakes;
+		h->wakes = NULL;
+		h->wake_sent = false;
+		pthread_mutex_unlock(&h->wake_mu);
+		for (; w; w = w->next_wake)
+			MHD_resume_connection(w->wake_conn);
+		if (atomic_load(&h->quiesce) == 1) {
+			h->quiesced_fd = MHD_quiesce_daemon(h->d);
+			atomic_store(&h->quiesce, 2);
+		}
+		MHD_run(h->d);
+	}
+	if (ep >= 0)
+		close(ep);
+	return NULL;
+}
+
 /* ==== The server ==== */
 
 int http_start(const struct http_opts *o, struct http **out, struct pfx_error *err)
@@ -915,6 +1020,15 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 	h->o = *o;
 	h->started = (int64_t)time(NULL);
 	h->watches.next = h->watches.prev = &h->watches;
+	h->quiesced_fd = MHD_INVALID_SOCKET;
+	pthread_mutex_init(&h->wake_mu, NULL);
+	h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (h->wake_fd < 0) {
+		int e = errno;
+		close(o->listen_fd);
+		http_free(h);
+		return pfx_errorf(err, -e, "eventfd: %s", strerror(e));
+	}
 	pthread_mutex_init(&h->wmu, NULL);
 	pthread_cond_init(&h->wcv, NULL);
 	pthread_mutex_init(&h->slots_mu, NULL);
@@ -929,6 +1043,7 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	}
 	for (unsigned i = 0; i < o->max_conns; i++) {
+		h->slots[i].h = h;
 		pthread_mutex_init(&h->slots[i].mu, NULL);
 		slot_put(h, &h->slots[i]);
 	}
@@ -944,8 +1059,7 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 	}
 	h->watchdog_started = true;
 	h->d = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-			MHD_USE_ERROR_LOG,
+		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 		0, on_accept, h, on_request, h,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, /* first, or MHD says so */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->listen_fd,
@@ -960,6 +1074,13 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		http_free(h);
 		return pfx_errorf(err, -EIO, "libmicrohttpd cannot serve on the socket");
 	}
+	if (pthread_create(&h->loop, NULL, loop_main, h)) {
+		http_free(h);
+		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
+	}
+	/* "MHD-" as libmicrohttpd names its own (bench/serve counts them). */
+	pthread_setname_np(h->loop, "MHD-loop");
+	h->loop_started = true;
 	*out = h;
 	return 0;
 }
@@ -976,9 +1097,14 @@ void http_ready(struct http *h, struct serve_engine *e, const struct pfx_tokeniz
 void http_quiesce(struct http *h)
 {
 	atomic_store(&h->quiescing, true);
-	MHD_socket fd = MHD_quiesce_daemon(h->d);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	/* MHD is the loop's: it quiesces there, between two runs. */
+	atomic_store(&h->quiesce, 1);
+	wake_loop(h);
+	while (atomic_load(&h->quiesce) != 2)
+		usleep(1000);
+	if (h->quiesced_fd != MHD_INVALID_SOCKET)
+		close(h->quiesced_fd);
+	h->quiesced_fd = MHD_INVALID_SOCKET;
 }
 
 bool http_wait_idle(struct http *h, int timeout_ms)
@@ -995,8 +1121,16 @@ void http_free(struct http *h)
 {
 	if (!h)
 		return;
+	if (h->loop_started) {
+		atomic_store(&h->loop_stop, true);
+		wake_loop(h);
+		pthread_join(h->loop, NULL);
+	}
 	if (h->d)
 		MHD_stop_daemon(h->d);
+	if (h->wake_fd >= 0)
+		close(h->wake_fd);
+	pthread_mutex_destroy(&h->wake_mu);
 	if (h->watchdog_started) {
 		pthread_mutex_lock(&h->wmu);
 		h->wstop = true;
