@@ -1266,3 +1266,57 @@ Test(serve_http, max_conns_limit)
 	close(c);
 	cr_expect_eq(srv_stop(&s), 0);
 }
+
+/* A long prompt is parsed, rendered and encoded off the HTTP thread: while
+ * a chat of 5,000 messages (160 KB, seconds to render under ASan, against
+ * milliseconds to upload) is prepared and refused (past --ctx: the same
+ * 400 before any header), a running stream keeps getting its chunks.
+ * Counted by order, not time: the stream's events that arrive between the
+ * long request's last byte sent and its answer's first byte. Prepared on
+ * the HTTP thread, none is sent meanwhile (checked: 0). */
+Test(serve_http, a_long_prompt_does_not_stall_running_streams)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	int a = start_stream(s.port, 1800);
+	size_t msgs = 5000;
+	static const char m[] = "{\"role\":\"user\",\"content\":\"hi\"},";
+	char *body = malloc(msgs * sizeof(m) + 64);
+	size_t len = (size_t)sprintf(body, "{\"messages\":[");
+	for (size_t i = 0; i < msgs; i++)
+		len += (size_t)sprintf(body + len, "%s", m);
+	len += (size_t)sprintf(body + len,
+			       "{\"role\":\"user\",\"content\":\"end\"}],\"max_tokens\":4}");
+	int b = dial(s.port);
+	char head[256];
+	snprintf(head, sizeof(head), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+		 "Connection: close\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n", len);
+	send_all(b, head, strlen(head));
+	send_all(b, body, len);
+	free(body);
+	/* From here: the stream's events until b's answer begins. */
+	int during = 0;
+	char buf[65536];
+	for (bool answered = false; !answered;) {
+		struct pollfd p[2] = { { .fd = a, .events = POLLIN }, { .fd = b, .events = POLLIN } };
+		cr_assert_gt(poll(p, 2, 30000), 0, "neither the stream nor the long request moves");
+		if (p[1].revents)
+			answered = true;
+		else if (p[0].revents) {
+			ssize_t n = recv(a, buf, sizeof(buf) - 1, 0);
+			cr_assert_gt(n, 0, "the stream ended early");
+			buf[n] = 0;
+			during += count(buf, "data: ");
+		}
+	}
+	char *r = read_all(b);
+	close(b);
+	expect_error(r, 400, "invalid_request_error");
+	cr_expect(strstr(r, "context_length_exceeded"), "%s", r);
+	free(r);
+	cr_expect_geq(during, 2, "%d events of the running stream while the long prompt was "
+		      "encoded", during);
+	close(a);
+	cr_expect_eq(srv_stop(&s), 0);
+}

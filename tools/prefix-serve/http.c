@@ -152,6 +152,12 @@ struct req {
 	struct stream_choice sc[SERVE_MAX_CHOICES];
 	bool ended;
 	bool client_left;          /* the engine saw the client hang up */
+	/* With the prep thread (suspended until it is done): */
+	bool preparing;
+	int fd;                    /* the connection's, polled by the engine */
+	int prep_rc;               /* 0: r->job runs; else prep_err says why */
+	struct api_error prep_err;
+	struct req *next_prep;     /* under http.prep_mu */
 	char *pending;
 	size_t pending_len, pending_off;
 };
@@ -190,6 +196,13 @@ struct http {
 	atomic_bool loop_stop;
 	atomic_int quiesce;        /* 1: asked, 2: done (the loop's) */
 	MHD_socket quiesced_fd;
+
+	pthread_mutex_t prep_mu;   /* a leaf */
+	pthread_cond_t prep_cv;
+	struct req *prep_head;     /* requests waiting for the prep thread */
+	bool prep_stop;
+	pthread_t prep;
+	bool prep_started;
 };
 
 static int64_t now_ns(void)
@@ -659,38 +672,52 @@ static enum MHD_Result continue_job(struct req *r)
 	return reply(r, 200, json, "application/json", 0, NULL);
 }
 
-static enum MHD_Result start_job(struct req *r)
+/* ==== Preparing a request ====
+ *
+ * Parsing a body, rendering a chat and encoding its prompt take time in
+ * proportion to the prompt (a 100 KB one takes milliseconds, more under
+ * load): on the HTTP thread that would stall every other stream's sends.
+ * So the HTTP thread only takes the body; the prep thread parses it
+ * (api_parse: the same checks, the same errors) and submits the job, with
+ * the connection suspended meanwhile, then queues its resume as the
+ * engine's notifies do. Nothing is sent before: a refusal is the same 400
+ * (429, 503) JSON error as before, never a stream's header. */
+
+/* Queues the resume of r's connection, suspended by start_job, and wakes
+ * the loop (the prep thread's call). */
+static void prep_done(struct req *r)
+{
+	struct http *h = r->h;
+	struct slot *s = r->slot;
+	pthread_mutex_lock(&h->wake_mu);
+	s->wake_conn = r->conn;
+	s->next_wake = h->wakes;
+	h->wakes = s;
+	bool wake = !h->wake_sent;
+	h->wake_sent = true;
+	pthread_mutex_unlock(&h->wake_mu);
+	if (wake)
+		wake_loop(h);
+}
+
+static void prepare(struct req *r)
 {
 	struct http *h = r->h;
 	struct serve_engine *e = atomic_load(&h->engine);
-	if (!e)
-		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
-				   "the model is loading; retry shortly");
-	struct api_error ae;
-	memset(&ae, 0, sizeof(ae));
+	struct api_error *ae = &r->prep_err;
+	memset(ae, 0, sizeof(*ae));
+	r->prep_rc = -1;
 	enum api_kind kind = r->route == R_CHAT ? API_CHAT : API_COMPLETION;
-	if (api_parse(kind, r->body ? r->body : "", r->len, h->tok, &h->lim, &r->call, &ae))
-		return reply_api_error(r, &ae, NULL);
+	if (api_parse(kind, r->body ? r->body : "", r->len, h->tok, &h->lim, &r->call, ae))
+		return;
 	r->have_call = true;
 	r->stream = r->call.stream;
 	char hex[sizeof(r->id)];
 	memcpy(hex, r->id, sizeof(hex));
 	snprintf(r->id, sizeof(r->id), "%s%.24s", kind == API_CHAT ? "chatcmpl-" : "cmpl-", hex);
 
-	struct slot *s = slot_get(h);
-	if (!s)
-		return reply_error(r, 503, "server_error", NULL, RETRY_QUEUE_S,
-				   "too many requests in flight");
-	r->slot = s;
-	pthread_mutex_lock(&s->mu);
-	s->req = r;
-	s->conn = r->conn;
-	s->suspended = false;
-	pthread_mutex_unlock(&s->mu);
-
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	r->call.req.client_fd = ci ? ci->connect_fd : -1;
+	struct slot *s = r->slot;
+	r->call.req.client_fd = r->fd;
 	r->call.req.notify = on_notify;
 	r->call.req.notify_arg = s;
 	struct serve_job *job = NULL;
@@ -702,22 +729,93 @@ static enum MHD_Result start_job(struct req *r)
 	for (size_t i = 0; i < SERVE_MAX_STOPS; i++)
 		r->call.req.stop[i] = NULL;
 	r->call.req.nstop = 0;
-	if (rc == -EAGAIN)
-		return reply_error(r, 429, "rate_limit_error", "queue_full", RETRY_QUEUE_S,
-				   "the server is busy: every sequence runs and the queue is "
-				   "full; retry shortly");
-	if (rc == -ESHUTDOWN)
-		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
-				   "the server is stopping");
-	if (rc == -EINVAL)
-		return reply_error(r, 400, "invalid_request_error", NULL, 0, "%s", err.msg);
-	if (rc)
-		return reply_error(r, 500, "server_error", NULL, 0, "%s", err.msg[0] ? err.msg
-						    : strerror(-rc));
-	pthread_mutex_lock(&s->mu);
-	r->job = job;
-	pthread_mutex_unlock(&s->mu);
+	if (rc == -EAGAIN) {
+		api_fail(ae, 429, "rate_limit_error", "queue_full", NULL,
+			 "the server is busy: every sequence runs and the queue is full; retry "
+			 "shortly");
+		ae->retry_after = RETRY_QUEUE_S;
+	} else if (rc == -ESHUTDOWN) {
+		api_fail(ae, 503, "server_error", NULL, NULL, "the server is stopping");
+		ae->retry_after = RETRY_UNAVAILABLE_S;
+	} else if (rc == -EINVAL) {
+		api_fail(ae, 400, "invalid_request_error", NULL, NULL, "%s", err.msg);
+	} else if (rc) {
+		api_fail(ae, 500, "server_error", NULL, NULL, "%s",
+			 err.msg[0] ? err.msg : strerror(-rc));
+	} else {
+		pthread_mutex_lock(&s->mu);
+		r->job = job;
+		pthread_mutex_unlock(&s->mu);
+		r->prep_rc = 0;
+	}
+}
 
+static void *prep_main(void *arg)
+{
+	struct http *h = arg;
+	pthread_mutex_lock(&h->prep_mu);
+	for (;;) {
+		while (!h->prep_stop && !h->prep_head)
+			pthread_cond_wait(&h->prep_cv, &h->prep_mu);
+		if (h->prep_stop)
+			break;
+		struct req *r = h->prep_head;
+		h->prep_head = r->next_prep;
+		pthread_mutex_unlock(&h->prep_mu);
+		prepare(r);
+		prep_done(r);
+		pthread_mutex_lock(&h->prep_mu);
+	}
+	pthread_mutex_unlock(&h->prep_mu);
+	return NULL;
+}
+
+/* The HTTP thread's part: a slot, then the connection waits for the prep
+ * thread. */
+static enum MHD_Result start_job(struct req *r)
+{
+	struct http *h = r->h;
+	if (!atomic_load(&h->engine))
+		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
+				   "the model is loading; retry shortly");
+	struct slot *s = slot_get(h);
+	if (!s)
+		return reply_error(r, 503, "server_error", NULL, RETRY_QUEUE_S,
+				   "too many requests in flight");
+	r->slot = s;
+	pthread_mutex_lock(&s->mu);
+	s->req = r;
+	s->conn = r->conn;
+	s->suspended = false;
+	pthread_mutex_unlock(&s->mu);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	r->fd = ci ? ci->connect_fd : -1;
+	r->preparing = true;
+	/* Resumed by the loop, on this thread, after the prep thread queued
+	 * it: never before this suspend. */
+	MHD_suspend_connection(r->conn);
+	pthread_mutex_lock(&h->prep_mu);
+	r->next_prep = NULL;
+	if (h->prep_head) {
+		struct req *t = h->prep_head;
+		while (t->next_prep)
+			t = t->next_prep;
+		t->next_prep = r;
+	} else {
+		h->prep_head = r;
+	}
+	pthread_cond_signal(&h->prep_cv);
+	pthread_mutex_unlock(&h->prep_mu);
+	return MHD_YES;
+}
+
+/* Resumed after the prep thread: the refusal, or the response. */
+static enum MHD_Result started_job(struct req *r)
+{
+	r->preparing = false;
+	if (r->prep_rc)
+		return reply_api_error(r, &r->prep_err, NULL);
 	if (!r->stream)
 		return continue_job(r);
 	struct MHD_Response *resp =
@@ -858,6 +956,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		set_deadline(h, c, 0);
 		return first_call(r, url, method);
 	}
+	if (r->preparing)
+		return started_job(r); /* resumed by the prep thread */
 	if (r->job)
 		return continue_job(r); /* resumed: done, or still running */
 	if (*upload_size) {
@@ -1022,6 +1122,8 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 	h->watches.next = h->watches.prev = &h->watches;
 	h->quiesced_fd = MHD_INVALID_SOCKET;
 	pthread_mutex_init(&h->wake_mu, NULL);
+	pthread_mutex_init(&h->prep_mu, NULL);
+	pthread_cond_init(&h->prep_cv, NULL);
 	h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (h->wake_fd < 0) {
 		int e = errno;
@@ -1058,6 +1160,12 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
 	}
 	h->watchdog_started = true;
+	if (pthread_create(&h->prep, NULL, prep_main, h)) {
+		close(o->listen_fd);
+		http_free(h);
+		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
+	}
+	h->prep_started = true;
 	h->d = MHD_start_daemon(
 		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 		0, on_accept, h, on_request, h,
@@ -1121,6 +1229,15 @@ void http_free(struct http *h)
 {
 	if (!h)
 		return;
+	/* The prep thread first: MHD_stop_daemon frees the requests it may
+	 * hold (those still queued are only freed there, not run). */
+	if (h->prep_started) {
+		pthread_mutex_lock(&h->prep_mu);
+		h->prep_stop = true;
+		pthread_cond_signal(&h->prep_cv);
+		pthread_mutex_unlock(&h->prep_mu);
+		pthread_join(h->prep, NULL);
+	}
 	if (h->loop_started) {
 		atomic_store(&h->loop_stop, true);
 		wake_loop(h);
@@ -1131,6 +1248,8 @@ void http_free(struct http *h)
 	if (h->wake_fd >= 0)
 		close(h->wake_fd);
 	pthread_mutex_destroy(&h->wake_mu);
+	pthread_mutex_destroy(&h->prep_mu);
+	pthread_cond_destroy(&h->prep_cv);
 	if (h->watchdog_started) {
 		pthread_mutex_lock(&h->wmu);
 		h->wstop = true;
