@@ -883,6 +883,11 @@ Test(serve_api, error_and_models_shapes)
 	cr_assert_eq(parse(API_CHAT, CHAT(",\"n\":0"), &c, &e), -1);
 	expect_file("error_range.json", api_error_json(&e));
 	expect_file("models.json", api_models_json(CHAT_MODEL, 1686935002));
+	/* GET /v1/models/{model}: OpenAI's retrieve, the list's item alone. */
+	char *m = api_model_json(CHAT_MODEL, 1686935002);
+	cr_expect_str_eq(m, "{\"id\":\"gpt-4o-mini\",\"object\":\"model\",\"created\":1686935002,"
+			    "\"owned_by\":\"prefixd\"}");
+	free(m);
 	/* A code and no param; a status beyond 400. */
 	e.retry_after = 5;
 	api_fail(&e, 429, "rate_limit_error", "queue_full", NULL, "Busy: %d waiting.", 3);

@@ -916,6 +916,38 @@ Test(serve_http, models_lists_the_model)
 	cr_expect_eq(srv_stop(&s), 0);
 }
 
+/* GET /v1/models/{model}: the served model's object (its name may hold a
+ * "/"), OpenAI's 404 model_not_found for any other. */
+Test(serve_http, retrieve_model_by_id)
+{
+	struct srv s;
+	const char *args[] = { "--model-name", "org/tiny", NULL };
+	srv_start(&s, args);
+	char *r;
+	cr_assert_eq(get(s.port, "/v1/models/org/tiny", &r), 200, "%s", r);
+	json_object *j = json_tokener_parse(body_of(r));
+	cr_assert(j, "%s", r);
+	json_object *v;
+	cr_expect(json_object_object_get_ex(j, "id", &v) &&
+		  !strcmp(json_object_get_string(v), "org/tiny"), "%s", r);
+	cr_expect(json_object_object_get_ex(j, "object", &v) &&
+		  !strcmp(json_object_get_string(v), "model"), "%s", r);
+	cr_expect(json_object_object_get_ex(j, "created", &v) &&
+		  json_object_is_type(v, json_type_int), "%s", r);
+	cr_expect(json_object_object_get_ex(j, "owned_by", NULL), "%s", r);
+	json_object_put(j);
+	free(r);
+	cr_assert_eq(get(s.port, "/v1/models/tiny", &r), 404, "%s", r);
+	expect_error(r, 404, "invalid_request_error");
+	cr_expect(strstr(r, "\"code\":\"model_not_found\""), "%s", r);
+	cr_expect(strstr(r, "\"param\":\"model\""), "%s", r);
+	cr_expect(strstr(r, "The model 'tiny' does not exist"), "%s", r);
+	free(r);
+	cr_assert_eq(post(s.port, "/v1/models/org/tiny", "{}", &r), 405, "%s", r);
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
 /* Options are checked before anything starts: exit 2 and why. */
 Test(serve_http, bad_options_exit_2_saying_why)
 {

@@ -71,6 +71,8 @@ void api_call_free(struct api_call *c);
 char *api_error_json(const struct api_error *e);
 /* GET /v1/models. */
 char *api_models_json(const char *model, int64_t created);
+/* GET /v1/models/{model}: the model object alone (OpenAI's retrieve). */
+char *api_model_json(const char *model, int64_t created);
 
 /* The whole non-streamed response of a finished job (the HTTP side passes
  * serve_job_choice(j, 0 .. n - 1) under serve_job_lock): choices in order

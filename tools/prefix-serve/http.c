@@ -71,6 +71,7 @@ enum route {
 	R_CHAT,
 	R_COMPLETIONS,
 	R_MODELS,
+	R_MODEL,                   /* /v1/models/{id} */
 	R_HEALTH,
 	R_METRICS,
 };
@@ -83,6 +84,7 @@ static const struct {
 	{ "/v1/chat/completions", R_CHAT, "POST" },
 	{ "/v1/completions", R_COMPLETIONS, "POST" },
 	{ "/v1/models", R_MODELS, "GET" },
+	{ "/v1/models/", R_MODEL, "GET" }, /* a prefix: the rest is the id */
 	{ "/health", R_HEALTH, "GET" },
 	{ "/metrics", R_METRICS, "GET" },
 };
@@ -851,7 +853,7 @@ static bool authorized(struct http *h, struct MHD_Connection *c)
 	return !sodium_memcmp(got, h->key_hash, sizeof(got));
 }
 
-static enum MHD_Result serve_get(struct req *r)
+static enum MHD_Result serve_get(struct req *r, const char *url)
 {
 	struct http *h = r->h;
 	struct serve_engine *e = atomic_load(&h->engine);
@@ -867,6 +869,18 @@ static enum MHD_Result serve_get(struct req *r)
 	case R_MODELS:
 		return reply(r, 200, api_models_json(h->o.model_name, h->started),
 			     "application/json", 0, NULL);
+	case R_MODEL: {
+		/* MHD decoded the path: an id with "/" (org/name) is whole. */
+		const char *id = url + strlen("/v1/models/");
+		if (!strcmp(id, h->o.model_name))
+			return reply(r, 200, api_model_json(h->o.model_name, h->started),
+				     "application/json", 0, NULL);
+		struct api_error nf;
+		api_fail(&nf, 404, "invalid_request_error", "model_not_found", "model",
+			 "The model '%.200s' does not exist", id);
+		nf.retry_after = 0;
+		return reply_api_error(r, &nf, NULL);
+	}
 	case R_METRICS: {
 		struct serve_engine_stats st;
 		if (e)
@@ -884,13 +898,16 @@ static enum MHD_Result first_call(struct req *r, const char *url, const char *me
 {
 	struct http *h = r->h;
 	size_t k = 0;
-	while (k < sizeof(routes) / sizeof(routes[0]) && strcmp(url, routes[k].path))
+	while (k < sizeof(routes) / sizeof(routes[0]) &&
+	       (routes[k].route == R_MODEL ? strncmp(url, routes[k].path, strlen(routes[k].path)) ||
+						    !url[strlen(routes[k].path)]
+					    : strcmp(url, routes[k].path) != 0))
 		k++;
 	if (k == sizeof(routes) / sizeof(routes[0]))
 		return reply_error(r, 404, "not_found_error", NULL, 0,
 				   "no such endpoint: %.100s %.200s (prefix-serve serves POST "
 				   "/v1/chat/completions, POST /v1/completions, GET /v1/models, "
-				   "GET /health and GET /metrics)", method, url);
+				   "GET /v1/models/{model}, GET /health and GET /metrics)", method, url);
 	r->route = routes[k].route;
 	if (strcmp(method, routes[k].method)) {
 		struct api_error e;
@@ -905,7 +922,7 @@ static enum MHD_Result first_call(struct req *r, const char *url, const char *me
 				   "a valid API key is needed: send the header "
 				   "\"Authorization: Bearer KEY\"");
 	if (r->route != R_CHAT && r->route != R_COMPLETIONS)
-		return serve_get(r);
+		return serve_get(r, url);
 	const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
 						     MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl && strtoull(cl, NULL, 10) > h->o.max_body)
