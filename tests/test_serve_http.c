@@ -1352,3 +1352,41 @@ Test(serve_http, a_long_prompt_does_not_stall_running_streams)
 	close(a);
 	cr_expect_eq(srv_stop(&s), 0);
 }
+
+/* A client that hangs up while its request waits in the queue leaves the
+ * queue at once, not when the request would have run: with one sequence
+ * at a time, the queued request's hang-up empties the queue while the
+ * first request still runs (none of its 1800 tokens counted as done);
+ * the log and the metrics say 499. */
+Test(serve_http, client_gone_while_queued_leaves_the_queue)
+{
+	struct srv s;
+	const char *args[] = { "--parallel", "1", NULL };
+	srv_start(&s, args);
+	int a = start_stream(s.port, 1800);
+	int b = dial(s.port);
+	const char *body = CHAT(",\"max_tokens\":4");
+	char head[512];
+	snprintf(head, sizeof(head), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+		 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	send_all(b, head, strlen(head));
+	double t0 = now();
+	while (metric(s.port, "vllm:num_requests_waiting{") != 1)
+		cr_assert_lt(now() - t0, 10, "the request is not queued");
+	close(b);
+	t0 = now();
+	while (metric(s.port, "vllm:num_requests_waiting{") != 0)
+		cr_assert_lt(now() - t0, 60, "still queued %.1f s after its client left", now() - t0);
+	cr_expect_lt(metric(s.port, "vllm:generation_tokens_total{"), 1800,
+		     "the queue emptied only once the running request ended");
+	cr_expect_eq(metric(s.port, "vllm:num_requests_running{"), 1);
+	t0 = now();
+	while (!strstr(read_log(&s), "POST /v1/chat/completions 499 (client gone)"))
+		cr_assert_lt(now() - t0, 10, "no 499 logged: %s", read_log(&s));
+	char *r;
+	cr_assert_eq(get(s.port, "/metrics", &r), 200);
+	cr_expect(strstr(r, "status=\"499\"} 1\n"), "%s", r);
+	free(r);
+	close(a);
+	cr_expect_eq(srv_stop(&s), 0);
+}

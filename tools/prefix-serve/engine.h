@@ -141,7 +141,8 @@ struct serve_job;
  * -EAGAIN (queue full: 429), -ESHUTDOWN (draining: 503), -EINVAL (also n
  * past parallel, a prompt id past the model's vocabulary, an empty stop
  * string), -ENOMEM with err. The request's allocations are the job's even
- * on failure. A queued job whose client hangs up is noticed once it runs. */
+ * on failure. A job whose client hangs up (client_fd), running or queued,
+ * is cancelled between two steps. */
 int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct serve_job **out,
 			struct pfx_error *err);
 /* Cancels at the next step (a client went away); the job still ends with
