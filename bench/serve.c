@@ -280,7 +280,7 @@ static void stream_one(int port, const char *prompt, struct result *out)
 	int hl = snprintf(head, sizeof(head),
 			  "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 			  "Content-Length: %zu\r\nConnection: close\r\n\r\n", blen);
-	int fd = sp_connect(port);
+	int fd = sp_connect(port, 0);
 	double t0 = bench_now(), first = 0, last = 0;
 	if (fd < 0 || sp_send(fd, head, (size_t)hl) || sp_send(fd, body, blen)) {
 		json_object_put(b);

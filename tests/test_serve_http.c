@@ -11,9 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +27,7 @@
 
 #include "daemon_util.h"
 #include "random_model.h"
+#include "serve_util.h"
 
 #define TOKDIR SOURCE_ROOT "/tests/tokenizers/tiny-chat"
 
@@ -234,78 +232,32 @@ static int srv_stop(struct srv *s)
 
 /* ==== Raw HTTP ==== */
 
+/* The socket client is tests/support/serve_util's; these assert. */
 static int dial(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	cr_assert(fd >= 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
-		     strerror(errno));
-	struct timeval tv = { .tv_sec = 30 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	int fd = sp_connect(port, 30000);
+	cr_assert(fd >= 0, "connect: %s", strerror(errno));
 	return fd;
 }
 
 static void send_all(int fd, const char *p, size_t n)
 {
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		cr_assert(w > 0, "send: %s", strerror(errno));
-		p += w;
-		n -= (size_t)w;
-	}
+	cr_assert_eq(sp_send(fd, p, n), 0, "send: %s", strerror(errno));
 }
 
 /* Everything until the server closes (malloc'd, NUL-terminated). */
 static char *read_all(int fd)
 {
-	size_t cap = 1 << 16, len = 0;
-	char *b = malloc(cap);
-	for (;;) {
-		if (len + 4096 > cap)
-			b = realloc(b, cap *= 2);
-		ssize_t n = recv(fd, b + len, cap - len - 1, 0);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	b[len] = 0;
+	char *b = sp_recv_all(fd);
+	cr_assert(b, "out of memory");
 	return b;
-}
-
-static int status_of(const char *resp)
-{
-	int st = 0;
-	if (sscanf(resp, "HTTP/1.%*d %d", &st) != 1)
-		return 0;
-	return st;
 }
 
 /* A request with "Connection: close": the status, and the whole response. */
 static int request(int port, const char *method, const char *path, const char *headers,
 		   const char *body, char **resp)
 {
-	int fd = dial(port);
-	char head[4096];
-	snprintf(head, sizeof(head),
-		 "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s",
-		 method, path, headers ? headers : "", body ? "" : "\r\n");
-	send_all(fd, head, strlen(head));
-	if (body) {
-		snprintf(head, sizeof(head), "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-			 strlen(body));
-		send_all(fd, head, strlen(head));
-		send_all(fd, body, strlen(body));
-	}
-	char *r = read_all(fd);
-	close(fd);
-	int st = status_of(r);
-	if (resp)
-		*resp = r;
-	else
-		free(r);
-	return st;
+	return sp_http(port, method, path, headers, body, resp);
 }
 
 static int get(int port, const char *path, char **resp)
@@ -363,7 +315,7 @@ static char *dechunk(const char *b)
 /* The OpenAI error object of a response: checks its shape, returns its type. */
 static void expect_error(const char *resp, int status, const char *type)
 {
-	cr_expect_eq(status_of(resp), status, "%s", resp);
+	cr_expect_eq(sp_status(resp), status, "%s", resp);
 	cr_expect(strstr(header(resp, "Content-Type") ? header(resp, "Content-Type") : "",
 			 "application/json"), "%s", resp);
 	json_object *j = json_tokener_parse(body_of(resp));
@@ -404,7 +356,7 @@ static int start_stream(int port, int max_tokens)
 		cr_assert(n > 0, "the stream did not start: %.*s", (int)len, buf);
 		len += (size_t)n;
 	}
-	cr_assert_eq(status_of(buf), 200, "%.*s", (int)len, buf);
+	cr_assert_eq(sp_status(buf), 200, "%.*s", (int)len, buf);
 	return fd;
 }
 
@@ -581,7 +533,7 @@ Test(serve_http, oversized_headers_are_refused_and_others_served)
 	}
 	char *r = read_all(fd);
 	close(fd);
-	cr_expect_eq(status_of(r), 431, "oversized headers answered: %.200s", r);
+	cr_expect_eq(sp_status(r), 431, "oversized headers answered: %.200s", r);
 	free(r);
 	free(h);
 	cr_expect_eq(get(s.port, "/health", NULL), 200);
@@ -1018,7 +970,7 @@ Test(serve_http, keep_alive_serves_several_requests_on_one_connection)
 			    strlen(b + 4) >= (size_t)atoi(header(buf, "Content-Length")))
 				break;
 		}
-		cr_expect_eq(status_of(buf), want[i], "%s: %s", gets[i], buf);
+		cr_expect_eq(sp_status(buf), want[i], "%s: %s", gets[i], buf);
 	}
 	const char *bodies[] = { CHAT(",\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true"),
 				 CHAT(",\"max_tokens\":3,\"ignore_eos\":true"),
@@ -1046,7 +998,7 @@ Test(serve_http, keep_alive_serves_several_requests_on_one_connection)
 			      strlen(b + 4) >= (size_t)atoi(header(buf, "Content-Length")))
 				break;
 		}
-		cr_expect_eq(status_of(buf), 200, "%s", buf);
+		cr_expect_eq(sp_status(buf), 200, "%s", buf);
 		if (i != 1)
 			cr_expect(strstr(buf, "data: [DONE]"), "%s", buf);
 		else
@@ -1069,38 +1021,9 @@ static void *stream_client(void *arg)
 		 CHAT(",\"stream\":true,\"ignore_eos\":true,\"max_tokens\":%d,"
 		      "\"stream_options\":{\"include_usage\":true}"), c->tokens);
 	/* No Criterion assertions off the main thread: failures show in resp. */
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)c->port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
-		c->resp = strdup("connect failed");
-		close(fd);
-		return NULL;
-	}
-	char head[1024];
-	snprintf(head, sizeof(head),
-		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-		 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
-	if (send(fd, head, strlen(head), MSG_NOSIGNAL) != (ssize_t)strlen(head)) {
-		c->resp = strdup("send failed");
-		close(fd);
-		return NULL;
-	}
-	struct timeval tv = { .tv_sec = 60 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	size_t cap = 1 << 16, len = 0;
-	char *b = malloc(cap);
-	for (;;) {
-		if (len + 4096 > cap)
-			b = realloc(b, cap *= 2);
-		ssize_t n = recv(fd, b + len, cap - len - 1, 0);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	b[len] = 0;
-	close(fd);
-	c->resp = b;
+	sp_http(c->port, "POST", "/v1/chat/completions", NULL, body, &c->resp);
+	if (!c->resp)
+		c->resp = strdup("the exchange failed");
 	return NULL;
 }
 
@@ -1121,7 +1044,7 @@ Test(serve_http, concurrent_streams_each_complete)
 	for (int i = 0; i < N; i++)
 		pthread_join(t[i], NULL);
 	for (int i = 0; i < N; i++) {
-		cr_expect_eq(status_of(c[i].resp), 200, "%d: %.300s", i, c[i].resp);
+		cr_expect_eq(sp_status(c[i].resp), 200, "%d: %.300s", i, c[i].resp);
 		char *b = dechunk(body_of(c[i].resp));
 		char want[64];
 		snprintf(want, sizeof(want), "\"completion_tokens\":%d", c[i].tokens);
@@ -1293,7 +1216,7 @@ Test(serve_http, max_conns_limit)
 	close(a);
 	cr_expect_eq(poll(&p, 1, 5000), 1, "the third is not served once one closed");
 	ssize_t n = recv(c, buf, sizeof(buf) - 1, 0);
-	cr_expect(n > 0 && status_of(buf) == 200, "%.*s", (int)(n > 0 ? n : 0), buf);
+	cr_expect(n > 0 && sp_status(buf) == 200, "%.*s", (int)(n > 0 ? n : 0), buf);
 	close(b);
 	close(c);
 	cr_expect_eq(srv_stop(&s), 0);
