@@ -110,6 +110,37 @@ Test(serve_api, chat_defaults)
 	api_call_free(&c);
 }
 
+/* Without max_tokens a completion gets 16 tokens (OpenAI's documented
+ * default, vLLM's), or what fits when less does; a chat, what fits. */
+Test(serve_api, completion_default_max_tokens)
+{
+	struct api_call c;
+	struct api_error e;
+	cr_assert_eq(parse(API_COMPLETION, COMPL(""), &c, &e), 0, "%s", e.message);
+	cr_expect_eq(c.req.max_tokens, 16);
+	api_call_free(&c);
+	cr_assert_eq(parse(API_COMPLETION, COMPL(",\"max_tokens\":null"), &c, &e), 0, "%s",
+		     e.message);
+	cr_expect_eq(c.req.max_tokens, 16);
+	api_call_free(&c);
+	cr_assert_eq(parse(API_COMPLETION, COMPL(",\"max_tokens\":200"), &c, &e), 0, "%s",
+		     e.message);
+	cr_expect_eq(c.req.max_tokens, 200);
+	api_call_free(&c);
+	/* 10 prompt tokens in a context of 20: the 10 that fit. */
+	lim.ctx = 20;
+	cr_assert_eq(parse(API_COMPLETION, "{\"prompt\":[5,6,7,8,9,10,11,12,13,14]}", &c, &e), 0,
+		     "%s", e.message);
+	cr_expect_eq(c.req.max_tokens, 10);
+	api_call_free(&c);
+	/* The server's cap applies below 16 too. */
+	lim.ctx = 256;
+	lim.max_tokens_default = 4;
+	cr_assert_eq(parse(API_COMPLETION, COMPL(""), &c, &e), 0, "%s", e.message);
+	cr_expect_eq(c.req.max_tokens, 4);
+	api_call_free(&c);
+}
+
 Test(serve_api, chat_every_option)
 {
 	struct api_call c;

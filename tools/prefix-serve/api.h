@@ -45,9 +45,14 @@ struct api_call {
 	char *model;               /* as the client named it (echoed back) */
 };
 
+/* /v1/completions without max_tokens: OpenAI's documented default, and
+ * vLLM's (a chat without one gets what fits in --ctx). */
+#define API_COMPLETION_MAX_TOKENS 16
+
 struct api_limits {
 	size_t ctx;                /* --ctx: prompt + max_tokens must fit */
-	uint32_t max_tokens_default; /* when the request names none: what fits */
+	uint32_t max_tokens_default; /* when the request names none: caps what fits
+				      * (and a completion's 16); 0: no cap */
 	bool parse_special;        /* --parse-special: HF's behaviour for user text */
 };
 
