@@ -369,11 +369,13 @@ static void *client(void *arg)
 	return NULL;
 }
 
-/* CPU seconds of a process's threads whose name starts with prefix
- * (libmicrohttpd names its own "MHD-..."), from /proc. */
+/* CPU seconds of a process's threads (alive now) whose name starts with
+ * prefix (libmicrohttpd names its own "MHD-..."; "" takes all), from
+ * /proc/PID/task/TID/schedstat: nanoseconds on a CPU, where stat's utime
+ * and stime count clock ticks (10 ms, too coarse for ~0.1 s of HTTP). */
 static double threads_cpu_seconds(pid_t pid, const char *prefix)
 {
-	char path[320], buf[512];
+	char path[320];
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	DIR *d = opendir(path);
 	double s = 0;
@@ -384,14 +386,8 @@ static double threads_cpu_seconds(pid_t pid, const char *prefix)
 		const char *comm = td_read_file(path);
 		if (strncmp(comm, prefix, strlen(prefix)))
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
-		snprintf(buf, sizeof(buf), "%s", td_read_file(path));
-		/* utime and stime are fields 14 and 15, after the ")" of comm. */
-		const char *p = strrchr(buf, ')');
-		unsigned long long ut = 0, st = 0;
-		if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-				&st) == 2)
-			s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+		s += atof(td_read_file(path)) / 1e9;
 	}
 	if (d)
 		closedir(d);
@@ -509,26 +505,13 @@ static int run_one(char **prompts, enum reuse reuse, struct figures *f)
  * layer as the server parses it, so the same prompt ids, max_tokens and
  * sampling), R clients each. What HTTP adds per generated token is the
  * difference of the two runs' wall time and of their CPU time (the
- * server's whole process against this process's, in which the waiting
+ * server's threads, from schedstat, against this process's, in which the waiting
  * clients cost next to nothing).
  *
  * The model is SmolLM's vocabulary with 2 layers of 64: HTTP's cost does
  * not depend on the model (the chunks hold the same text), and with the
  * 135M model's compute in both runs (~40 s each at 2,048 tokens) the
  * difference (~0.1 s) drowns in a shared machine's noise. */
-
-static double proc_cpu_seconds(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	snprintf(buf, sizeof(buf), "%s", td_read_file(path));
-	const char *p = strrchr(buf, ')');
-	unsigned long long ut = 0, st = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			 &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
 
 static double self_cpu_seconds(void)
 {
@@ -685,7 +668,7 @@ static int run_http(char **prompts, struct cost *c)
 	if (!rc) {
 		pthread_t th[MAX_CLIENTS];
 		pid_t pid = s.p[0].pid;
-		double t0 = bench_now(), cpu0 = proc_cpu_seconds(pid);
+		double t0 = bench_now(), cpu0 = threads_cpu_seconds(pid, "");
 		double mhd0 = threads_cpu_seconds(pid, "MHD");
 		double sw0 = threads_switches(pid, "MHD");
 		for (int i = 0; i < opt.clients; i++)
@@ -693,7 +676,7 @@ static int run_http(char **prompts, struct cost *c)
 		for (int i = 0; i < opt.clients; i++)
 			pthread_join(th[i], NULL);
 		c->wall = bench_now() - t0;
-		c->cpu = proc_cpu_seconds(pid) - cpu0;
+		c->cpu = threads_cpu_seconds(pid, "") - cpu0;
 		c->mhd_cpu = threads_cpu_seconds(pid, "MHD") - mhd0;
 		c->mhd_switches = threads_switches(pid, "MHD") - sw0;
 		c->generated = 0;
