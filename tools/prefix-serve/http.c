@@ -1086,9 +1086,10 @@ static void *loop_main(void *arg)
 	struct http *h = arg;
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event ev = { .events = EPOLLIN };
-	if (ep < 0 || !di || epoll_ctl(ep, EPOLL_CTL_ADD, di->epoll_fd, &ev) ||
-	    epoll_ctl(ep, EPOLL_CTL_ADD, h->wake_fd, &ev)) {
+	struct epoll_event mhd_ev = { .events = EPOLLIN, .data.u32 = 0 };
+	struct epoll_event wake_ev = { .events = EPOLLIN, .data.u32 = 1 };
+	if (ep < 0 || !di || epoll_ctl(ep, EPOLL_CTL_ADD, di->epoll_fd, &mhd_ev) ||
+	    epoll_ctl(ep, EPOLL_CTL_ADD, h->wake_fd, &wake_ev)) {
 		/* Never seen; MHD's own polling then, every 10 ms at worst. */
 		serve_log("http: cannot watch libmicrohttpd's epoll: %s", strerror(errno));
 		if (ep >= 0)
@@ -1099,12 +1100,18 @@ static void *loop_main(void *arg)
 		MHD_UNSIGNED_LONG_LONG to = 0;
 		int ms = MHD_get_timeout(h->d, &to) == MHD_YES ? (to > 1000 ? 1000 : (int)to) : 1000;
 		struct epoll_event got[2];
-		if (ep >= 0)
-			epoll_wait(ep, got, 2, ms);
-		else
+		bool woken = ep < 0;
+		if (ep >= 0) {
+			int n = epoll_wait(ep, got, 2, ms);
+			for (int i = 0; i < n; i++)
+				woken |= got[i].data.u32 == 1;
+		} else {
 			MHD_run_wait(h->d, ms > 10 ? 10 : ms);
+		}
 		uint64_t cnt;
-		if (read(h->wake_fd, &cnt, sizeof(cnt)) < 0) {
+		/* Read only when written: a read of an empty eventfd is a
+		 * system call for nothing, on every turn of the loop. */
+		if (woken && read(h->wake_fd, &cnt, sizeof(cnt)) < 0) {
 			/* EAGAIN: nothing written */
 		}
 		pthread_mutex_lock(&h->wake_mu);
