@@ -133,6 +133,29 @@ static struct flight_claim *do_find(struct flight *f, uint32_t ns, const uint8_t
 	return NULL;
 }
 
+/* A claim of ns whose chain holds key past its current key: its claimant
+ * computes that block too. A MATCH finds blocks a PUBLISH has just
+ * indexed before that PUBLISH moves the claim past them
+ * (flight_published runs after the index is written, and flight_seq
+ * moves only then), so the MATCH's first missing block lies ahead of the
+ * claim's key and do_find misses it: without this the MATCH claimed the
+ * rest again, and two clients computed it. Scans every claim, only when
+ * do_find missed. */
+static struct flight_claim *do_find_ahead(struct flight *f, uint32_t ns, const uint8_t *key)
+{
+	if (!atomic_load(&f->nclaims))
+		return NULL;
+	for (size_t b = 0; b < NBUCKETS; b++)
+		for (struct flight_claim *c = f->buckets[b]; c; c = c->hnext) {
+			if (c->ns != ns)
+				continue;
+			for (uint32_t j = c->pos + 1; j < c->n; j++)
+				if (!memcmp(c->chain + (size_t)j * PD_HASH_SIZE, key, PD_HASH_SIZE))
+					return c;
+		}
+	return NULL;
+}
+
 static void do_hash_link(struct flight *f, struct flight_claim *c)
 {
 	size_t b = bucket_of(f, c->ns, key_of(c));
@@ -281,6 +304,8 @@ enum flight_verdict flight_decide(struct flight *f, struct flight_conn *fc,
 		goto out;
 	}
 	struct flight_claim *c = do_find(f, a->ns, a->hashes);
+	if (!c)
+		c = do_find_ahead(f, a->ns, a->hashes);
 	if (c && c->owner == fc) {
 		/* Its own claim, asked again: renewed, on this chain. */
 		do_set_chain(f, c, a);

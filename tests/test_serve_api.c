@@ -110,6 +110,37 @@ Test(serve_api, chat_defaults)
 	api_call_free(&c);
 }
 
+/* Without max_tokens a completion gets 16 tokens (OpenAI's documented
+ * default, vLLM's), or what fits when less does; a chat, what fits. */
+Test(serve_api, completion_default_max_tokens)
+{
+	struct api_call c;
+	struct api_error e;
+	cr_assert_eq(parse(API_COMPLETION, COMPL(""), &c, &e), 0, "%s", e.message);
+	cr_expect_eq(c.req.max_tokens, 16);
+	api_call_free(&c);
+	cr_assert_eq(parse(API_COMPLETION, COMPL(",\"max_tokens\":null"), &c, &e), 0, "%s",
+		     e.message);
+	cr_expect_eq(c.req.max_tokens, 16);
+	api_call_free(&c);
+	cr_assert_eq(parse(API_COMPLETION, COMPL(",\"max_tokens\":200"), &c, &e), 0, "%s",
+		     e.message);
+	cr_expect_eq(c.req.max_tokens, 200);
+	api_call_free(&c);
+	/* 10 prompt tokens in a context of 20: the 10 that fit. */
+	lim.ctx = 20;
+	cr_assert_eq(parse(API_COMPLETION, "{\"prompt\":[5,6,7,8,9,10,11,12,13,14]}", &c, &e), 0,
+		     "%s", e.message);
+	cr_expect_eq(c.req.max_tokens, 10);
+	api_call_free(&c);
+	/* The server's cap applies below 16 too. */
+	lim.ctx = 256;
+	lim.max_tokens_default = 4;
+	cr_assert_eq(parse(API_COMPLETION, COMPL(""), &c, &e), 0, "%s", e.message);
+	cr_expect_eq(c.req.max_tokens, 4);
+	api_call_free(&c);
+}
+
 Test(serve_api, chat_every_option)
 {
 	struct api_call c;
@@ -883,6 +914,11 @@ Test(serve_api, error_and_models_shapes)
 	cr_assert_eq(parse(API_CHAT, CHAT(",\"n\":0"), &c, &e), -1);
 	expect_file("error_range.json", api_error_json(&e));
 	expect_file("models.json", api_models_json(CHAT_MODEL, 1686935002));
+	/* GET /v1/models/{model}: OpenAI's retrieve, the list's item alone. */
+	char *m = api_model_json(CHAT_MODEL, 1686935002);
+	cr_expect_str_eq(m, "{\"id\":\"gpt-4o-mini\",\"object\":\"model\",\"created\":1686935002,"
+			    "\"owned_by\":\"prefixd\"}");
+	free(m);
 	/* A code and no param; a status beyond 400. */
 	e.retry_after = 5;
 	api_fail(&e, 429, "rate_limit_error", "queue_full", NULL, "Busy: %d waiting.", 3);

@@ -336,6 +336,60 @@ Test(serve_engine, batched_greedy_equals_each_alone)
 /* n = 3: the prompt computed once (as many steps as one choice takes,
  * none cached), every greedy choice the same as alone; with sampling,
  * choice i is what an n = 1 request with seed + i gets. */
+/* The notified hook (prefix-serve wakes its HTTP thread there, once for
+ * all the streams a step gave output to): it follows every round of
+ * notifies, so no notify is left without one, and it comes once a step,
+ * not once a job. */
+static atomic_uint hook_calls, hook_notifies;
+static atomic_bool notify_pending;
+
+static void counting_notify(void *arg)
+{
+	atomic_fetch_add(&hook_notifies, 1);
+	atomic_store(&notify_pending, true);
+	notify(arg);
+}
+
+static void notified_hook(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&hook_calls, 1);
+	atomic_store(&notify_pending, false);
+}
+
+Test(serve_engine, the_notified_hook_follows_each_round_of_notifies)
+{
+	struct serve_engine *e = start((struct serve_engine_opts){ .notified = notified_hook });
+	enum { JOBS = 3, TOKENS = 6 };
+	struct serve_job *j[JOBS];
+	int32_t *p = prompt(12, 5);
+	for (int i = 0; i < JOBS; i++) {
+		struct serve_request r = req(p, 12, TOKENS);
+		r.notify = counting_notify;
+		j[i] = submit(e, r);
+	}
+	for (int i = 0; i < JOBS; i++)
+		wait_done(j[i]);
+	/* The engine goes idle after the last round: the hook came before
+	 * (the bound only matters when it never comes). */
+	for (int t = 0; atomic_load(&notify_pending) && t < 5000; t++)
+		usleep(1000);
+	cr_expect_not(atomic_load(&notify_pending), "a notify was left without the hook after it");
+	struct serve_engine_stats st;
+	serve_engine_stats(e, &st);
+	serve_engine_stop(e);
+	cr_expect_geq(atomic_load(&hook_notifies), JOBS * TOKENS);
+	/* Once after each turn of the engine's loop (a step, or a wait that
+	 * computed nothing) and once at the end: never once a job. */
+	cr_expect_lt(atomic_load(&hook_calls), atomic_load(&hook_notifies),
+		     "%u hook calls for %u notifies", atomic_load(&hook_calls),
+		     atomic_load(&hook_notifies));
+	cr_expect_geq(atomic_load(&hook_calls), st.steps ? 1 : 0);
+	for (int i = 0; i < JOBS; i++)
+		serve_job_release(j[i]);
+	free(p);
+}
+
 Test(serve_engine, n_choices_share_one_prefill)
 {
 	int32_t *p = prompt(50, 7);

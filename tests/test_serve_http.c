@@ -11,9 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +27,7 @@
 
 #include "daemon_util.h"
 #include "random_model.h"
+#include "serve_util.h"
 
 #define TOKDIR SOURCE_ROOT "/tests/tokenizers/tiny-chat"
 
@@ -234,78 +232,32 @@ static int srv_stop(struct srv *s)
 
 /* ==== Raw HTTP ==== */
 
+/* The socket client is tests/support/serve_util's; these assert. */
 static int dial(int port)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	cr_assert(fd >= 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
-		     strerror(errno));
-	struct timeval tv = { .tv_sec = 30 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	int fd = sp_connect(port, 30000);
+	cr_assert(fd >= 0, "connect: %s", strerror(errno));
 	return fd;
 }
 
 static void send_all(int fd, const char *p, size_t n)
 {
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		cr_assert(w > 0, "send: %s", strerror(errno));
-		p += w;
-		n -= (size_t)w;
-	}
+	cr_assert_eq(sp_send(fd, p, n), 0, "send: %s", strerror(errno));
 }
 
 /* Everything until the server closes (malloc'd, NUL-terminated). */
 static char *read_all(int fd)
 {
-	size_t cap = 1 << 16, len = 0;
-	char *b = malloc(cap);
-	for (;;) {
-		if (len + 4096 > cap)
-			b = realloc(b, cap *= 2);
-		ssize_t n = recv(fd, b + len, cap - len - 1, 0);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	b[len] = 0;
+	char *b = sp_recv_all(fd);
+	cr_assert(b, "out of memory");
 	return b;
-}
-
-static int status_of(const char *resp)
-{
-	int st = 0;
-	if (sscanf(resp, "HTTP/1.%*d %d", &st) != 1)
-		return 0;
-	return st;
 }
 
 /* A request with "Connection: close": the status, and the whole response. */
 static int request(int port, const char *method, const char *path, const char *headers,
 		   const char *body, char **resp)
 {
-	int fd = dial(port);
-	char head[4096];
-	snprintf(head, sizeof(head),
-		 "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s",
-		 method, path, headers ? headers : "", body ? "" : "\r\n");
-	send_all(fd, head, strlen(head));
-	if (body) {
-		snprintf(head, sizeof(head), "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-			 strlen(body));
-		send_all(fd, head, strlen(head));
-		send_all(fd, body, strlen(body));
-	}
-	char *r = read_all(fd);
-	close(fd);
-	int st = status_of(r);
-	if (resp)
-		*resp = r;
-	else
-		free(r);
-	return st;
+	return sp_http(port, method, path, headers, body, resp);
 }
 
 static int get(int port, const char *path, char **resp)
@@ -363,7 +315,7 @@ static char *dechunk(const char *b)
 /* The OpenAI error object of a response: checks its shape, returns its type. */
 static void expect_error(const char *resp, int status, const char *type)
 {
-	cr_expect_eq(status_of(resp), status, "%s", resp);
+	cr_expect_eq(sp_status(resp), status, "%s", resp);
 	cr_expect(strstr(header(resp, "Content-Type") ? header(resp, "Content-Type") : "",
 			 "application/json"), "%s", resp);
 	json_object *j = json_tokener_parse(body_of(resp));
@@ -404,7 +356,7 @@ static int start_stream(int port, int max_tokens)
 		cr_assert(n > 0, "the stream did not start: %.*s", (int)len, buf);
 		len += (size_t)n;
 	}
-	cr_assert_eq(status_of(buf), 200, "%.*s", (int)len, buf);
+	cr_assert_eq(sp_status(buf), 200, "%.*s", (int)len, buf);
 	return fd;
 }
 
@@ -581,7 +533,7 @@ Test(serve_http, oversized_headers_are_refused_and_others_served)
 	}
 	char *r = read_all(fd);
 	close(fd);
-	cr_expect_eq(status_of(r), 431, "oversized headers answered: %.200s", r);
+	cr_expect_eq(sp_status(r), 431, "oversized headers answered: %.200s", r);
 	free(r);
 	free(h);
 	cr_expect_eq(get(s.port, "/health", NULL), 200);
@@ -916,6 +868,38 @@ Test(serve_http, models_lists_the_model)
 	cr_expect_eq(srv_stop(&s), 0);
 }
 
+/* GET /v1/models/{model}: the served model's object (its name may hold a
+ * "/"), OpenAI's 404 model_not_found for any other. */
+Test(serve_http, retrieve_model_by_id)
+{
+	struct srv s;
+	const char *args[] = { "--model-name", "org/tiny", NULL };
+	srv_start(&s, args);
+	char *r;
+	cr_assert_eq(get(s.port, "/v1/models/org/tiny", &r), 200, "%s", r);
+	json_object *j = json_tokener_parse(body_of(r));
+	cr_assert(j, "%s", r);
+	json_object *v;
+	cr_expect(json_object_object_get_ex(j, "id", &v) &&
+		  !strcmp(json_object_get_string(v), "org/tiny"), "%s", r);
+	cr_expect(json_object_object_get_ex(j, "object", &v) &&
+		  !strcmp(json_object_get_string(v), "model"), "%s", r);
+	cr_expect(json_object_object_get_ex(j, "created", &v) &&
+		  json_object_is_type(v, json_type_int), "%s", r);
+	cr_expect(json_object_object_get_ex(j, "owned_by", NULL), "%s", r);
+	json_object_put(j);
+	free(r);
+	cr_assert_eq(get(s.port, "/v1/models/tiny", &r), 404, "%s", r);
+	expect_error(r, 404, "invalid_request_error");
+	cr_expect(strstr(r, "\"code\":\"model_not_found\""), "%s", r);
+	cr_expect(strstr(r, "\"param\":\"model\""), "%s", r);
+	cr_expect(strstr(r, "The model 'tiny' does not exist"), "%s", r);
+	free(r);
+	cr_assert_eq(post(s.port, "/v1/models/org/tiny", "{}", &r), 405, "%s", r);
+	free(r);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
 /* Options are checked before anything starts: exit 2 and why. */
 Test(serve_http, bad_options_exit_2_saying_why)
 {
@@ -986,7 +970,7 @@ Test(serve_http, keep_alive_serves_several_requests_on_one_connection)
 			    strlen(b + 4) >= (size_t)atoi(header(buf, "Content-Length")))
 				break;
 		}
-		cr_expect_eq(status_of(buf), want[i], "%s: %s", gets[i], buf);
+		cr_expect_eq(sp_status(buf), want[i], "%s: %s", gets[i], buf);
 	}
 	const char *bodies[] = { CHAT(",\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true"),
 				 CHAT(",\"max_tokens\":3,\"ignore_eos\":true"),
@@ -1014,7 +998,7 @@ Test(serve_http, keep_alive_serves_several_requests_on_one_connection)
 			      strlen(b + 4) >= (size_t)atoi(header(buf, "Content-Length")))
 				break;
 		}
-		cr_expect_eq(status_of(buf), 200, "%s", buf);
+		cr_expect_eq(sp_status(buf), 200, "%s", buf);
 		if (i != 1)
 			cr_expect(strstr(buf, "data: [DONE]"), "%s", buf);
 		else
@@ -1037,38 +1021,9 @@ static void *stream_client(void *arg)
 		 CHAT(",\"stream\":true,\"ignore_eos\":true,\"max_tokens\":%d,"
 		      "\"stream_options\":{\"include_usage\":true}"), c->tokens);
 	/* No Criterion assertions off the main thread: failures show in resp. */
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)c->port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
-		c->resp = strdup("connect failed");
-		close(fd);
-		return NULL;
-	}
-	char head[1024];
-	snprintf(head, sizeof(head),
-		 "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-		 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
-	if (send(fd, head, strlen(head), MSG_NOSIGNAL) != (ssize_t)strlen(head)) {
-		c->resp = strdup("send failed");
-		close(fd);
-		return NULL;
-	}
-	struct timeval tv = { .tv_sec = 60 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	size_t cap = 1 << 16, len = 0;
-	char *b = malloc(cap);
-	for (;;) {
-		if (len + 4096 > cap)
-			b = realloc(b, cap *= 2);
-		ssize_t n = recv(fd, b + len, cap - len - 1, 0);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	b[len] = 0;
-	close(fd);
-	c->resp = b;
+	sp_http(c->port, "POST", "/v1/chat/completions", NULL, body, &c->resp);
+	if (!c->resp)
+		c->resp = strdup("the exchange failed");
 	return NULL;
 }
 
@@ -1089,7 +1044,7 @@ Test(serve_http, concurrent_streams_each_complete)
 	for (int i = 0; i < N; i++)
 		pthread_join(t[i], NULL);
 	for (int i = 0; i < N; i++) {
-		cr_expect_eq(status_of(c[i].resp), 200, "%d: %.300s", i, c[i].resp);
+		cr_expect_eq(sp_status(c[i].resp), 200, "%d: %.300s", i, c[i].resp);
 		char *b = dechunk(body_of(c[i].resp));
 		char want[64];
 		snprintf(want, sizeof(want), "\"completion_tokens\":%d", c[i].tokens);
@@ -1261,8 +1216,100 @@ Test(serve_http, max_conns_limit)
 	close(a);
 	cr_expect_eq(poll(&p, 1, 5000), 1, "the third is not served once one closed");
 	ssize_t n = recv(c, buf, sizeof(buf) - 1, 0);
-	cr_expect(n > 0 && status_of(buf) == 200, "%.*s", (int)(n > 0 ? n : 0), buf);
+	cr_expect(n > 0 && sp_status(buf) == 200, "%.*s", (int)(n > 0 ? n : 0), buf);
 	close(b);
 	close(c);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+/* A long prompt is parsed, rendered and encoded off the HTTP thread: while
+ * a chat of 5,000 messages (160 KB, seconds to render under ASan, against
+ * milliseconds to upload) is prepared and refused (past --ctx: the same
+ * 400 before any header), a running stream keeps getting its chunks.
+ * Counted by order, not time: the stream's events that arrive between the
+ * long request's last byte sent and its answer's first byte. Prepared on
+ * the HTTP thread, none is sent meanwhile (checked: 0). */
+Test(serve_http, a_long_prompt_does_not_stall_running_streams)
+{
+	struct srv s;
+	srv_start(&s, NULL);
+	int a = start_stream(s.port, 1800);
+	size_t msgs = 5000;
+	static const char m[] = "{\"role\":\"user\",\"content\":\"hi\"},";
+	char *body = malloc(msgs * sizeof(m) + 64);
+	size_t len = (size_t)sprintf(body, "{\"messages\":[");
+	for (size_t i = 0; i < msgs; i++)
+		len += (size_t)sprintf(body + len, "%s", m);
+	len += (size_t)sprintf(body + len,
+			       "{\"role\":\"user\",\"content\":\"end\"}],\"max_tokens\":4}");
+	int b = dial(s.port);
+	char head[256];
+	snprintf(head, sizeof(head), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+		 "Connection: close\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n", len);
+	send_all(b, head, strlen(head));
+	send_all(b, body, len);
+	free(body);
+	/* From here: the stream's events until b's answer begins. */
+	int during = 0;
+	char buf[65536];
+	for (bool answered = false; !answered;) {
+		struct pollfd p[2] = { { .fd = a, .events = POLLIN }, { .fd = b, .events = POLLIN } };
+		cr_assert_gt(poll(p, 2, 30000), 0, "neither the stream nor the long request moves");
+		if (p[1].revents)
+			answered = true;
+		else if (p[0].revents) {
+			ssize_t n = recv(a, buf, sizeof(buf) - 1, 0);
+			cr_assert_gt(n, 0, "the stream ended early");
+			buf[n] = 0;
+			during += count(buf, "data: ");
+		}
+	}
+	char *r = read_all(b);
+	close(b);
+	expect_error(r, 400, "invalid_request_error");
+	cr_expect(strstr(r, "context_length_exceeded"), "%s", r);
+	free(r);
+	cr_expect_geq(during, 2, "%d events of the running stream while the long prompt was "
+		      "encoded", during);
+	close(a);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+/* A client that hangs up while its request waits in the queue leaves the
+ * queue at once, not when the request would have run: with one sequence
+ * at a time, the queued request's hang-up empties the queue while the
+ * first request still runs (none of its 1800 tokens counted as done);
+ * the log and the metrics say 499. */
+Test(serve_http, client_gone_while_queued_leaves_the_queue)
+{
+	struct srv s;
+	const char *args[] = { "--parallel", "1", NULL };
+	srv_start(&s, args);
+	int a = start_stream(s.port, 1800);
+	int b = dial(s.port);
+	const char *body = CHAT(",\"max_tokens\":4");
+	char head[512];
+	snprintf(head, sizeof(head), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+		 "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	send_all(b, head, strlen(head));
+	double t0 = now();
+	while (metric(s.port, "vllm:num_requests_waiting{") != 1)
+		cr_assert_lt(now() - t0, 10, "the request is not queued");
+	close(b);
+	t0 = now();
+	while (metric(s.port, "vllm:num_requests_waiting{") != 0)
+		cr_assert_lt(now() - t0, 60, "still queued %.1f s after its client left", now() - t0);
+	cr_expect_lt(metric(s.port, "vllm:generation_tokens_total{"), 1800,
+		     "the queue emptied only once the running request ended");
+	cr_expect_eq(metric(s.port, "vllm:num_requests_running{"), 1);
+	t0 = now();
+	while (!strstr(read_log(&s), "POST /v1/chat/completions 499 (client gone)"))
+		cr_assert_lt(now() - t0, 10, "no 499 logged: %s", read_log(&s));
+	char *r;
+	cr_assert_eq(get(s.port, "/metrics", &r), 200);
+	cr_expect(strstr(r, "status=\"499\"} 1\n"), "%s", r);
+	free(r);
+	close(a);
 	cr_expect_eq(srv_stop(&s), 0);
 }

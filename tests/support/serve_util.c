@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -98,7 +99,7 @@ int sp_stop(struct serve_proc *p)
 	return code;
 }
 
-int sp_connect(int port)
+int sp_connect(int port, int recv_timeout_ms)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -106,6 +107,10 @@ int sp_connect(int port)
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
 		close(fd);
 		fd = -1;
+	}
+	if (fd >= 0 && recv_timeout_ms > 0) {
+		struct timeval tv = { recv_timeout_ms / 1000, (recv_timeout_ms % 1000) * 1000 };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	}
 	return fd;
 }
@@ -122,12 +127,43 @@ int sp_send(int fd, const char *buf, size_t len)
 	return 0;
 }
 
+char *sp_recv_all(int fd)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (len + 4096 > cap) {
+			char *b = realloc(buf, cap *= 2);
+			if (!b) {
+				free(buf);
+				return NULL;
+			}
+			buf = b;
+		}
+		ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+	}
+	if (buf)
+		buf[len] = 0;
+	return buf;
+}
+
+int sp_status(const char *response)
+{
+	int st;
+	if (!response || sscanf(response, "HTTP/1.%*d %d", &st) != 1)
+		return -1;
+	return st;
+}
+
 int sp_http(int port, const char *method, const char *path, const char *headers,
 	    const char *body, char **response)
 {
 	if (response)
 		*response = NULL;
-	int fd = sp_connect(port);
+	int fd = sp_connect(port, SP_HTTP_TIMEOUT_MS);
 	if (fd < 0)
 		return -1;
 	size_t blen = body ? strlen(body) : 0;
@@ -137,32 +173,17 @@ int sp_http(int port, const char *method, const char *path, const char *headers,
 			 "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
 	int n = asprintf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s\r\n",
 			 method, path, headers ? headers : "", clen);
-	int status = -1;
-	if (n < 0 || sp_send(fd, req, (size_t)n) || (body && sp_send(fd, body, blen))) {
-		free(req);
+	if (n < 0) {
 		close(fd);
 		return -1;
 	}
+	/* A send cut short may follow an early answer: read it anyway. */
+	if (sp_send(fd, req, (size_t)n) || (body && sp_send(fd, body, blen)))
+		shutdown(fd, SHUT_WR);
 	free(req);
-	size_t cap = 1 << 16, len = 0;
-	char *buf = malloc(cap);
-	for (ssize_t r; buf; len += (size_t)r) {
-		if (len + 1 >= cap) {
-			char *b = realloc(buf, cap *= 2);
-			if (!b)
-				break;
-			buf = b;
-		}
-		r = recv(fd, buf + len, cap - len - 1, 0);
-		if (r <= 0)
-			break;
-	}
+	char *buf = sp_recv_all(fd);
 	close(fd);
-	if (!buf)
-		return -1;
-	buf[len] = 0;
-	if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
-		status = -1;
+	int status = sp_status(buf);
 	if (response)
 		*response = buf;
 	else

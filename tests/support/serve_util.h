@@ -29,15 +29,25 @@ int sp_wait_healthy(const struct serve_proc *p, int timeout_ms);
  * printed when it is not 0. */
 int sp_stop(struct serve_proc *p);
 
-/* Connects to 127.0.0.1:port; the descriptor or -1. */
-int sp_connect(int port);
+/* Connects to 127.0.0.1:port with recv_timeout_ms as the socket's receive
+ * timeout (0: none, a recv may wait forever); the descriptor or -1. */
+int sp_connect(int port, int recv_timeout_ms);
 /* Sends all of buf; 0 or -1. */
 int sp_send(int fd, const char *buf, size_t len);
+/* Everything received until the peer closes, an error or the receive
+ * timeout: malloc'd, NUL-terminated (NULL: out of memory). */
+char *sp_recv_all(int fd);
+/* The status of a response's "HTTP/1.x NNN" line, -1 without one. */
+int sp_status(const char *response);
+/* sp_http's receive timeout: a server silent that long failed. */
+#define SP_HTTP_TIMEOUT_MS 60000
 /* One request: method, path, extra header lines (each ending in "\r\n",
- * may be NULL) and a body (NULL: none). The status (-1 when the exchange
- * failed), and in *response (malloc'd, NUL-terminated, may be NULL) all
- * the server sent, headers included; sp_body finds the body in it (a
- * chunked one is left as sent). */
+ * may be NULL) and a body (NULL: none; with Content-Type: application/json).
+ * The status (-1 when the exchange failed), and in *response (malloc'd,
+ * NUL-terminated, may be NULL) all the server sent, headers included;
+ * sp_body finds the body in it (a chunked one is left as sent). A server
+ * that answers before the body is all sent (413) and closes is still
+ * heard. */
 int sp_http(int port, const char *method, const char *path, const char *headers,
 	    const char *body, char **response);
 const char *sp_body(const char *response);

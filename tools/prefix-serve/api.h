@@ -45,9 +45,14 @@ struct api_call {
 	char *model;               /* as the client named it (echoed back) */
 };
 
+/* /v1/completions without max_tokens: OpenAI's documented default, and
+ * vLLM's (a chat without one gets what fits in --ctx). */
+#define API_COMPLETION_MAX_TOKENS 16
+
 struct api_limits {
 	size_t ctx;                /* --ctx: prompt + max_tokens must fit */
-	uint32_t max_tokens_default; /* when the request names none: what fits */
+	uint32_t max_tokens_default; /* when the request names none: caps what fits
+				      * (and a completion's 16); 0: no cap */
 	bool parse_special;        /* --parse-special: HF's behaviour for user text */
 };
 
@@ -71,6 +76,8 @@ void api_call_free(struct api_call *c);
 char *api_error_json(const struct api_error *e);
 /* GET /v1/models. */
 char *api_models_json(const char *model, int64_t created);
+/* GET /v1/models/{model}: the model object alone (OpenAI's retrieve). */
+char *api_model_json(const char *model, int64_t created);
 
 /* The whole non-streamed response of a finished job (the HTTP side passes
  * serve_job_choice(j, 0 .. n - 1) under serve_job_lock): choices in order

@@ -268,7 +268,8 @@ static int read_budget(struct json_object *root, enum api_kind kind, struct budg
 }
 
 /* The prompt and max_tokens against the context: without a max_tokens,
- * what the prompt leaves (capped by the server's default). */
+ * what the prompt leaves (a completion's at most 16; capped by the
+ * server's default). */
 static int fit(struct api_call *c, const struct budget *b, const struct api_limits *lim,
 	       struct api_error *e)
 {
@@ -290,7 +291,12 @@ static int fit(struct api_call *c, const struct budget *b, const struct api_limi
 				"'%s' can be at most %zu.", lim->ctx, np + (size_t)max, np, what, max,
 				what, what, b->name, room);
 	if (!b->set) {
+		/* vLLM's defaults: a chat gets what fits; a completion 16
+		 * tokens (OpenAI's documented default for /v1/completions),
+		 * fewer if fewer fit. */
 		max = room > UINT32_MAX ? UINT32_MAX : (int64_t)room;
+		if (c->kind == API_COMPLETION && max > API_COMPLETION_MAX_TOKENS)
+			max = API_COMPLETION_MAX_TOKENS;
 		if (lim->max_tokens_default && (uint64_t)max > lim->max_tokens_default)
 			max = lim->max_tokens_default;
 	}

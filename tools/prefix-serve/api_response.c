@@ -197,16 +197,29 @@ char *api_chunk_usage(const struct api_call *c, const char *id, int64_t created,
 	return jw_finish(&w, root, true);
 }
 
+/* One model object: {"id","object":"model","created","owned_by"}. */
+static struct json_object *model_obj(struct jw *w, const char *model, int64_t created)
+{
+	struct json_object *m = jw_obj(w);
+	jw_put(w, m, "id", jw_str(w, model));
+	jw_put(w, m, "object", jw_str(w, "model"));
+	jw_put(w, m, "created", jw_int(w, created));
+	jw_put(w, m, "owned_by", jw_str(w, "prefixd"));
+	return m;
+}
+
 char *api_models_json(const char *model, int64_t created)
 {
 	struct jw w = { 0 };
-	struct json_object *root = jw_obj(&w), *list = jw_arr(&w), *m = jw_obj(&w);
+	struct json_object *root = jw_obj(&w), *list = jw_arr(&w);
 	jw_put(&w, root, "object", jw_str(&w, "list"));
-	jw_put(&w, m, "id", jw_str(&w, model));
-	jw_put(&w, m, "object", jw_str(&w, "model"));
-	jw_put(&w, m, "created", jw_int(&w, created));
-	jw_put(&w, m, "owned_by", jw_str(&w, "prefixd"));
-	jw_push(&w, list, m);
+	jw_push(&w, list, model_obj(&w, model, created));
 	jw_put(&w, root, "data", list);
 	return jw_finish(&w, root, false);
+}
+
+char *api_model_json(const char *model, int64_t created)
+{
+	struct jw w = { 0 };
+	return jw_finish(&w, model_obj(&w, model, created), false);
 }

@@ -314,27 +314,47 @@ static void land(struct serve_engine *e)
 	}
 }
 
+/* fd (unless -1 or there already) added to pfd[0, np); the new np. */
+static size_t add_fd(struct pollfd *pfd, size_t np, int fd)
+{
+	size_t k = 0;
+	while (k < np && pfd[k].fd != fd)
+		k++;
+	if (fd >= 0 && k == np)
+		pfd[np++] = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
+	return np;
+}
+
 /* Between steps: cancelled and hung-up jobs leave, queued ones join. */
 static bool schedule(struct serve_engine *e)
 {
-	/* Hang-ups: one poll over the running jobs' connections. */
+	/* Hang-ups: one poll over the running and the queued jobs'
+	 * connections. A queued job whose client left is cancelled here and
+	 * leaves the queue below, at once rather than once it would run.
+	 * Queued jobs stay in the queue until this thread takes them out. */
 	size_t np = 0;
 	for (unsigned i = 0; i < e->o.parallel; i++) {
 		struct seq *q = &e->seqs[i];
-		int fd = q->state != SEQ_FREE ? q->job->r.client_fd : -1;
-		size_t k = 0;
-		while (k < np && e->pfd[k].fd != fd)
-			k++;
-		if (fd >= 0 && k == np)
-			e->pfd[np++] = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
+		np = add_fd(e->pfd, np, q->state != SEQ_FREE ? q->job->r.client_fd : -1);
 	}
+	pthread_mutex_lock(&e->mu);
+	for (struct serve_job *j = e->qhead; j; j = j->next)
+		np = add_fd(e->pfd, np, j->r.client_fd);
+	pthread_mutex_unlock(&e->mu);
 	if (np && poll(e->pfd, np, 0) > 0)
-		for (size_t k = 0; k < np; k++)
-			if (e->pfd[k].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-				for (unsigned i = 0; i < e->o.parallel; i++)
-					if (e->seqs[i].state != SEQ_FREE &&
-					    e->seqs[i].job->r.client_fd == e->pfd[k].fd)
-						atomic_store(&e->seqs[i].job->cancel, true);
+		for (size_t k = 0; k < np; k++) {
+			if (!(e->pfd[k].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+				continue;
+			for (unsigned i = 0; i < e->o.parallel; i++)
+				if (e->seqs[i].state != SEQ_FREE &&
+				    e->seqs[i].job->r.client_fd == e->pfd[k].fd)
+					atomic_store(&e->seqs[i].job->cancel, true);
+			pthread_mutex_lock(&e->mu);
+			for (struct serve_job *j = e->qhead; j; j = j->next)
+				if (j->r.client_fd == e->pfd[k].fd)
+					atomic_store(&j->cancel, true);
+			pthread_mutex_unlock(&e->mu);
+		}
 	pthread_mutex_lock(&e->mu);
 	bool all = e->cancel_all, stop = e->stopping;
 	pthread_mutex_unlock(&e->mu);
@@ -586,6 +606,8 @@ static void *run(void *arg)
 		bool go = schedule(e);
 		size_t n = step(e);
 		notify_touched(e);
+		if (e->o.notified)
+			e->o.notified(e->o.notified_arg);
 		if (!go)
 			break;
 		if (!n && e->running)
@@ -593,6 +615,8 @@ static void *run(void *arg)
 	}
 	/* Every job left: their attaches stop within a slice. */
 	reap_orphans(e, true);
+	if (e->o.notified)
+		e->o.notified(e->o.notified_arg);
 	return NULL;
 }
 
@@ -640,7 +664,9 @@ int serve_engine_start(const struct serve_engine_opts *o, struct serve_engine **
 	e->seqs = calloc(P, sizeof(*e->seqs));
 	e->items = calloc(P, sizeof(*e->items));
 	e->item_seq = calloc(P, sizeof(*e->item_seq));
-	e->pfd = calloc(P, sizeof(*e->pfd));
+	/* The running jobs' connections and the queued ones' (at most
+	 * parallel + queue jobs: each takes a choice's place at least). */
+	e->pfd = calloc(2 * (size_t)P + o->queue, sizeof(*e->pfd));
 	/* Touched in a step: jobs that left their slots between steps, and
 	 * those in the slots during it. */
 	e->touched = calloc(2 * (size_t)P, sizeof(*e->touched));

@@ -52,6 +52,12 @@ struct serve_engine_opts {
 				    * 0: never wait nor claim (--no-wait). The
 				    * wait runs on a thread of its own: other
 				    * sequences keep running meanwhile */
+	/* Called (engine thread, no lock held) after each round of notify
+	 * calls, once a step at most: a caller that batches what notify asks
+	 * for (prefix-serve wakes its HTTP thread once a step, not once a
+	 * stream) acts on the batch here. NULL: none. */
+	void (*notified)(void *arg);
+	void *notified_arg;
 };
 
 struct serve_engine;
@@ -135,7 +141,8 @@ struct serve_job;
  * -EAGAIN (queue full: 429), -ESHUTDOWN (draining: 503), -EINVAL (also n
  * past parallel, a prompt id past the model's vocabulary, an empty stop
  * string), -ENOMEM with err. The request's allocations are the job's even
- * on failure. A queued job whose client hangs up is noticed once it runs. */
+ * on failure. A job whose client hangs up (client_fd), running or queued,
+ * is cancelled between two steps. */
 int serve_engine_submit(struct serve_engine *e, struct serve_request *r, struct serve_job **out,
 			struct pfx_error *err);
 /* Cancels at the next step (a client went away); the job still ends with

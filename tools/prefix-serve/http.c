@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The HTTP side of prefix-serve on libmicrohttpd (MHD): one internal epoll
- * thread runs every connection; the engine thread writes jobs' output and
- * calls notify.
+ * The HTTP side of prefix-serve on libmicrohttpd (MHD): one thread of
+ * ours (the loop, below) runs MHD in external epoll mode for every
+ * connection; the engine thread writes jobs' output and calls notify, and
+ * its `notified` hook wakes the loop once a step to resume the streams
+ * that got output.
  *
  * Responses are pulled: a non-streamed request's connection is suspended
  * until its job is done; a stream's reader copies what is new and, when
@@ -14,7 +16,7 @@
  * "nothing new" and its suspend): each request's slot has a mutex and a
  * `suspended` flag. The reader checks for output and suspends under the
  * slot's mutex; notify takes it, and if the flag is set, clears it and
- * resumes after letting it go. So exactly one resume follows each suspend
+ * queues the resume after letting it go. So exactly one resume follows each suspend
  * and no output is missed.
  *
  * Lifetimes: notify's argument is a slot, and slots live as long as the
@@ -52,6 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,6 +71,7 @@ enum route {
 	R_CHAT,
 	R_COMPLETIONS,
 	R_MODELS,
+	R_MODEL,                   /* /v1/models/{id} */
 	R_HEALTH,
 	R_METRICS,
 };
@@ -79,6 +84,7 @@ static const struct {
 	{ "/v1/chat/completions", R_CHAT, "POST" },
 	{ "/v1/completions", R_COMPLETIONS, "POST" },
 	{ "/v1/models", R_MODELS, "GET" },
+	{ "/v1/models/", R_MODEL, "GET" }, /* a prefix: the rest is the id */
 	{ "/health", R_HEALTH, "GET" },
 	{ "/metrics", R_METRICS, "GET" },
 };
@@ -108,11 +114,15 @@ struct req;
 
 /* Where notify finds a request: one per connection that can be open. */
 struct slot {
+	struct http *h;
 	pthread_mutex_t mu;
 	struct req *req;           /* NULL: free */
 	struct MHD_Connection *conn;
 	bool suspended;
 	struct slot *next_free;    /* under http.slots_mu */
+	/* A resume the engine asked for, done by the loop (under wake_mu). */
+	struct MHD_Connection *wake_conn;
+	struct slot *next_wake;
 };
 
 struct stream_choice {
@@ -144,6 +154,12 @@ struct req {
 	struct stream_choice sc[SERVE_MAX_CHOICES];
 	bool ended;
 	bool client_left;          /* the engine saw the client hang up */
+	/* With the prep thread (suspended until it is done): */
+	bool preparing;
+	int fd;                    /* the connection's, polled by the engine */
+	int prep_rc;               /* 0: r->job runs; else prep_err says why */
+	struct api_error prep_err;
+	struct req *next_prep;     /* under http.prep_mu */
 	char *pending;
 	size_t pending_len, pending_off;
 };
@@ -170,6 +186,25 @@ struct http {
 	bool wstop;
 	pthread_t watchdog;
 	bool watchdog_started;
+
+	/* The loop thread runs MHD (its epoll, external mode) and our
+	 * eventfd: the engine's resumes of a step come as one wake-up. */
+	int wake_fd;
+	pthread_mutex_t wake_mu;   /* a leaf */
+	struct slot *wakes;        /* resumes to do */
+	bool wake_sent;            /* wake_fd written since the loop took wakes */
+	pthread_t loop;
+	bool loop_started;
+	atomic_bool loop_stop;
+	atomic_int quiesce;        /* 1: asked, 2: done (the loop's) */
+	MHD_socket quiesced_fd;
+
+	pthread_mutex_t prep_mu;   /* a leaf */
+	pthread_cond_t prep_cv;
+	struct req *prep_head;     /* requests waiting for the prep thread */
+	bool prep_stop;
+	pthread_t prep;
+	bool prep_started;
 };
 
 static int64_t now_ns(void)
@@ -414,9 +449,39 @@ static void on_notify(void *arg)
 	struct MHD_Connection *c = s->conn;
 	pthread_mutex_unlock(&s->mu);
 	/* Suspended, the connection stays: MHD neither times it out nor
-	 * closes it, and only this resume can end the suspension. */
-	if (resume)
-		MHD_resume_connection(c);
+	 * closes it, and only this resume can end the suspension. The loop
+	 * does it, after the engine's round of notifies (http_notified): one
+	 * wake-up a step for every stream that got output. Cleared under
+	 * s->mu, `suspended` lets one resume through per suspend, so the
+	 * slot is queued at most once. */
+	if (resume) {
+		struct http *h = s->h;
+		pthread_mutex_lock(&h->wake_mu);
+		s->wake_conn = c;
+		s->next_wake = h->wakes;
+		h->wakes = s;
+		pthread_mutex_unlock(&h->wake_mu);
+	}
+}
+
+static void wake_loop(struct http *h)
+{
+	uint64_t one = 1;
+	if (write(h->wake_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN only (the counter is full): a wake-up is pending. */
+	}
+}
+
+void http_notified(void *arg)
+{
+	struct http *h = arg;
+	pthread_mutex_lock(&h->wake_mu);
+	bool wake = h->wakes && !h->wake_sent;
+	if (wake)
+		h->wake_sent = true;
+	pthread_mutex_unlock(&h->wake_mu);
+	if (wake)
+		wake_loop(h);
 }
 
 /* ==== Streams ==== */
@@ -609,38 +674,52 @@ static enum MHD_Result continue_job(struct req *r)
 	return reply(r, 200, json, "application/json", 0, NULL);
 }
 
-static enum MHD_Result start_job(struct req *r)
+/* ==== Preparing a request ====
+ *
+ * Parsing a body, rendering a chat and encoding its prompt take time in
+ * proportion to the prompt (a 100 KB one takes milliseconds, more under
+ * load): on the HTTP thread that would stall every other stream's sends.
+ * So the HTTP thread only takes the body; the prep thread parses it
+ * (api_parse: the same checks, the same errors) and submits the job, with
+ * the connection suspended meanwhile, then queues its resume as the
+ * engine's notifies do. Nothing is sent before: a refusal is the same 400
+ * (429, 503) JSON error as before, never a stream's header. */
+
+/* Queues the resume of r's connection, suspended by start_job, and wakes
+ * the loop (the prep thread's call). */
+static void prep_done(struct req *r)
+{
+	struct http *h = r->h;
+	struct slot *s = r->slot;
+	pthread_mutex_lock(&h->wake_mu);
+	s->wake_conn = r->conn;
+	s->next_wake = h->wakes;
+	h->wakes = s;
+	bool wake = !h->wake_sent;
+	h->wake_sent = true;
+	pthread_mutex_unlock(&h->wake_mu);
+	if (wake)
+		wake_loop(h);
+}
+
+static void prepare(struct req *r)
 {
 	struct http *h = r->h;
 	struct serve_engine *e = atomic_load(&h->engine);
-	if (!e)
-		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
-				   "the model is loading; retry shortly");
-	struct api_error ae;
-	memset(&ae, 0, sizeof(ae));
+	struct api_error *ae = &r->prep_err;
+	memset(ae, 0, sizeof(*ae));
+	r->prep_rc = -1;
 	enum api_kind kind = r->route == R_CHAT ? API_CHAT : API_COMPLETION;
-	if (api_parse(kind, r->body ? r->body : "", r->len, h->tok, &h->lim, &r->call, &ae))
-		return reply_api_error(r, &ae, NULL);
+	if (api_parse(kind, r->body ? r->body : "", r->len, h->tok, &h->lim, &r->call, ae))
+		return;
 	r->have_call = true;
 	r->stream = r->call.stream;
 	char hex[sizeof(r->id)];
 	memcpy(hex, r->id, sizeof(hex));
 	snprintf(r->id, sizeof(r->id), "%s%.24s", kind == API_CHAT ? "chatcmpl-" : "cmpl-", hex);
 
-	struct slot *s = slot_get(h);
-	if (!s)
-		return reply_error(r, 503, "server_error", NULL, RETRY_QUEUE_S,
-				   "too many requests in flight");
-	r->slot = s;
-	pthread_mutex_lock(&s->mu);
-	s->req = r;
-	s->conn = r->conn;
-	s->suspended = false;
-	pthread_mutex_unlock(&s->mu);
-
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	r->call.req.client_fd = ci ? ci->connect_fd : -1;
+	struct slot *s = r->slot;
+	r->call.req.client_fd = r->fd;
 	r->call.req.notify = on_notify;
 	r->call.req.notify_arg = s;
 	struct serve_job *job = NULL;
@@ -652,22 +731,93 @@ static enum MHD_Result start_job(struct req *r)
 	for (size_t i = 0; i < SERVE_MAX_STOPS; i++)
 		r->call.req.stop[i] = NULL;
 	r->call.req.nstop = 0;
-	if (rc == -EAGAIN)
-		return reply_error(r, 429, "rate_limit_error", "queue_full", RETRY_QUEUE_S,
-				   "the server is busy: every sequence runs and the queue is "
-				   "full; retry shortly");
-	if (rc == -ESHUTDOWN)
-		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
-				   "the server is stopping");
-	if (rc == -EINVAL)
-		return reply_error(r, 400, "invalid_request_error", NULL, 0, "%s", err.msg);
-	if (rc)
-		return reply_error(r, 500, "server_error", NULL, 0, "%s", err.msg[0] ? err.msg
-						    : strerror(-rc));
-	pthread_mutex_lock(&s->mu);
-	r->job = job;
-	pthread_mutex_unlock(&s->mu);
+	if (rc == -EAGAIN) {
+		api_fail(ae, 429, "rate_limit_error", "queue_full", NULL,
+			 "the server is busy: every sequence runs and the queue is full; retry "
+			 "shortly");
+		ae->retry_after = RETRY_QUEUE_S;
+	} else if (rc == -ESHUTDOWN) {
+		api_fail(ae, 503, "server_error", NULL, NULL, "the server is stopping");
+		ae->retry_after = RETRY_UNAVAILABLE_S;
+	} else if (rc == -EINVAL) {
+		api_fail(ae, 400, "invalid_request_error", NULL, NULL, "%s", err.msg);
+	} else if (rc) {
+		api_fail(ae, 500, "server_error", NULL, NULL, "%s",
+			 err.msg[0] ? err.msg : strerror(-rc));
+	} else {
+		pthread_mutex_lock(&s->mu);
+		r->job = job;
+		pthread_mutex_unlock(&s->mu);
+		r->prep_rc = 0;
+	}
+}
 
+static void *prep_main(void *arg)
+{
+	struct http *h = arg;
+	pthread_mutex_lock(&h->prep_mu);
+	for (;;) {
+		while (!h->prep_stop && !h->prep_head)
+			pthread_cond_wait(&h->prep_cv, &h->prep_mu);
+		if (h->prep_stop)
+			break;
+		struct req *r = h->prep_head;
+		h->prep_head = r->next_prep;
+		pthread_mutex_unlock(&h->prep_mu);
+		prepare(r);
+		prep_done(r);
+		pthread_mutex_lock(&h->prep_mu);
+	}
+	pthread_mutex_unlock(&h->prep_mu);
+	return NULL;
+}
+
+/* The HTTP thread's part: a slot, then the connection waits for the prep
+ * thread. */
+static enum MHD_Result start_job(struct req *r)
+{
+	struct http *h = r->h;
+	if (!atomic_load(&h->engine))
+		return reply_error(r, 503, "server_error", NULL, RETRY_UNAVAILABLE_S,
+				   "the model is loading; retry shortly");
+	struct slot *s = slot_get(h);
+	if (!s)
+		return reply_error(r, 503, "server_error", NULL, RETRY_QUEUE_S,
+				   "too many requests in flight");
+	r->slot = s;
+	pthread_mutex_lock(&s->mu);
+	s->req = r;
+	s->conn = r->conn;
+	s->suspended = false;
+	pthread_mutex_unlock(&s->mu);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	r->fd = ci ? ci->connect_fd : -1;
+	r->preparing = true;
+	/* Resumed by the loop, on this thread, after the prep thread queued
+	 * it: never before this suspend. */
+	MHD_suspend_connection(r->conn);
+	pthread_mutex_lock(&h->prep_mu);
+	r->next_prep = NULL;
+	if (h->prep_head) {
+		struct req *t = h->prep_head;
+		while (t->next_prep)
+			t = t->next_prep;
+		t->next_prep = r;
+	} else {
+		h->prep_head = r;
+	}
+	pthread_cond_signal(&h->prep_cv);
+	pthread_mutex_unlock(&h->prep_mu);
+	return MHD_YES;
+}
+
+/* Resumed after the prep thread: the refusal, or the response. */
+static enum MHD_Result started_job(struct req *r)
+{
+	r->preparing = false;
+	if (r->prep_rc)
+		return reply_api_error(r, &r->prep_err, NULL);
 	if (!r->stream)
 		return continue_job(r);
 	struct MHD_Response *resp =
@@ -703,7 +853,7 @@ static bool authorized(struct http *h, struct MHD_Connection *c)
 	return !sodium_memcmp(got, h->key_hash, sizeof(got));
 }
 
-static enum MHD_Result serve_get(struct req *r)
+static enum MHD_Result serve_get(struct req *r, const char *url)
 {
 	struct http *h = r->h;
 	struct serve_engine *e = atomic_load(&h->engine);
@@ -719,6 +869,18 @@ static enum MHD_Result serve_get(struct req *r)
 	case R_MODELS:
 		return reply(r, 200, api_models_json(h->o.model_name, h->started),
 			     "application/json", 0, NULL);
+	case R_MODEL: {
+		/* MHD decoded the path: an id with "/" (org/name) is whole. */
+		const char *id = url + strlen("/v1/models/");
+		if (!strcmp(id, h->o.model_name))
+			return reply(r, 200, api_model_json(h->o.model_name, h->started),
+				     "application/json", 0, NULL);
+		struct api_error nf;
+		api_fail(&nf, 404, "invalid_request_error", "model_not_found", "model",
+			 "The model '%.200s' does not exist", id);
+		nf.retry_after = 0;
+		return reply_api_error(r, &nf, NULL);
+	}
 	case R_METRICS: {
 		struct serve_engine_stats st;
 		if (e)
@@ -736,13 +898,16 @@ static enum MHD_Result first_call(struct req *r, const char *url, const char *me
 {
 	struct http *h = r->h;
 	size_t k = 0;
-	while (k < sizeof(routes) / sizeof(routes[0]) && strcmp(url, routes[k].path))
+	while (k < sizeof(routes) / sizeof(routes[0]) &&
+	       (routes[k].route == R_MODEL ? strncmp(url, routes[k].path, strlen(routes[k].path)) ||
+						    !url[strlen(routes[k].path)]
+					    : strcmp(url, routes[k].path) != 0))
 		k++;
 	if (k == sizeof(routes) / sizeof(routes[0]))
 		return reply_error(r, 404, "not_found_error", NULL, 0,
 				   "no such endpoint: %.100s %.200s (prefix-serve serves POST "
 				   "/v1/chat/completions, POST /v1/completions, GET /v1/models, "
-				   "GET /health and GET /metrics)", method, url);
+				   "GET /v1/models/{model}, GET /health and GET /metrics)", method, url);
 	r->route = routes[k].route;
 	if (strcmp(method, routes[k].method)) {
 		struct api_error e;
@@ -757,7 +922,7 @@ static enum MHD_Result first_call(struct req *r, const char *url, const char *me
 				   "a valid API key is needed: send the header "
 				   "\"Authorization: Bearer KEY\"");
 	if (r->route != R_CHAT && r->route != R_COMPLETIONS)
-		return serve_get(r);
+		return serve_get(r, url);
 	const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
 						     MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl && strtoull(cl, NULL, 10) > h->o.max_body)
@@ -808,6 +973,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		set_deadline(h, c, 0);
 		return first_call(r, url, method);
 	}
+	if (r->preparing)
+		return started_job(r); /* resumed by the prep thread */
 	if (r->job)
 		return continue_job(r); /* resumed: done, or still running */
 	if (*upload_size) {
@@ -903,6 +1070,68 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	serve_log("http: %s", msg);
 }
 
+/* ==== The loop ====
+ *
+ * MHD runs in external mode on this thread: it waits on MHD's epoll
+ * descriptor (nested in its own) and on wake_fd. MHD's own internal
+ * thread would be woken by every MHD_resume_connection (each writes its
+ * inter-thread channel), so a step giving output to four streams cost up
+ * to four wake-ups and context switches; here the engine's notifies only
+ * queue their resumes and one write of wake_fd a step wakes the loop,
+ * which resumes them all (from MHD's own thread: no wake-up) and runs MHD
+ * once for all. Quiesce and stop are done here too, where MHD runs. */
+
+static void *loop_main(void *arg)
+{
+	struct http *h = arg;
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event mhd_ev = { .events = EPOLLIN, .data.u32 = 0 };
+	struct epoll_event wake_ev = { .events = EPOLLIN, .data.u32 = 1 };
+	if (ep < 0 || !di || epoll_ctl(ep, EPOLL_CTL_ADD, di->epoll_fd, &mhd_ev) ||
+	    epoll_ctl(ep, EPOLL_CTL_ADD, h->wake_fd, &wake_ev)) {
+		/* Never seen; MHD's own polling then, every 10 ms at worst. */
+		serve_log("http: cannot watch libmicrohttpd's epoll: %s", strerror(errno));
+		if (ep >= 0)
+			close(ep);
+		ep = -1;
+	}
+	while (!atomic_load(&h->loop_stop)) {
+		MHD_UNSIGNED_LONG_LONG to = 0;
+		int ms = MHD_get_timeout(h->d, &to) == MHD_YES ? (to > 1000 ? 1000 : (int)to) : 1000;
+		struct epoll_event got[2];
+		bool woken = ep < 0;
+		if (ep >= 0) {
+			int n = epoll_wait(ep, got, 2, ms);
+			for (int i = 0; i < n; i++)
+				woken |= got[i].data.u32 == 1;
+		} else {
+			MHD_run_wait(h->d, ms > 10 ? 10 : ms);
+		}
+		uint64_t cnt;
+		/* Read only when written: a read of an empty eventfd is a
+		 * system call for nothing, on every turn of the loop. */
+		if (woken && read(h->wake_fd, &cnt, sizeof(cnt)) < 0) {
+			/* EAGAIN: nothing written */
+		}
+		pthread_mutex_lock(&h->wake_mu);
+		struct slot *w = h->wakes;
+		h->wakes = NULL;
+		h->wake_sent = false;
+		pthread_mutex_unlock(&h->wake_mu);
+		for (; w; w = w->next_wake)
+			MHD_resume_connection(w->wake_conn);
+		if (atomic_load(&h->quiesce) == 1) {
+			h->quiesced_fd = MHD_quiesce_daemon(h->d);
+			atomic_store(&h->quiesce, 2);
+		}
+		MHD_run(h->d);
+	}
+	if (ep >= 0)
+		close(ep);
+	return NULL;
+}
+
 /* ==== The server ==== */
 
 int http_start(const struct http_opts *o, struct http **out, struct pfx_error *err)
@@ -915,6 +1144,17 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 	h->o = *o;
 	h->started = (int64_t)time(NULL);
 	h->watches.next = h->watches.prev = &h->watches;
+	h->quiesced_fd = MHD_INVALID_SOCKET;
+	pthread_mutex_init(&h->wake_mu, NULL);
+	pthread_mutex_init(&h->prep_mu, NULL);
+	pthread_cond_init(&h->prep_cv, NULL);
+	h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (h->wake_fd < 0) {
+		int e = errno;
+		close(o->listen_fd);
+		http_free(h);
+		return pfx_errorf(err, -e, "eventfd: %s", strerror(e));
+	}
 	pthread_mutex_init(&h->wmu, NULL);
 	pthread_cond_init(&h->wcv, NULL);
 	pthread_mutex_init(&h->slots_mu, NULL);
@@ -929,6 +1169,7 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	}
 	for (unsigned i = 0; i < o->max_conns; i++) {
+		h->slots[i].h = h;
 		pthread_mutex_init(&h->slots[i].mu, NULL);
 		slot_put(h, &h->slots[i]);
 	}
@@ -943,9 +1184,14 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
 	}
 	h->watchdog_started = true;
+	if (pthread_create(&h->prep, NULL, prep_main, h)) {
+		close(o->listen_fd);
+		http_free(h);
+		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
+	}
+	h->prep_started = true;
 	h->d = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-			MHD_USE_ERROR_LOG,
+		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 		0, on_accept, h, on_request, h,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, /* first, or MHD says so */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->listen_fd,
@@ -960,6 +1206,13 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		http_free(h);
 		return pfx_errorf(err, -EIO, "libmicrohttpd cannot serve on the socket");
 	}
+	if (pthread_create(&h->loop, NULL, loop_main, h)) {
+		http_free(h);
+		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
+	}
+	/* "MHD-" as libmicrohttpd names its own (bench/serve counts them). */
+	pthread_setname_np(h->loop, "MHD-loop");
+	h->loop_started = true;
 	*out = h;
 	return 0;
 }
@@ -976,9 +1229,14 @@ void http_ready(struct http *h, struct serve_engine *e, const struct pfx_tokeniz
 void http_quiesce(struct http *h)
 {
 	atomic_store(&h->quiescing, true);
-	MHD_socket fd = MHD_quiesce_daemon(h->d);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	/* MHD is the loop's: it quiesces there, between two runs. */
+	atomic_store(&h->quiesce, 1);
+	wake_loop(h);
+	while (atomic_load(&h->quiesce) != 2)
+		usleep(1000);
+	if (h->quiesced_fd != MHD_INVALID_SOCKET)
+		close(h->quiesced_fd);
+	h->quiesced_fd = MHD_INVALID_SOCKET;
 }
 
 bool http_wait_idle(struct http *h, int timeout_ms)
@@ -995,8 +1253,27 @@ void http_free(struct http *h)
 {
 	if (!h)
 		return;
+	/* The prep thread first: MHD_stop_daemon frees the requests it may
+	 * hold (those still queued are only freed there, not run). */
+	if (h->prep_started) {
+		pthread_mutex_lock(&h->prep_mu);
+		h->prep_stop = true;
+		pthread_cond_signal(&h->prep_cv);
+		pthread_mutex_unlock(&h->prep_mu);
+		pthread_join(h->prep, NULL);
+	}
+	if (h->loop_started) {
+		atomic_store(&h->loop_stop, true);
+		wake_loop(h);
+		pthread_join(h->loop, NULL);
+	}
 	if (h->d)
 		MHD_stop_daemon(h->d);
+	if (h->wake_fd >= 0)
+		close(h->wake_fd);
+	pthread_mutex_destroy(&h->wake_mu);
+	pthread_mutex_destroy(&h->prep_mu);
+	pthread_cond_destroy(&h->prep_cv);
 	if (h->watchdog_started) {
 		pthread_mutex_lock(&h->wmu);
 		h->wstop = true;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * prefix-serve's HTTP side (libmicrohttpd, one internal epoll thread): the
+ * prefix-serve's HTTP side (libmicrohttpd on one thread of ours): the
  * routes, authentication, request bodies, and responses pulled as the
  * socket drains. It listens before the model loads (GET /health says 503
  * until http_ready) and hands completions to the engine.
@@ -39,6 +39,9 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
  * GET /health says 200. e, t and lim must outlive http_free. */
 void http_ready(struct http *h, struct serve_engine *e, const struct pfx_tokenizer *t,
 		const struct api_limits *lim);
+/* The engine's `notified` hook (arg: the struct http): resumes the
+ * streams its notifies woke, with one wake-up of the HTTP thread. */
+void http_notified(void *arg);
 /* Stops accepting connections (those open are served; /health says 503). */
 void http_quiesce(struct http *h);
 /* Waits until no request is in flight (their responses sent), up to

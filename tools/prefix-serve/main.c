@@ -458,6 +458,7 @@ int main(int argc, char **argv)
 		.queue = (unsigned)a.queue, .ctx = ctx, .step_tokens = (size_t)a.step,
 		.local_bytes = (size_t)a.local_mib << 20,
 		.wait_ms = a.no_wait ? 0 : PFX_CACHE_WAIT_MS,
+		.notified = http_notified, .notified_arg = http,
 	};
 	if (serve_engine_start(&eo, &engine, &err)) {
 		fprintf(stderr, "prefix-serve: cannot start the engine: %s\n", err.msg);
