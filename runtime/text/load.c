@@ -332,7 +332,7 @@ static int load_parsed(struct pfx_tokenizer *t, const char *dir, char *buf, size
 	return r;
 }
 
-int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err)
+static int load(const char *dir, bool scan, struct pfx_tokenizer **out, struct pfx_error *err)
 {
 	*out = NULL;
 	struct pfx_tokenizer *t = calloc(1, sizeof(*t));
@@ -347,15 +347,17 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 	}
 	/* Any failure of the fast path, the file's own included, is
 	 * loaded again the whole-file way, which words the refusal. */
-	if (!load_scanned(t, dir, buf, len, err)) {
+	if (scan && !load_scanned(t, dir, buf, len, err)) {
 		free(buf);
 		*out = t;
 		return 0;
 	}
-	pfx_tokenizer_free(t);
-	if (!(t = calloc(1, sizeof(*t)))) {
-		free(buf);
-		return pfx_errorf(err, -ENOMEM, "out of memory");
+	if (scan) {
+		pfx_tokenizer_free(t);
+		if (!(t = calloc(1, sizeof(*t)))) {
+			free(buf);
+			return pfx_errorf(err, -ENOMEM, "out of memory");
+		}
 	}
 	r = load_parsed(t, dir, buf, len, err);
 	if (r) {
@@ -364,6 +366,16 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 	}
 	*out = t;
 	return 0;
+}
+
+int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err)
+{
+	return load(dir, true, out, err);
+}
+
+int tokenizer_load_whole(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err)
+{
+	return load(dir, false, out, err);
 }
 
 void pfx_tokenizer_free(struct pfx_tokenizer *t)

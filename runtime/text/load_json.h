@@ -87,6 +87,10 @@ struct model_scan {
 int model_scan(struct pfx_tokenizer *t, const char *buf, size_t len, struct model_scan *s);
 void model_scan_free(struct model_scan *s);
 
+/* load.c: pfx_tokenizer_load without model_scan's fast path (for tests:
+ * the tables must come out the same). */
+int tokenizer_load_whole(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err);
+
 /* merges.c: the BPE model's merges (a JSON list), after its vocabulary. */
 int load_merges(struct pfx_tokenizer *t, json_object *merges, struct pfx_error *err);
 /* The same from model_scan's list. */
