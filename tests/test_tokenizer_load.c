@@ -9,8 +9,8 @@
  * that path and load to the tables the whole-file load builds; escapes,
  * legacy merges and prefixes come out the same; what the scan leaves to
  * json-c (repeated keys or ids, \u0000, lone surrogates, odd numbers,
- * comments, a "vocab" elsewhere) loads or is refused exactly as before,
- * with the same message.
+ * comments, a "vocab" elsewhere, random edits of a small file) loads or
+ * is refused exactly as before, with the same message.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
