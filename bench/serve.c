@@ -56,6 +56,7 @@
 
 #include "api.h"
 #include "bench_util.h"
+#include "corpus.h"
 #include "daemon_util.h"
 #include "engine.h"
 #include "opts.h"
@@ -81,29 +82,7 @@ static const struct pfx_tokenizer *tok;
 
 /* ==== Prompts ==== */
 
-/* The corpus lines (JSON strings, one a line), in order. */
-static json_object *corpus;
-
-static void load_corpus(void)
-{
-	FILE *f = fopen(TOKDIR "/corpus.jsonl", "r");
-	if (!f) {
-		fprintf(stderr, NAME ": %s/corpus.jsonl: %s\n", TOKDIR, strerror(errno));
-		exit(1);
-	}
-	corpus = json_object_new_array();
-	char *line = NULL;
-	size_t cap = 0;
-	while (getline(&line, &cap, f) > 0) {
-		json_object *s = json_tokener_parse(line);
-		if (s && json_object_is_type(s, json_type_string))
-			json_object_array_add(corpus, s);
-		else
-			json_object_put(s);
-	}
-	free(line);
-	fclose(f);
-}
+static struct bench_corpus corpus;
 
 static size_t count_tokens(const char *text)
 {
@@ -124,12 +103,12 @@ static size_t count_tokens(const char *text)
  * that no prompt overshoots by much. malloc'd. */
 static char *text_of(const char *head, size_t first, size_t tokens)
 {
-	size_t nl = json_object_array_length(corpus), cap = 1 << 16, len = 0;
+	size_t nl = corpus.n, cap = 1 << 16, len = 0;
 	char *s = malloc(cap);
 	len = (size_t)snprintf(s, cap, "%s", head);
 	size_t have = count_tokens(s);
 	for (size_t i = first; have < tokens; i++) {
-		const char *l = json_object_get_string(json_object_array_get_idx(corpus, i % nl));
+		const char *l = corpus.line[i % nl];
 		size_t ll = strlen(l), lt = count_tokens(l) + 1;
 		if (lt > 256)
 			continue;
@@ -154,7 +133,7 @@ static char *prompt_of(bool shared, int r)
 		if (!system) /* freed at exit */
 			system = text_of("You are a helpful assistant. Read this first.\n", 0,
 					 (size_t)opt.prefix);
-		size_t nl = json_object_array_length(corpus);
+		size_t nl = corpus.n;
 		char *q = text_of("", (size_t)r * 7 % nl, 40);
 		char *p = malloc(strlen(system) + strlen(q) + 64);
 		sprintf(p, "%sQuestion %d: %s", system, r, q);
@@ -772,7 +751,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	load_corpus();
+	bench_corpus_read(TOKDIR, &corpus);
 	struct pfx_error err;
 	struct pfx_tokenizer *t;
 	if (pfx_tokenizer_load(TOKDIR "/smollm", &t, &err)) {
@@ -856,7 +835,7 @@ int main(int argc, char **argv)
 		free(prompts[w]);
 	}
 	pfx_tokenizer_free(t);
-	json_object_put(corpus);
+	bench_corpus_free(&corpus);
 	if (rc) {
 		report_require(false, "a run failed");
 		report_end("a run failed: see stderr");

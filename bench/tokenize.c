@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
-#include <json-c/json.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "corpus.h"
 #include "opts.h"
 #include "report.h"
 #include "text.h"
@@ -46,30 +46,19 @@ static const char *const names[] = { "neox", "smollm", "tinyllama", "llama3", "q
 /* The corpus lines, joined by newlines, repeated up to mb megabytes. */
 static char *build_text(double mb, size_t *len)
 {
-	FILE *f = fopen(TOKDIR "/corpus.jsonl", "r");
-	if (!f) {
-		fprintf(stderr, "tokenize: %s/corpus.jsonl: %s\n", TOKDIR, strerror(errno));
-		exit(1);
-	}
+	struct bench_corpus c;
+	bench_corpus_read(TOKDIR, &c);
 	size_t want = (size_t)(mb * 1e6), n = 0;
-	char *line = NULL, *out = malloc(want + 65536);
-	size_t cap = 0;
-	json_object *lines = json_object_new_array();
-	while (getline(&line, &cap, f) > 0)
-		json_object_array_add(lines, json_tokener_parse(line));
-	fclose(f);
-	free(line);
-	size_t nl = json_object_array_length(lines);
-	for (size_t i = 0; nl && n < want; i++) {
-		json_object *s = json_object_array_get_idx(lines, i % nl);
-		size_t l = (size_t)json_object_get_string_len(s);
+	char *out = malloc(want + 65536);
+	for (size_t i = 0; n < want; i++) {
+		size_t l = c.len[i % c.n];
 		if (n + l + 1 > want + 65536)
 			break;
-		memcpy(out + n, json_object_get_string(s), l);
+		memcpy(out + n, c.line[i % c.n], l);
 		n += l;
 		out[n++] = '\n';
 	}
-	json_object_put(lines);
+	bench_corpus_free(&c);
 	*len = n;
 	return out;
 }

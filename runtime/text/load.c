@@ -16,9 +16,6 @@
 #include "load_json.h"
 
 #define MAX_FILE (1u << 30)
-/* Ids index flat tables: real vocabularies stay under 2^18, so 2^24 is
- * room enough and refuses a file whose one huge id would size them. */
-#define MAX_ID (1 << 24)
 
 int32_t added_or_vocab(const struct pfx_tokenizer *t, const char *s)
 {
@@ -75,7 +72,8 @@ int text_read_file(const char *dir, const char *name, char **buf, size_t *len,
 	return 0;
 }
 
-static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t n)
+/* Room in t->piece for id. */
+static int piece_room(struct pfx_tokenizer *t, int64_t id)
 {
 	if ((size_t)id >= t->nid) {
 		size_t nid = (size_t)id + 1, cap = t->piece_cap;
@@ -92,6 +90,13 @@ static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t 
 		}
 		t->nid = nid;
 	}
+	return 0;
+}
+
+static int set_piece(struct pfx_tokenizer *t, int64_t id, const char *s, size_t n)
+{
+	if (piece_room(t, id))
+		return -ENOMEM;
 	if (!t->piece[id] && !(t->piece[id] = arena_dup(&t->arena, s, n)))
 		return -ENOMEM;
 	return 0;
@@ -135,8 +140,31 @@ static void freeing_join(struct json_freeing *f)
 		pthread_join(f->thread[--f->n], NULL);
 }
 
-static int load_model(struct pfx_tokenizer *t, json_object *m, struct json_freeing *f,
-		      struct pfx_error *err)
+/* model_scan's vocabulary, as the loop below would read json-c's object
+ * of it; 1 for a repeated key or id, whose outcome depends on the order
+ * json-c keeps (the caller parses the file whole then). */
+static int scanned_vocab(struct pfx_tokenizer *t, const struct model_scan *s, struct pfx_error *err)
+{
+	if (strmap_reserve(&t->vocab, s->nvocab))
+		return pfx_errorf(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < s->nvocab; i++) {
+		const struct vocab_ent *v = &s->vocab[i];
+		if (piece_room(t, v->id))
+			return pfx_errorf(err, -ENOMEM, "out of memory");
+		if (t->piece[v->id])
+			return 1;
+		size_t n = t->vocab.n;
+		t->piece[v->id] = (char *)v->key;
+		if (strmap_put(&t->vocab, v->key, v->len, v->id))
+			return pfx_errorf(err, -ENOMEM, "out of memory");
+		if (t->vocab.n == n)
+			return 1;
+	}
+	return 0;
+}
+
+static int load_model(struct pfx_tokenizer *t, json_object *m, const struct model_scan *scan,
+		      struct json_freeing *f, struct pfx_error *err)
 {
 	const char *type = jstr(m, "type");
 	if (!m)
@@ -150,19 +178,22 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct json_freei
 	json_object *dropout = jget(m, "dropout");
 	if (dropout && !json_object_is_type(dropout, json_type_null) && json_object_get_double(dropout) != 0)
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: BPE dropout is not implemented");
-	if (!json_object_is_type(vocab, json_type_object) || !json_object_is_type(merges, json_type_array))
+	int r;
+	if (scan && (r = scanned_vocab(t, scan, err)))
+		return r;
+	if (!scan && (!json_object_is_type(vocab, json_type_object) || !json_object_is_type(merges, json_type_array)))
 		return pfx_errorf(err, -EINVAL, "tokenizer.json: BPE model without vocab or merges");
-	if (strmap_reserve(&t->vocab, (size_t)json_object_object_length(vocab)))
+	if (!scan && strmap_reserve(&t->vocab, (size_t)json_object_object_length(vocab)))
 		return pfx_errorf(err, -ENOMEM, "out of memory");
-	json_object_object_foreach(vocab, key, val) {
+	for (struct lh_entry *e = scan ? NULL : json_object_get_object(vocab)->head; e; e = e->next) {
+		const char *key = (const char *)lh_entry_k(e);
+		json_object *val = (json_object *)lh_entry_v(e);
 		int64_t id = json_object_get_int64(val);
 		if (!json_object_is_type(val, json_type_int) || id < 0 || id >= MAX_ID)
 			return pfx_errorf(err, -EINVAL, "tokenizer.json: vocab entry \"%.80s\" has id %lld (0 to 2^24 - 1)", key,
 					  (long long)id);
-		int r = set_piece(t, id, key, strlen(key));
-		if (!r)
-			r = strmap_put(&t->vocab, t->piece[id], strlen(t->piece[id]), (int32_t)id);
-		if (r)
+		if ((r = set_piece(t, id, key, strlen(key))) ||
+		    (r = strmap_put(&t->vocab, t->piece[id], strlen(t->piece[id]), (int32_t)id)))
 			return pfx_errorf(err, r, "out of memory");
 	}
 	const char *s;
@@ -177,7 +208,7 @@ static int load_model(struct pfx_tokenizer *t, json_object *m, struct json_freei
 	if ((s = jstr(m, "end_of_word_suffix")) && *s && !(t->suffix = strdup(s)))
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	free_member(m, "vocab", f);
-	return load_merges(t, merges, err);
+	return scan ? load_scanned_merges(t, scan, err) : load_merges(t, merges, err);
 }
 
 static int load_added(struct pfx_tokenizer *t, json_object *list, struct pfx_error *err)
@@ -231,15 +262,15 @@ static void byte_ids(struct pfx_tokenizer *t)
 	}
 }
 
-static int load_json(struct pfx_tokenizer *t, json_object *o, struct json_freeing *f,
-		     struct pfx_error *err)
+static int load_json(struct pfx_tokenizer *t, json_object *o, const struct model_scan *scan,
+		     struct json_freeing *f, struct pfx_error *err)
 {
 	json_object *trunc = jget(o, "truncation"), *pad = jget(o, "padding");
 	if (trunc && !json_object_is_type(trunc, json_type_null))
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: truncation is not implemented");
 	if (pad && !json_object_is_type(pad, json_type_null))
 		return pfx_errorf(err, -ENOTSUP, "tokenizer.json: padding is not implemented");
-	int r = load_model(t, jget(o, "model"), f, err);
+	int r = load_model(t, jget(o, "model"), scan, f, err);
 	if (!r)
 		free_member(o, "model", f);
 	if (!r)
@@ -261,7 +292,47 @@ static int load_json(struct pfx_tokenizer *t, json_object *o, struct json_freein
 	return added_index(t, err);
 }
 
-int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err)
+/* The fast path (model_scan.c): 0, or nonzero when the file is to be
+ * parsed whole (t is then partly filled). */
+static int load_scanned(struct pfx_tokenizer *t, const char *dir, const char *buf, size_t len,
+			struct pfx_error *err)
+{
+	struct model_scan s;
+	if (model_scan(t, buf, len, &s))
+		return 1;
+	struct json_freeing f = { .threads = false, .n = 0 };
+	int r = load_json(t, s.rest, &s, &f, err);
+	model_scan_free(&s);
+	return r ? r : load_configs(t, dir, err);
+}
+
+/* The whole file parsed by json-c: every refusal and its message. */
+static int load_parsed(struct pfx_tokenizer *t, const char *dir, char *buf, size_t len,
+		       struct pfx_error *err)
+{
+	json_object *o;
+	int r = tokenizer_json_parse(buf, len, &o, err);
+	free(buf);
+	if (r) {
+		char m[sizeof(err->msg)];
+		snprintf(m, sizeof(m), "%s", err ? err->msg : "");
+		return pfx_errorf(err, r, "%s/tokenizer.json: %s", dir, m);
+	}
+	struct json_freeing f = { .threads = len >= (1u << 20), .n = 0 };
+	r = load_json(t, o, NULL, &f, err);
+	json_object_put(o);
+	if (r && err && !strncmp(err->msg, "tokenizer.json", 14)) {
+		char m[sizeof(err->msg)];
+		snprintf(m, sizeof(m), "%s", err->msg);
+		pfx_errorf(err, r, "%s/%s", dir, m);
+	}
+	if (!r)
+		r = load_configs(t, dir, err);
+	freeing_join(&f);
+	return r;
+}
+
+static int load(const char *dir, bool scan, struct pfx_tokenizer **out, struct pfx_error *err)
 {
 	*out = NULL;
 	struct pfx_tokenizer *t = calloc(1, sizeof(*t));
@@ -274,32 +345,37 @@ int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_e
 		free(t);
 		return r;
 	}
-	json_object *o;
-	r = tokenizer_json_parse(buf, len, &o, err);
-	free(buf);
-	if (r) {
-		char m[sizeof(err->msg)];
-		snprintf(m, sizeof(m), "%s", err ? err->msg : "");
-		free(t);
-		return pfx_errorf(err, r, "%s/tokenizer.json: %s", dir, m);
+	/* Any failure of the fast path, the file's own included, is
+	 * loaded again the whole-file way, which words the refusal. */
+	if (scan && !load_scanned(t, dir, buf, len, err)) {
+		free(buf);
+		*out = t;
+		return 0;
 	}
-	struct json_freeing f = { .threads = len >= (1u << 20), .n = 0 };
-	r = load_json(t, o, &f, err);
-	json_object_put(o);
-	if (r && err && !strncmp(err->msg, "tokenizer.json", 14)) {
-		char m[sizeof(err->msg)];
-		snprintf(m, sizeof(m), "%s", err->msg);
-		pfx_errorf(err, r, "%s/%s", dir, m);
+	if (scan) {
+		pfx_tokenizer_free(t);
+		if (!(t = calloc(1, sizeof(*t)))) {
+			free(buf);
+			return pfx_errorf(err, -ENOMEM, "out of memory");
+		}
 	}
-	if (!r)
-		r = load_configs(t, dir, err);
-	freeing_join(&f);
+	r = load_parsed(t, dir, buf, len, err);
 	if (r) {
 		pfx_tokenizer_free(t);
 		return r;
 	}
 	*out = t;
 	return 0;
+}
+
+int pfx_tokenizer_load(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err)
+{
+	return load(dir, true, out, err);
+}
+
+int tokenizer_load_whole(const char *dir, struct pfx_tokenizer **out, struct pfx_error *err)
+{
+	return load(dir, false, out, err);
 }
 
 void pfx_tokenizer_free(struct pfx_tokenizer *t)

@@ -14,21 +14,9 @@
 /* One merge: [a, b] or "a b", where a legacy string's halves may hold
  * spaces themselves: the split is the space where a, b and a+b are all in
  * the vocabulary (the repair ../shared/tokenizers/README.md describes). */
-static int merge_halves(const struct pfx_tokenizer *t, json_object *m, const char **a, size_t *an,
-			const char **b, size_t *bn)
+static int string_halves(const struct pfx_tokenizer *t, const char *s, size_t n, const char **a,
+			 size_t *an, const char **b, size_t *bn)
 {
-	if (json_object_is_type(m, json_type_array) && json_object_array_length(m) == 2) {
-		json_object *x = json_object_array_get_idx(m, 0), *y = json_object_array_get_idx(m, 1);
-		if (!json_object_is_type(x, json_type_string) || !json_object_is_type(y, json_type_string))
-			return -EINVAL;
-		*a = json_object_get_string(x), *an = (size_t)json_object_get_string_len(x);
-		*b = json_object_get_string(y), *bn = (size_t)json_object_get_string_len(y);
-		return 0;
-	}
-	if (!json_object_is_type(m, json_type_string))
-		return -EINVAL;
-	const char *s = json_object_get_string(m);
-	size_t n = (size_t)json_object_get_string_len(m);
 	const char *first = memchr(s, ' ', n), *sp = NULL;
 	if (!first)
 		return -EINVAL;
@@ -57,13 +45,43 @@ static int merge_halves(const struct pfx_tokenizer *t, json_object *m, const cha
 	return 0;
 }
 
+static int merge_halves(const struct pfx_tokenizer *t, json_object *m, const char **a, size_t *an,
+			const char **b, size_t *bn)
+{
+	if (json_object_is_type(m, json_type_array) && json_object_array_length(m) == 2) {
+		json_object *x = json_object_array_get_idx(m, 0), *y = json_object_array_get_idx(m, 1);
+		if (!json_object_is_type(x, json_type_string) || !json_object_is_type(y, json_type_string))
+			return -EINVAL;
+		*a = json_object_get_string(x), *an = (size_t)json_object_get_string_len(x);
+		*b = json_object_get_string(y), *bn = (size_t)json_object_get_string_len(y);
+		return 0;
+	}
+	if (!json_object_is_type(m, json_type_string))
+		return -EINVAL;
+	return string_halves(t, json_object_get_string(m), (size_t)json_object_get_string_len(m), a, an, b, bn);
+}
+
+/* model_scan's merge i. */
+static int scanned_halves(const struct pfx_tokenizer *t, const struct model_scan *s, size_t i,
+			  const char **a, size_t *an, const char **b, size_t *bn)
+{
+	const struct scan_merge *m = &s->merges[i];
+	const char *x = s->text.p + m->off;
+	if (m->alen < 0)
+		return string_halves(t, x, m->len, a, an, b, bn);
+	*a = x, *an = (size_t)m->alen;
+	*b = x + m->alen, *bn = m->len - (size_t)m->alen;
+	return 0;
+}
+
 enum merge_fault { MF_NONE, MF_NOT_PAIR, MF_HALVES, MF_NOT_IN_VOCAB, MF_NOMEM };
 
 /* The ids of merges [from, to): out[i] = {a, b, a+b}; at the first bad
  * one, its index and what is wrong. */
 struct lookups {
 	const struct pfx_tokenizer *t;
-	json_object *merges;
+	json_object *merges; /* or */
+	const struct model_scan *scanned;
 	size_t from, to;
 	int32_t (*out)[3];
 	size_t bad;
@@ -80,7 +98,8 @@ static void *look_up(void *arg)
 		const char *a, *b;
 		size_t an, bn;
 		l->bad = i;
-		if (merge_halves(t, json_object_array_get_idx(l->merges, i), &a, &an, &b, &bn)) {
+		if (l->scanned ? scanned_halves(t, l->scanned, i, &a, &an, &b, &bn)
+			       : merge_halves(t, json_object_array_get_idx(l->merges, i), &a, &an, &b, &bn)) {
 			l->fault = MF_NOT_PAIR;
 			break;
 		}
@@ -89,14 +108,19 @@ static void *look_up(void *arg)
 			l->fault = MF_HALVES;
 			break;
 		}
-		if (tbuf_put(&nb, a, an) || tbuf_put(&nb, b + plen, bn - plen)) {
-			l->fault = MF_NOMEM;
-			break;
+		/* The scan leaves the halves side by side: then a+b is there. */
+		const char *ab = a;
+		if (b != a + an || plen) {
+			if (tbuf_put(&nb, a, an) || tbuf_put(&nb, b + plen, bn - plen)) {
+				l->fault = MF_NOMEM;
+				break;
+			}
+			ab = nb.p;
 		}
 		int32_t *o = l->out[i];
 		o[0] = strmap_get(&t->vocab, a, an);
 		o[1] = strmap_get(&t->vocab, b, bn);
-		o[2] = strmap_get(&t->vocab, nb.p, nb.n);
+		o[2] = strmap_get(&t->vocab, ab, an + bn - plen);
 		if (o[0] < 0 || o[1] < 0 || o[2] < 0) {
 			l->fault = MF_NOT_IN_VOCAB;
 			break;
@@ -109,17 +133,17 @@ static void *look_up(void *arg)
 /* Below this many merges a second thread costs more than it saves. */
 #define MERGES_PER_THREAD 8192
 
-int load_merges(struct pfx_tokenizer *t, json_object *merges, struct pfx_error *err)
+static int look_up_all(struct pfx_tokenizer *t, json_object *merges, const struct model_scan *scanned,
+		       size_t n, struct pfx_error *err)
 {
-	size_t n = json_object_array_length(merges);
 	int32_t(*ids)[3] = malloc((n ? n : 1) * sizeof(*ids));
 	if (!ids || merges_reserve(&t->merges, n)) {
 		free(ids);
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	}
 	struct lookups part[2] = {
-		{ t, merges, 0, n / 2, ids, 0, MF_NONE },
-		{ t, merges, n / 2, n, ids, 0, MF_NONE },
+		{ t, merges, scanned, 0, n / 2, ids, 0, MF_NONE },
+		{ t, merges, scanned, n / 2, n, ids, 0, MF_NONE },
 	};
 	pthread_t th;
 	bool two = n >= 2 * MERGES_PER_THREAD && !pthread_create(&th, NULL, look_up, &part[1]);
@@ -151,4 +175,14 @@ int load_merges(struct pfx_tokenizer *t, json_object *merges, struct pfx_error *
 		}
 	free(ids);
 	return 0;
+}
+
+int load_merges(struct pfx_tokenizer *t, json_object *merges, struct pfx_error *err)
+{
+	return look_up_all(t, merges, NULL, json_object_array_length(merges), err);
+}
+
+int load_scanned_merges(struct pfx_tokenizer *t, const struct model_scan *s, struct pfx_error *err)
+{
+	return look_up_all(t, NULL, s, s->nmerges, err);
 }

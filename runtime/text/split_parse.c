@@ -27,8 +27,7 @@ static bool space(char c)
 	return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
-/* The bytes [*start, *end) of the merges array, by the file's layout. */
-static bool find_merges(const char *buf, size_t len, size_t *start, size_t *end)
+bool tokenizer_json_find_merges(const char *buf, size_t len, size_t *start, size_t *end)
 {
 	size_t e = len;
 	while (e && (space(buf[e - 1]) || !buf[e - 1]))
@@ -92,20 +91,16 @@ static void *parse_merges(void *arg)
 	return NULL;
 }
 
-/* buf[0, start) + placeholder + buf[end, len) as one document. */
-static json_object *parse_rest(const char *buf, size_t len, size_t start, size_t end,
-			       const char *placeholder)
+json_object *json_parse_parts(const char *const *part, const size_t *n, int nparts)
 {
 	json_tokener *tok = json_tokener_new();
 	if (!tok)
 		return NULL;
-	const char *part[3] = { buf, placeholder, buf + end };
-	size_t n[3] = { start, strlen(placeholder), len - end };
 	json_object *o = NULL;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < nparts; i++) {
 		o = json_tokener_parse_ex(tok, part[i], (int)n[i]);
 		enum json_tokener_error e = json_tokener_get_error(tok);
-		if (i < 2 ? o || e != json_tokener_continue : !o || e != json_tokener_success) {
+		if (i < nparts - 1 ? o || e != json_tokener_continue : !o || e != json_tokener_success) {
 			json_object_put(o);
 			o = NULL;
 			break;
@@ -113,8 +108,9 @@ static json_object *parse_rest(const char *buf, size_t len, size_t start, size_t
 	}
 	/* Only white space or NUL padding after the document. */
 	size_t at = json_tokener_get_parse_end(tok);
-	for (size_t i = at; o && i < n[2]; i++)
-		if (part[2][i] && !space(part[2][i])) {
+	const char *last = part[nparts - 1];
+	for (size_t i = at; o && i < n[nparts - 1]; i++)
+		if (last[i] && !space(last[i])) {
 			json_object_put(o);
 			o = NULL;
 		}
@@ -122,11 +118,20 @@ static json_object *parse_rest(const char *buf, size_t len, size_t start, size_t
 	return o;
 }
 
+/* buf[0, start) + placeholder + buf[end, len) as one document. */
+static json_object *parse_rest(const char *buf, size_t len, size_t start, size_t end,
+			       const char *placeholder)
+{
+	const char *part[3] = { buf, placeholder, buf + end };
+	size_t n[3] = { start, strlen(placeholder), len - end };
+	return json_parse_parts(part, n, 3);
+}
+
 json_object *tokenizer_json_split(const char *buf, size_t len)
 {
 	size_t start, end;
 	unsigned char nonce[12];
-	if (len < SPLIT_MIN_BYTES || len > INT32_MAX || !find_merges(buf, len, &start, &end) ||
+	if (len < SPLIT_MIN_BYTES || len > INT32_MAX || !tokenizer_json_find_merges(buf, len, &start, &end) ||
 	    getrandom(nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce))
 		return NULL;
 	/* A string no file holds by chance: then model.merges is it only

@@ -48,6 +48,10 @@ struct arena_block {
 };
 /* A NUL-terminated copy of s[0, n) in *a; NULL out of memory. */
 char *arena_dup(struct arena_block **a, const char *s, size_t n);
+/* Room for n bytes and a NUL at the end of *a (NULL out of memory), which
+ * arena_commit(*a, m) keeps the first m <= n of. */
+char *arena_room(struct arena_block **a, size_t n);
+void arena_commit(struct arena_block *a, size_t m);
 void arena_free(struct arena_block *a);
 
 /* ---- string -> id hash (util.c) ---- */

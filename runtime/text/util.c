@@ -313,7 +313,7 @@ void scratch_free(struct tok_scratch *s)
 	free(s->cids.p);
 }
 
-char *arena_dup(struct arena_block **a, const char *s, size_t n)
+char *arena_room(struct arena_block **a, size_t n)
 {
 	struct arena_block *b = *a;
 	if (!b || b->cap - b->used < n + 1) {
@@ -326,10 +326,22 @@ char *arena_dup(struct arena_block **a, const char *s, size_t n)
 		b->cap = cap;
 		*a = b;
 	}
-	char *p = b->data + b->used;
+	return b->data + b->used;
+}
+
+void arena_commit(struct arena_block *a, size_t n)
+{
+	a->data[a->used + n] = 0;
+	a->used += n + 1;
+}
+
+char *arena_dup(struct arena_block **a, const char *s, size_t n)
+{
+	char *p = arena_room(a, n);
+	if (!p)
+		return NULL;
 	memcpy(p, s, n);
-	p[n] = 0;
-	b->used += n + 1;
+	arena_commit(*a, n);
 	return p;
 }
 
