@@ -32,6 +32,7 @@
 
 #include "forward.h"
 #include "kernels/kernels.h"
+#include "profile.h"
 
 /* The first key position p attends to. */
 static int first_key(const struct fwd *f, int p)
@@ -407,7 +408,10 @@ static void merge_partials(struct fwd *f)
 
 void op_attention(struct fwd *f, int layer)
 {
+	double t0 = f->prof ? pfx_profile_now() : 0;
 	f->layer = layer;
 	pool_run(f->m->pool, att_task, f, f->ntasks);
 	merge_partials(f);
+	if (f->prof)
+		f->prof->attention_s += pfx_profile_now() - t0;
 }

@@ -16,6 +16,7 @@
 
 #include "forward.h"
 #include "kernels/kernels.h"
+#include "profile.h"
 
 #define MAX_PIECES 512
 #define ROWS_PER_TASK 16
@@ -299,7 +300,8 @@ static enum kern_bf16_path bf16_input(struct fwd *f, const float **x, int *ldx, 
 	return path;
 }
 
-void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs, int njobs)
+static void matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs,
+		   int njobs)
 {
 	if (f->T <= GEMV_MAX_T && njobs <= MAX_STEAL_JOBS) {
 		matmul_decode(f, x, ldx, in, jobs, njobs);
@@ -331,6 +333,18 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 			c.pieces[np++] = (struct mm_piece){ j, o, out - o < chunk ? out - o : chunk };
 	}
 	pool_run(f->m->pool, mm_task, &c, np);
+}
+
+void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_job *jobs, int njobs)
+{
+	if (!f->prof) {
+		matmul(f, x, ldx, in, jobs, njobs);
+		return;
+	}
+	double t0 = pfx_profile_now();
+	matmul(f, x, ldx, in, jobs, njobs);
+	if (!f->head) /* the head's product is the head's (forward.c) */
+		f->prof->matmul_s += pfx_profile_now() - t0;
 }
 
 /* ==== Row-wise operations ==== */
