@@ -226,7 +226,7 @@ static void logits(struct fwd *f)
 	}
 	if (!R)
 		return;
-	double t0 = f->prof ? pfx_profile_now() : 0;
+	double t0 = f->prof ? pfx_profile_now() : 0, c0 = f->prof ? pfx_profile_cpu() : 0;
 	f->head = true;
 	int T = f->T;
 	f->T = R; /* the row-parallel ops below work on the R gathered rows */
@@ -244,8 +244,10 @@ static void logits(struct fwd *f)
 	}
 	f->T = T;
 	f->head = false;
-	if (f->prof)
+	if (f->prof) {
 		f->prof->head_s += pfx_profile_now() - t0;
+		f->prof->head_cpu_s += pfx_profile_cpu() - c0;
+	}
 }
 
 /* Minor page faults of the process so far: first touches of mapped KV. */
@@ -295,7 +297,7 @@ int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems
 	f->ntasks = ntasks;
 	f->prof = m->prof;
 	f->head = false;
-	double t0 = f->prof ? pfx_profile_now() : 0;
+	double t0 = f->prof ? pfx_profile_now() : 0, c0 = f->prof ? pfx_profile_cpu() : 0;
 	long flt0 = f->prof ? minor_faults() : 0;
 	setup(f);
 	for (int l = 0; l < c->n_layers; l++)
@@ -305,6 +307,7 @@ int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems
 		f->prof->passes++;
 		f->prof->rows += T;
 		f->prof->forward_s += pfx_profile_now() - t0;
+		f->prof->forward_cpu_s += pfx_profile_cpu() - c0;
 		f->prof->faults += minor_faults() - flt0;
 	}
 	pthread_mutex_unlock(&m->fwd_lock);

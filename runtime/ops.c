@@ -341,10 +341,12 @@ void op_matmul(struct fwd *f, const float *x, int ldx, int in, const struct mm_j
 		matmul(f, x, ldx, in, jobs, njobs);
 		return;
 	}
-	double t0 = pfx_profile_now();
+	double t0 = pfx_profile_now(), c0 = pfx_profile_cpu();
 	matmul(f, x, ldx, in, jobs, njobs);
-	if (!f->head) /* the head's product is the head's (forward.c) */
+	if (!f->head) { /* the head's product is the head's (forward.c) */
 		f->prof->matmul_s += pfx_profile_now() - t0;
+		f->prof->matmul_cpu_s += pfx_profile_cpu() - c0;
+	}
 }
 
 /* ==== Row-wise operations ==== */

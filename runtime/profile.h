@@ -21,7 +21,10 @@ struct pfx_profile {
 	double attention_s; /* attention over the sessions' KV */
 	double head_s;      /* final norm and output head of the rows asked for */
 	double attach_s;    /* an attach: hashing, MATCH, mapping (cache.c) */
-	double prefault_s;  /* an attach's first touch of its blocks (cache.c) */
+	/* The same phases in CPU seconds of the whole process (every worker,
+	 * spinning included): on a machine others use too, wall time says
+	 * when the CPUs were given, CPU time what the work took. */
+	double forward_cpu_s, matmul_cpu_s, attention_cpu_s, head_cpu_s;
 	long faults;        /* minor page faults while the passes ran */
 };
 
@@ -30,5 +33,7 @@ struct pfx_profile {
 void pfx_model_set_profile(struct pfx_model *m, struct pfx_profile *p);
 /* CLOCK_MONOTONIC in seconds. */
 double pfx_profile_now(void);
+/* The process's CPU time (CLOCK_PROCESS_CPUTIME_ID) in seconds. */
+double pfx_profile_cpu(void);
 
 #endif
