@@ -53,6 +53,15 @@ __attribute__((target("avx512f,fma"), always_inline)) static inline void
 block(const int TV, const int NR, const int out, int T, int k, const float *xT, int ld,
       const float *w, ptrdiff_t sn, ptrdiff_t sk, float beta, float *y, int ldy)
 {
+	/* Rows of W in place (sk == 1, the layer products and the keys) are
+	 * read NR short streams at a time, each a row of a few KiB: too short
+	 * for the hardware prefetchers to reach ahead. Asking for the next
+	 * block's rows a line at a time as this block walks its own took a
+	 * 32-row warm prefill's products from 143 to 114 CPU-ms (SmolLM-135M
+	 * shape, f32 weights from memory, 2 threads, 15 alternating rounds;
+	 * docs/perf/2026-11-28-warm-path.md). Past W's end it prefetches what
+	 * follows, which a prefetch may: it never faults. */
+	const int pf = sk == 1;
 	__m512 acc[12][4];
 #pragma GCC unroll 12
 	for (int j = 0; j < NR; j++)
@@ -61,6 +70,10 @@ block(const int TV, const int NR, const int out, int T, int k, const float *xT, 
 			acc[j][v] = _mm512_setzero_ps();
 	for (int p = 0; p < k; p++) {
 		__m512 xv[4];
+		if (pf && (p & 15) == 0)
+#pragma GCC unroll 12
+			for (int j = 0; j < NR; j++)
+				__builtin_prefetch(w + (NR + j) * sn + p, 0, 3);
 #pragma GCC unroll 4
 		for (int v = 0; v < TV; v++)
 			xv[v] = _mm512_loadu_ps(xT + (size_t)p * ld + 16 * v);
