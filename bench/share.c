@@ -28,7 +28,8 @@
  * REF_TOKENS tokens alone in a fresh process: the runtime's own prefill
  * rate, at which the suffix would cost suffix_compute_ms; and
  * warm_overhead_ratio = ttft_warm_ms / suffix_compute_ms.
- * --prefix N: a prefix of N tokens (a multiple of 64, 2048 by default);
+ * --prefix N: a prefix of N blocks of 64 tokens (32: 2048, the default;
+ * 128: 8192);
  * --weights bf16: the random model's weights in bf16; --runs N: rounds.
  */
 #include <errno.h>
@@ -40,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "opts.h"
 #include "daemon_util.h"
 #include "prefixd.h"
 #include "random_model.h"
@@ -300,7 +302,6 @@ int main(int argc, char **argv)
 	int ndt = 1;
 	const char *wdtype = "F32";
 	for (int i = 1; i < argc; i++) {
-		char *end = NULL;
 		if (!strcmp(argv[i], "--attach-only")) {
 			attach_only = true;
 		} else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc &&
@@ -310,17 +311,15 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--weights") && i + 1 < argc &&
 			   (!strcmp(argv[i + 1], "f32") || !strcmp(argv[i + 1], "bf16"))) {
 			wdtype = strcmp(argv[++i], "bf16") ? "F32" : "BF16";
-		} else if (!strcmp(argv[i], "--prefix") && i + 1 < argc &&
-			   (PREFIX = (int)strtol(argv[i + 1], &end, 10)) >= SMOLLM_BLOCK_TOKENS &&
-			   PREFIX <= 16384 && PREFIX % SMOLLM_BLOCK_TOKENS == 0 && !*end) {
-			i++;
-		} else if (!strcmp(argv[i], "--runs") && i + 1 < argc &&
-			   (RUNS = (int)strtol(argv[i + 1], &end, 10)) >= 3 && RUNS <= MAX_RUNS && !*end) {
-			i++;
+		} else if (!strcmp(argv[i], "--prefix") && i + 1 < argc) {
+			/* Whole blocks: the attach takes them all. */
+			PREFIX = opt_int(NAME, "prefix", argv[++i], 1, 256) * SMOLLM_BLOCK_TOKENS;
+		} else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+			RUNS = opt_int(NAME, "runs", argv[++i], 3, MAX_RUNS);
 		} else {
 			fprintf(stderr,
 				"usage: %s [--attach-only] [--kv-dtype f32|f16|bf16] [--weights f32|bf16] "
-				"[--prefix 64..16384, whole blocks of 64] [--runs 3..%d]\n",
+				"[--prefix BLOCKS of 64 tokens, 1..256] [--runs 3..%d]\n",
 				argv[0], MAX_RUNS);
 			return 2;
 		}

@@ -71,6 +71,10 @@ static void mm_rows(struct mm_ctx *c, int thread, const struct mm_job *j, int o0
 {
 	struct fwd *f = c->f;
 	struct kern_wmat w = kern_wmat_at(j->w, (size_t)o0 * c->in);
+	if (c->few && w.type == KERN_W_BF16) { /* widened in registers, no panel */
+		kern_gemm_few_bf16(c->rows, n, c->in, transposed(c, thread), w.p, j->beta, y, j->ldy);
+		return;
+	}
 	int step = n;
 	float *panel = NULL;
 	if (w.type != KERN_W_F32) {
