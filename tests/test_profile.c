@@ -2,15 +2,12 @@
 /*
  * The warm path's pieces: the benchmarks' profile (runtime/profile.h) adds
  * every phase of a pass and changes no result; logits of the last position
- * alone equal the last row of all of them; a short suffix's attention
- * (with its prefetches of the next KV block, runtime/attention.c) gives the
- * same logits with the prefetches turned off.
+ * alone equal the last row of all of them. (The KV prefetches of
+ * attention.c run on attached blocks: test_share checks them.)
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "helpers.h"
 #include "profile.h"
@@ -93,71 +90,4 @@ Test(profile, the_last_positions_logits_equal_the_last_row_of_all)
 		free(t);
 		pfx_model_free(m);
 	}
-}
-
-/* In a child, with PFX_NO_KV_PREFETCH as given (read once per process):
- * a suffix's logits over prefixes that end inside a block and on a block
- * edge, every block size, into the pipe. */
-static void prefetch_child(const char *off, int fd)
-{
-	if (off)
-		setenv("PFX_NO_KV_PREFETCH", off, 1);
-	else
-		unsetenv("PFX_NO_KV_PREFETCH");
-	static const int bts[] = { 4, 16, 64 };
-	static const size_t prefixes[] = { 64, 93, 130 };
-	for (size_t b = 0; b < 3; b++) {
-		struct pfx_model *m = load_fixture_model_bt("llama-tiny-gqa", bts[b]);
-		int V = pfx_model_config(m)->vocab;
-		for (size_t i = 0; i < 3; i++) {
-			size_t p = prefixes[i], n = p + 33;
-			int32_t *t = random_tokens(n, V, 100 + i);
-			float *l = malloc((n - p) * (size_t)V * sizeof(float));
-			suffix_logits(m, t, p, n, PFX_LOGITS_ALL, l);
-			size_t bytes = (n - p) * (size_t)V * sizeof(float);
-			if (write(fd, l, bytes) != (ssize_t)bytes)
-				_exit(3);
-			free(l);
-			free(t);
-		}
-		pfx_model_free(m);
-	}
-	_exit(0);
-}
-
-static float *prefetch_run(const char *off, size_t *floats)
-{
-	int p[2];
-	cr_assert_eq(pipe(p), 0);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (!pid) {
-		close(p[0]);
-		prefetch_child(off, p[1]);
-	}
-	close(p[1]);
-	size_t cap = 1 << 20, len = 0;
-	char *buf = malloc(cap);
-	ssize_t r;
-	while ((r = read(p[0], buf + len, cap - len)) > 0)
-		if ((len += (size_t)r) == cap)
-			buf = realloc(buf, cap *= 2);
-	close(p[0]);
-	int st;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed");
-	*floats = len / sizeof(float);
-	return (float *)buf;
-}
-
-Test(profile, prefetching_the_next_kv_block_changes_no_logit)
-{
-	size_t na, nb;
-	float *on = prefetch_run(NULL, &na), *off = prefetch_run("1", &nb);
-	cr_assert_eq(na, nb);
-	cr_assert(na > 0);
-	cr_expect_eq(memcmp(on, off, na * sizeof(float)), 0,
-		     "the logits with and without the prefetches differ");
-	free(on);
-	free(off);
 }
