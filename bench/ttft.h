@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "profile.h"
 
 struct bench_ttft {
 	double ms;
@@ -19,6 +20,15 @@ struct bench_ttft {
 	double first;     /* the first token */
 	double from_disk; /* blocks the daemon read back from disk */
 	double published; /* blocks this run published */
+	/* Where the ms went: opening the cache (connect and HELLO), picking
+	 * the token from the logits, and the runtime's profile of the prefill
+	 * (attach, forward pass: profile.h). */
+	double connect_ms, sample_ms;
+	struct pfx_profile prof;
+	/* The same suffix computed again on the attached prefix, in the same
+	 * process (its KV pages mapped, caches warm): what the first touch and
+	 * cold caches cost the first time. Zero when nothing was attached. */
+	struct pfx_profile again;
 };
 
 /* Runs prefix + suffix tokens through the model in model_dir, its KV of

@@ -28,10 +28,14 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "forward.h"
 #include "kernels/kernels.h"
+#include "profile.h"
 
 /* The first key position p attends to. */
 static int first_key(const struct fwd *f, int p)
@@ -106,6 +110,37 @@ static const float *kv_run(const struct fwd *f, const void *block, int kv, int h
 	return buf;
 }
 
+/*
+ * Asks for the n tokens of K or V of KV head `head` in a block ahead of
+ * their use. A head's keys of one layer are 16 KiB runs, one per block,
+ * blocks apart (a block holds every layer): the hardware prefetchers stop
+ * at each page's end and see no stream across runs, so without this every
+ * run starts with misses to memory, the most on the first pass over KV
+ * that another process wrote (an attach). Prefetches change no value.
+ */
+/* PFX_NO_KV_PREFETCH set (as PFX_NO_AVX512 is, read once) turns it off, to compare. */
+static bool kv_prefetch_off(void)
+{
+	static _Atomic int off = -1;
+	int v = off;
+	if (v < 0) {
+		const char *no = getenv("PFX_NO_KV_PREFETCH");
+		off = v = no && *no && *no != '0';
+	}
+	return v;
+}
+
+static void kv_prefetch(const struct fwd *f, const void *block, int kv, int head, int n)
+{
+	if (kv_prefetch_off())
+		return;
+	struct kern_wmat w = kv_at(f->m, block, kv_offset(f->m, f->layer, kv, head, 0));
+	const char *p = w.p;
+	size_t bytes = (size_t)n * f->c->head_dim * kern_wtype_size(w.type);
+	for (size_t o = 0; o < bytes; o += 64)
+		__builtin_prefetch(p + o, 0, 2);
+}
+
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
 	     struct att_task *tasks)
 {
@@ -146,6 +181,23 @@ struct rows {
 	size_t row0; /* the item's first row in the batch + r0 */
 };
 
+/* Prefetches block b's K (kv 0) or V (kv 1) of head, of the nk keys:
+ * the loops below ask for the next block while they compute on this one,
+ * the K loop for the first V block at its end. */
+static void prefetch_next(const struct fwd *f, const struct pfx_session *s, int kv, int head,
+			  int b, int nk)
+{
+	/* Only blocks attached from prefixd, which another process wrote:
+	 * those this one computed (a cold prefill's) were written moments ago
+	 * and sit in the caches, where the prefetches would be instructions
+	 * for nothing (a 1024-token cold prefill's attention took 3% more CPU
+	 * with them, within the noise; this keeps the cold path as it was). */
+	if (!s->blocks[b]->lease)
+		return;
+	int B = f->m->block_tokens, kb = nk - b * B < B ? nk - b * B : B;
+	kv_prefetch(f, s->blocks[b]->data, kv, head, kb);
+}
+
 /*
  * Scores, weights and outputs transposed (keys x rows), K and V read in
  * their blocks: S^T = K Q^T and O^T = V^T P^T, each one gemm_few_t call
@@ -173,6 +225,10 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
 	}
 	for (int b = b0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
+		if (b + 1 < (nk + B - 1) / B)
+			prefetch_next(f, s, 0, q->kvh, b + 1, nk);
+		else
+			prefetch_next(f, s, 1, q->kvh, b0, nk);
 		const float *K = kv_run(f, s->blocks[b]->data, 0, q->kvh, 0, kb, kvbuf);
 		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S + (size_t)(b - b0) * B * ld, ld);
 	}
@@ -182,6 +238,8 @@ static void prefill_rows_t(struct fwd *f, const struct pfx_session *s, const str
 	kern_softmax_cols(S, nk - b0 * B, ld, valid, inv);
 	for (int b = b0; b * B < nk; b++) {
 		int kb = nk - b * B < B ? nk - b * B : B;
+		if (b + 1 < (nk + B - 1) / B)
+			prefetch_next(f, s, 1, q->kvh, b + 1, nk);
 		const float *V = kv_run(f, s->blocks[b]->data, 1, q->kvh, 0, kb, kvbuf);
 		kern_gemm_few_t(rows, hd, kb, S + (size_t)(b - b0) * B * ld, V, 1, hd,
 				b > b0 ? 1.0f : 0.0f, OT, ld);
@@ -407,7 +465,12 @@ static void merge_partials(struct fwd *f)
 
 void op_attention(struct fwd *f, int layer)
 {
+	double t0 = f->prof ? pfx_profile_now() : 0, c0 = f->prof ? pfx_profile_cpu() : 0;
 	f->layer = layer;
 	pool_run(f->m->pool, att_task, f, f->ntasks);
 	merge_partials(f);
+	if (f->prof) {
+		f->prof->attention_s += pfx_profile_now() - t0;
+		f->prof->attention_cpu_s += pfx_profile_cpu() - c0;
+	}
 }

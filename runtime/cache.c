@@ -16,6 +16,7 @@
 
 #include "kv.h"
 #include "prefixd.h"
+#include "profile.h"
 
 struct pfx_cache {
 	atomic_int refs;
@@ -252,8 +253,12 @@ static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *
 	size_t B = (size_t)pfx_model_block_tokens(s->m), matchable = (n - 1) / B;
 	bool whole = wait_ms && n % B == 0;
 	uint32_t from_disk = 0;
+	struct pfx_profile *prof = s->m->prof; /* set by this thread, before (profile.h) */
+	double t0 = prof ? pfx_profile_now() : 0;
 	int got = attach(s, c, ids, (uint32_t)(whole ? n / B : matchable), wait_ms, whole, &from_disk,
 			 flight, cache_err);
+	if (prof)
+		prof->attach_s += pfx_profile_now() - t0;
 	free(ids);
 	if (got < 0) {
 		info->cache_rc = got;

@@ -7,9 +7,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "forward.h"
 #include "kernels/kernels.h"
+#include "profile.h"
 
 /* Per thread: 16-bit weights converted for the f32 kernels a panel at a
  * time (ops.c), 1 MiB, in L2 on the CPUs this runs on. */
@@ -224,6 +226,8 @@ static void logits(struct fwd *f)
 	}
 	if (!R)
 		return;
+	double t0 = f->prof ? pfx_profile_now() : 0, c0 = f->prof ? pfx_profile_cpu() : 0;
+	f->head = true;
 	int T = f->T;
 	f->T = R; /* the row-parallel ops below work on the R gathered rows */
 	op_norm(f, f->xn2, f->xn, f->m->w.norm_w, f->m->w.norm_b);
@@ -239,6 +243,18 @@ static void logits(struct fwd *f)
 		R += rows;
 	}
 	f->T = T;
+	f->head = false;
+	if (f->prof) {
+		f->prof->head_s += pfx_profile_now() - t0;
+		f->prof->head_cpu_s += pfx_profile_cpu() - c0;
+	}
+}
+
+/* Minor page faults of the process so far: first touches of mapped KV. */
+static long minor_faults(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_minflt;
 }
 
 int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems,
@@ -279,10 +295,21 @@ int pfx_forward(struct pfx_model *m, struct pfx_batch_item *items, size_t nitems
 	f->nitems = (int)nitems;
 	f->T = (int)T;
 	f->ntasks = ntasks;
+	f->prof = m->prof;
+	f->head = false;
+	double t0 = f->prof ? pfx_profile_now() : 0, c0 = f->prof ? pfx_profile_cpu() : 0;
+	long flt0 = f->prof ? minor_faults() : 0;
 	setup(f);
 	for (int l = 0; l < c->n_layers; l++)
 		m->arch->block(f, l);
 	logits(f);
+	if (f->prof) {
+		f->prof->passes++;
+		f->prof->rows += T;
+		f->prof->forward_s += pfx_profile_now() - t0;
+		f->prof->forward_cpu_s += pfx_profile_cpu() - c0;
+		f->prof->faults += minor_faults() - flt0;
+	}
 	pthread_mutex_unlock(&m->fwd_lock);
 
 	for (size_t i = 0; i < nitems; i++)

@@ -6,6 +6,8 @@
 #ifndef PFX_FORWARD_H
 #define PFX_FORWARD_H
 
+#include <stdbool.h>
+
 #include "kv.h"
 #include "kernels/kernels.h"
 
@@ -52,6 +54,8 @@ struct fwd {
 	size_t cap_xbf;        /* its bytes */
 	size_t score_ld;
 	int layer;             /* the layer attention works on */
+	struct pfx_profile *prof; /* the model's, for this pass (profile.h); NULL: none */
+	bool head;             /* in the output head: its products are not the layers' */
 	/* capacities of the buffers above, to reuse them across passes */
 	size_t cap_T, cap_items, cap_tasks, cap_scores, cap_partials;
 };

@@ -35,6 +35,7 @@ struct weights {
 
 struct binder;
 struct fwd;
+struct pfx_profile;
 
 /* One architecture: how to read its config, where its weights are, and
  * what one block computes. The loop around blocks is shared (forward.c). */
@@ -133,6 +134,7 @@ struct pfx_model {
 	struct pool *pool;
 	pthread_mutex_t fwd_lock;     /* one forward pass at a time per model */
 	struct fwd *scratch;          /* reused across forward passes; under fwd_lock */
+	struct pfx_profile *prof;     /* profile.h: NULL unless a benchmark asks; under fwd_lock */
 };
 
 /* Elements of one KV block: [layer][k|v][kv_head][token][head_dim]. */

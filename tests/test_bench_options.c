@@ -32,6 +32,8 @@ static const struct refusal cases[] = {
 	{ "tokenize", "extra", "unexpected argument 'extra'" },
 	{ "attack", "--seconds 5s", "--seconds must be a number from 1 to 600, not '5s'" },
 	{ "disk", "--prefixes 3", "--prefixes must be a whole number from 4 to 16, not '3'" },
+	{ "share", "--prefix 2048", "--prefix must be a whole number from 1 to 256, not '2048'" },
+	{ "share", "--runs 2", "--runs must be a whole number from 3 to 15, not '2'" },
 	{ "disk", "--rounds 2.5", "--rounds must be a whole number from 1 to 15, not '2.5'" },
 	{ "remote", "--rounds 3", "[--tiny]" },
 };

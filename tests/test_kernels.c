@@ -61,6 +61,42 @@ Test(kernels, few_row_products_equal_the_plain_sum)
 				}
 }
 
+/* bf16 W widened in registers gives exactly the products of its f32
+ * values (the same sums in the same order), at every row count and odd
+ * widths, with tails of each block size. */
+Test(kernels, few_row_products_on_bf16_weights_equal_those_on_their_f32_values)
+{
+	if (!kern_gemm_few_ok())
+		cr_skip_test("no AVX-512 here: sgemm serves these shapes");
+	enum { MAXN = 61, MAXK = 577 };
+	static uint16_t W16[MAXN * MAXK];
+	static float W[MAXN * MAXK], x[GEMM_FEW_MAX_T * MAXK], xt[GEMM_FEW_MAX_T * MAXK];
+	static float y[GEMM_FEW_MAX_T * (MAXN + 3)], y16[GEMM_FEW_MAX_T * (MAXN + 3)];
+	uint32_t seed = 3;
+	const int Ts[] = { 5, 16, 17, 31, 32, 33, 48, 63, 64 }, ns[] = { 1, 7, 13, 25, MAXN };
+	const int ks[] = { 3, 64, 577 };
+	for (int a = 0; a < 9; a++)
+		for (int b = 0; b < 5; b++)
+			for (int c = 0; c < 3; c++)
+				for (int beta = 0; beta < 2; beta++) {
+					int T = Ts[a], n = ns[b], k = ks[c], ldy = n + 3;
+					for (int i = 0; i < n * k; i++) {
+						W16[i] = kern_f32_to_bf16(val(&seed));
+						W[i] = kern_bf16_to_f32(W16[i]);
+					}
+					for (int i = 0; i < T * k; i++)
+						x[i] = val(&seed);
+					for (int i = 0; i < T * ldy; i++)
+						y[i] = y16[i] = val(&seed);
+					kern_gemm_few_transpose(T, k, x, k, xt);
+					kern_gemm_few(T, n, k, xt, W, (float)beta, y, ldy);
+					kern_gemm_few_bf16(T, n, k, xt, W16, (float)beta, y16, ldy);
+					cr_assert_eq(memcmp(y, y16, sizeof(float) * (size_t)(T * ldy)), 0,
+						     "T=%d n=%d k=%d beta=%d: the bf16 products differ", T,
+						     n, k, beta);
+				}
+}
+
 /* Both layouts attention uses: K's rows (scores), V's columns (outputs). */
 Test(kernels, transposed_products_equal_the_plain_sum)
 {

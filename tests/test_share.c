@@ -72,6 +72,47 @@ Test(share, a_second_process_attaches_and_matches_transformers)
 	free(ref);
 }
 
+/* Attention prefetches the next attached block (attention.c): B's logits
+ * over the attached prefix are the same bits with and without. */
+Test(share, prefetching_attached_kv_changes_no_logit)
+{
+	char out[PATH_MAX + 32];
+	size_t nl;
+	free(expected_f32(MODEL, "logits_full", &nl));
+	/* Fewer new tokens than a block: B publishes nothing, so that both
+	 * runs attach the same HEAD tokens. */
+	size_t V = nl / ntok, rows = 3;
+	/* A prompt of its own: the suite's daemon holds the others' blocks. */
+	int32_t *mine = malloc(ntok * sizeof(*mine));
+	for (size_t i = 0; i < ntok; i++)
+		mine[i] = (int32_t)(((size_t)tok[i] + 7) % V);
+	char *head = tokens_csv(mine, HEAD), *all = tokens_csv(mine, HEAD + rows);
+	snprintf(out, sizeof(out), "%s/pf.npy", td.dir);
+	struct cmd_result a = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
+				  fixtures_dir(), td.sock, head, out);
+	cr_assert_eq(a.status, 0, "%s", a.out);
+	unlink(out);
+	float *got[2];
+	for (int off = 0; off < 2; off++) {
+		if (off)
+			setenv("PFX_NO_KV_PREFETCH", "1", 1);
+		struct cmd_result b = run("logits --model %s/" MODEL " --block-tokens 4 --socket %s --tokens %s --out %s",
+					  fixtures_dir(), td.sock, all, out);
+		unsetenv("PFX_NO_KV_PREFETCH");
+		cr_assert_eq(b.status, 0, "%s", b.out);
+		cr_expect(strstr(b.out, "24 attached from the cache, 3 computed"), "%s", b.out);
+		got[off] = read_npy(out, rows, V);
+		unlink(out);
+	}
+	cr_expect_eq(memcmp(got[0], got[1], rows * V * sizeof(float)), 0,
+		     "the logits with and without the prefetches differ");
+	free(got[0]);
+	free(got[1]);
+	free(head);
+	free(all);
+	free(mine);
+}
+
 /* Every other architecture the same way: A publishes 24 tokens in blocks
  * of 4, B attaches them and computes the rest, which transformers' logits
  * confirm (mistral-tiny-swa: B's rows see only their window of 16, from

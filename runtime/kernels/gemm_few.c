@@ -49,10 +49,31 @@ __attribute__((target("avx512f"))) void kern_gemm_few_transpose(int T, int k, co
  * head's 64 dims, a block's 64 keys) so that the transposed store would
  * cost a quarter of the time.
  */
-__attribute__((target("avx512f,fma"), always_inline)) static inline void
-block(const int TV, const int NR, const int out, int T, int k, const float *xT, int ld,
-      const float *w, ptrdiff_t sn, ptrdiff_t sk, float beta, float *y, int ldy)
+/* W's element i: f32, or bf16 widened exactly (its bits are the f32's top
+ * half), so that a bf16 W gives the products of its f32 values. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+weight(const int bf16, const void *w, ptrdiff_t i)
 {
+	if (bf16)
+		return _mm512_castsi512_ps(
+			_mm512_set1_epi32((int)((uint32_t)((const uint16_t *)w)[i] << 16)));
+	return _mm512_set1_ps(((const float *)w)[i]);
+}
+
+__attribute__((target("avx512f,fma"), always_inline)) static inline void
+block_w(const int bf16, const int TV, const int NR, const int out, int T, int k, const float *xT,
+	int ld, const void *w, ptrdiff_t sn, ptrdiff_t sk, float beta, float *y, int ldy)
+{
+	const int esz = bf16 ? 2 : 4, line = 64 / esz; /* elements a cache line */
+	/* Rows of W in place (sk == 1, the layer products and the keys) are
+	 * read NR short streams at a time, each a row of a few KiB: too short
+	 * for the hardware prefetchers to reach ahead. Asking for the next
+	 * block's rows a line at a time as this block walks its own took a
+	 * 32-row warm prefill's products from 143 to 114 CPU-ms (SmolLM-135M
+	 * shape, f32 weights from memory, 2 threads, 15 alternating rounds;
+	 * docs/perf/2026-11-28-warm-path.md). Past W's end it prefetches what
+	 * follows, which a prefetch may: it never faults. */
+	const int pf = sk == 1;
 	__m512 acc[12][4];
 #pragma GCC unroll 12
 	for (int j = 0; j < NR; j++)
@@ -61,12 +82,16 @@ block(const int TV, const int NR, const int out, int T, int k, const float *xT, 
 			acc[j][v] = _mm512_setzero_ps();
 	for (int p = 0; p < k; p++) {
 		__m512 xv[4];
+		if (pf && (p & (line - 1)) == 0)
+#pragma GCC unroll 12
+			for (int j = 0; j < NR; j++)
+				__builtin_prefetch((const char *)w + ((NR + j) * sn + p) * esz, 0, 3);
 #pragma GCC unroll 4
 		for (int v = 0; v < TV; v++)
 			xv[v] = _mm512_loadu_ps(xT + (size_t)p * ld + 16 * v);
 #pragma GCC unroll 12
 		for (int j = 0; j < NR; j++) {
-			__m512 wb = _mm512_set1_ps(w[j * sn + p * sk]);
+			__m512 wb = weight(bf16, w, j * sn + p * sk);
 #pragma GCC unroll 4
 			for (int v = 0; v < TV; v++)
 				acc[j][v] = _mm512_fmadd_ps(wb, xv[v], acc[j][v]);
@@ -98,8 +123,17 @@ block(const int TV, const int NR, const int out, int T, int k, const float *xT, 
 	}
 }
 
+__attribute__((target("avx512f,fma"), always_inline)) static inline void
+block(const int TV, const int NR, const int out, int T, int k, const float *xT, int ld,
+      const float *w, ptrdiff_t sn, ptrdiff_t sk, float beta, float *y, int ldy)
+{
+	block_w(0, TV, NR, out, T, k, xT, ld, w, sn, sk, beta, y, ldy);
+}
+
 typedef void (*block_fn)(int T, int k, const float *xT, int ld, const float *w, ptrdiff_t s,
 			 float beta, float *y, int ldy);
+typedef void (*block16_fn)(int T, int k, const float *xT, int ld, const uint16_t *w,
+			   ptrdiff_t s, float beta, float *y, int ldy);
 
 /* Per (TV, NR) the dispatcher uses (NR main, 4 and 1 for the tail), one instance
  * per layout, with the stride that is 1 a constant: rows of W in the layer
@@ -122,6 +156,12 @@ typedef void (*block_fn)(int T, int k, const float *xT, int ld, const float *w, 
 		float *y, int ldy)                                                           \
 	{                                                                                    \
 		block(TV, NR, 1, T, k, xT, ld, w, 1, s, beta, y, ldy);                       \
+	}                                                                                    \
+	__attribute__((target("avx512f,fma"))) static void rows_bf16_##TV##_##NR(           \
+		int T, int k, const float *xT, int ld, const uint16_t *w, ptrdiff_t s,         \
+		float beta, float *y, int ldy)                                               \
+	{                                                                                    \
+		block_w(1, TV, NR, 0, T, k, xT, ld, w, s, 1, beta, y, ldy);                  \
 	}
 BLOCK(1, 12)
 BLOCK(2, 8)
@@ -145,6 +185,13 @@ static const struct {
 	int nr[3];
 	block_fn fn[3][3];
 } kernels[4] = { KERNELS(1, 12), KERNELS(2, 8), KERNELS(3, 8), KERNELS(4, 6) };
+
+/* The layer products on bf16 W, the same blocks. */
+#define BF16(TV, NR) { { NR, 4, 1 }, { rows_bf16_##TV##_##NR, rows_bf16_##TV##_4, rows_bf16_##TV##_1 } }
+static const struct {
+	int nr[3];
+	block16_fn fn[3];
+} kernels16[4] = { BF16(1, 12), BF16(2, 8), BF16(3, 8), BF16(4, 6) };
 
 /* Block i of NR rows of W starts at W + i * sn; y's rows or columns step by
  * ystep. */
@@ -178,4 +225,17 @@ void kern_gemm_few_t(int T, int n, int k, const float *xT, const float *W, int s
 		fprintf(stderr, "kern_gemm_few_t: W strides %d and %d, neither 1\n", sn, sk);
 		abort();
 	}
+}
+
+void kern_gemm_few_bf16(int T, int n, int k, const float *xT, const uint16_t *W, float beta,
+			float *y, int ldy)
+{
+	if (T < 1 || T > GEMM_FEW_MAX_T) {
+		fprintf(stderr, "kern_gemm_few_bf16: %d rows, not 1 to %d\n", T, GEMM_FEW_MAX_T);
+		abort();
+	}
+	int ld = kern_gemm_few_ld(T), tv = ld / 16, i = 0;
+	for (int b = 0; b < 3; b++)
+		for (int nr = kernels16[tv - 1].nr[b]; i + nr <= n; i += nr)
+			kernels16[tv - 1].fn[b](T, k, xT, ld, W + (size_t)i * k, k, beta, y + i, ldy);
 }

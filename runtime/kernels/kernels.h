@@ -184,6 +184,12 @@ void kern_gemm_few_transpose(int T, int k, const float *x, int ldx, float *xT);
 /* y[t * ldy + i] = sum_p W[i * k + p] xT[p * ld + t] (+ beta y) for t < T, i < n. */
 void kern_gemm_few(int T, int n, int k, const float *xT, const float *W, float beta, float *y,
 		   int ldy);
+/* The same with W in bf16, each element widened to its f32 value in a
+ * register: equal to kern_gemm_few on W's f32 values, without converting
+ * W into a buffer first (which at a few dozen rows cost as much as the
+ * products). */
+void kern_gemm_few_bf16(int T, int n, int k, const float *xT, const uint16_t *W, float beta,
+			float *y, int ldy);
 /* yT[i * ldy + t] = sum_p W[i * sn + p * sk] xT[p * ld + t] (+ beta yT) for
  * i < n and every t < ld, the padding lanes too (so ldy >= ld): the product
  * stored transposed, as attention keeps its scores and outputs. W's rows
