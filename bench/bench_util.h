@@ -40,7 +40,8 @@ struct bench_cpu {
 	double busy, steal, self, wall; /* seconds */
 };
 void bench_cpu_now(struct bench_cpu *c);
-/* CPUs (on average) other processes used, and steal, since a. */
+/* CPUs (on average) processes outside this benchmark's own tree (itself, its
+ * daemons and children) used, and steal, since a. */
 void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal);
 /* utime + stime of a process, in seconds (0 when it cannot be read). */
 double bench_proc_cpu_s(int pid);
