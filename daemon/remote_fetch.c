@@ -47,23 +47,6 @@ static struct kv *thread_kv(struct remote *r)
 	return k;
 }
 
-struct fill_ctx {
-	struct store *store;
-	const uint8_t *payload;
-	uint64_t len;
-};
-
-static int fill_from_value(void *ctx, uint32_t i, struct idx_loc loc)
-{
-	struct fill_ctx *f = ctx;
-	(void)i;
-	uint8_t *dst = store_slot(f->store, loc);
-	if (!dst)
-		return -EINVAL;
-	memcpy(dst, f->payload, f->len);
-	return 0;
-}
-
 /*
  * Checks the value of block pos of a's chain: its size, its MAC (with a
  * key), the record (checksums, the block, model and namespace asked for),
@@ -175,9 +158,9 @@ static uint32_t fetch_round(struct remote *r, struct kv *k, const struct remote_
 			break;
 		}
 		b.ns = a->ns;
-		struct fill_ctx f = { a->store, vals[i] + m.payload_off, m.payload };
+		struct store_copy f = { a->store, vals[i] + m.payload_off, m.payload };
 		bool dedup;
-		if (idx_import(a->x, a->g, &b, fill_from_value, &f, &dedup, &held))
+		if (idx_import(a->x, a->g, &b, store_fill_copy, &f, &dedup, &held))
 			break;
 		idx_mark_remote(a->x, a->ns, b.hash);
 		atomic_fetch_add(&r->hits, 1);

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define MAX_ARENAS STORE_MAX_ARENAS
@@ -145,6 +146,17 @@ uint8_t *store_slot(struct store *s, struct idx_loc loc)
 	    loc.offset >= shm_arena_size(s->arenas[loc.arena]))
 		return NULL;
 	return shm_arena_base(s->arenas[loc.arena]) + loc.offset;
+}
+
+int store_fill_copy(void *ctx, uint32_t i, struct idx_loc loc)
+{
+	const struct store_copy *f = ctx;
+	(void)i;
+	uint8_t *dst = store_slot(f->store, loc);
+	if (!dst)
+		return -EINVAL;
+	memcpy(dst, f->payload, f->len);
+	return 0;
 }
 
 struct shm_arena *store_arena(struct store *s, uint32_t id)

@@ -45,6 +45,15 @@ uint32_t store_holders(const struct store *s);
 
 /* The daemon's writable view of a slot; NULL for a place outside the arenas. */
 uint8_t *store_slot(struct store *s, struct idx_loc loc);
+/* One block's bytes to copy into the slot an idx_import places it in
+ * (the import of a file's records, a remote fetch): store_fill_copy is
+ * its fill callback, -EINVAL for a place outside the arenas. */
+struct store_copy {
+	struct store *store;
+	const uint8_t *payload;
+	uint64_t len;
+};
+int store_fill_copy(void *ctx, uint32_t i, struct idx_loc loc);
 /* Arena by id (ids are 0 .. store_arenas() - 1), for sending to clients. */
 struct shm_arena *store_arena(struct store *s, uint32_t id);
 uint32_t store_arenas(const struct store *s);

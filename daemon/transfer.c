@@ -194,23 +194,6 @@ static int read_record(struct reader *rd, off_t *off, struct rec_meta *m, struct
 	return 0;
 }
 
-struct fill_ctx {
-	struct store *store;
-	const uint8_t *payload;
-	uint64_t len;
-};
-
-static int fill_from_record(void *ctx, uint32_t i, struct idx_loc loc)
-{
-	struct fill_ctx *f = ctx;
-	(void)i;
-	uint8_t *dst = store_slot(f->store, loc);
-	if (!dst)
-		return -EINVAL;
-	memcpy(dst, f->payload, f->len);
-	return 0;
-}
-
 /* Stores the checked records of the file, each in its group. */
 static int import_all(struct conn *c, struct reader *rd, off_t size, const struct pd_import *m,
 		      struct pd_import_reply *r, const char **why)
@@ -236,9 +219,9 @@ static int import_all(struct conn *c, struct reader *rd, off_t size, const struc
 				r->refused++;
 			continue;
 		}
-		struct fill_ctx f = { store, rd->payload, meta.payload };
+		struct store_copy f = { store, rd->payload, meta.payload };
 		bool there;
-		err = idx_import(c->d->idx, g, &b, fill_from_record, &f, &there, &held);
+		err = idx_import(c->d->idx, g, &b, store_fill_copy, &f, &there, &held);
 		if (!err && there)
 			r->dedup++;
 		else if (!err) {
