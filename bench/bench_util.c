@@ -160,6 +160,27 @@ static double rusage_s(int who)
 	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* A process's parent and utime + stime in seconds, from one read of its
+ * /proc stat: 0, or -1 when it cannot be read (gone). */
+static int proc_stat(int pid, int *ppid, double *cpu_s)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	/* Fields after the command name, which may hold spaces: ") S ppid ...". */
+	char *p = strrchr(buf, ')');
+	unsigned long long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", ppid, &ut,
+			 &st) != 3)
+		return -1;
+	*cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	return 0;
+}
+
 /* The CPU time of this benchmark's whole process tree: itself, the
  * children it reaped (and theirs), and the descendants still running or
  * not reaped yet (its daemons, the fresh processes of a run), so that
@@ -168,22 +189,16 @@ static double tree_cpu_s(void)
 {
 	enum { MAXP = 4096 };
 	static int pid[MAXP], ppid[MAXP];
+	static double cpu[MAXP];
 	int n = 0;
 	DIR *d = opendir("/proc");
 	struct dirent *e;
 	while (d && (e = readdir(d)) && n < MAXP) {
-		char path[300], buf[512];
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		FILE *f = fopen(path, "r");
-		size_t len = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-		if (f)
-			fclose(f);
-		buf[len] = 0;
-		char *p = strrchr(buf, ')');
-		if (p && sscanf(p + 2, "%*c %d", &ppid[n]) == 1)
-			pid[n++] = atoi(e->d_name);
+		pid[n] = atoi(e->d_name);
+		if (!proc_stat(pid[n], &ppid[n], &cpu[n]))
+			n++;
 	}
 	if (d)
 		closedir(d);
@@ -198,7 +213,7 @@ static double tree_cpu_s(void)
 			up = k < n ? ppid[k] : 0;
 		}
 		if (up == self && pid[i] != self)
-			s += bench_proc_cpu_s(pid[i]);
+			s += cpu[i];
 	}
 	return s;
 }
@@ -232,20 +247,9 @@ void bench_cpu_since(const struct bench_cpu *a, double *others, double *steal)
 
 double bench_proc_cpu_s(int pid)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	/* Fields after the command name, which may hold spaces: ") S ppid ...". */
-	char *p = strrchr(buf, ')');
-	unsigned long long ut = 0, st = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			 &st) != 2)
-		return 0;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	int ppid;
+	double cpu;
+	return proc_stat(pid, &ppid, &cpu) ? 0 : cpu;
 }
 
 void bench_cpu_model(char *out, size_t len)
