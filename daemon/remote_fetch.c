@@ -68,10 +68,7 @@ static int check_value(struct remote *r, const struct remote_ask *a, uint32_t po
 		atomic_fetch_add(&r->bad_checksum, 1);
 		return -EBADMSG;
 	}
-	uint8_t want_mac[MAC_BYTES];
-	if (mac)
-		crypto_generichash(want_mac, MAC_BYTES, v, size, r->key, sizeof(r->key));
-	if (mac && sodium_memcmp(want_mac, v + size, MAC_BYTES)) {
+	if (mac && !remote_mac_ok(r, v, size, v + size)) {
 		*why = "its MAC is not valid (forged, or signed with another key)";
 		atomic_fetch_add(&r->bad_mac, 1);
 		return -EACCES;

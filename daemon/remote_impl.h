@@ -19,11 +19,13 @@
 /* Blocks waiting to be written (jobs of one publish each): past it, a
  * publish's blocks are dropped, never waited for. */
 #define QUEUE_MAX 256
-/* The MAC: keyed BLAKE2b-256 (a MAC by construction, RFC 7693), four
- * times the speed of HMAC-SHA-512-256 here (0.47 against 0.12 GB/s on a
- * loaded 2-core Xeon): on every byte of every record fetched, it bounds
- * the remote tier's throughput. */
-#define MAC_BYTES 32
+/* The MAC that follows a signed record (remote_mac.c says why it is
+ * sound): a random nonce, then the Poly1305 tag of the record under a
+ * one-time key derived from the daemon's key and the nonce. It runs on
+ * every byte of every record fetched: keyed BLAKE2b, 2.7 times slower,
+ * bounded the remote tier's throughput. */
+#define MAC_NONCE_BYTES 16
+#define MAC_BYTES (MAC_NONCE_BYTES + crypto_onetimeauth_BYTES)
 
 struct job {
 	uint32_t ns, n;
@@ -63,6 +65,12 @@ struct remote {
 /* Whether a call may go to Redis now (the breaker), and how it went. */
 bool remote_breaker_allow(struct remote *r);
 void remote_breaker_result(struct remote *r, bool ok);
+/* The MAC of the record rec[0, len) into mac (a fresh nonce each call),
+ * and whether mac is a valid one of it (remote_mac.c). */
+void remote_mac_sign(const struct remote *r, const uint8_t *rec, size_t len,
+		     uint8_t mac[MAC_BYTES]);
+bool remote_mac_ok(const struct remote *r, const uint8_t *rec, size_t len,
+		   const uint8_t mac[MAC_BYTES]);
 /* The writer thread (remote_write.c). */
 void *remote_writer(void *arg);
 

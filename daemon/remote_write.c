@@ -107,7 +107,7 @@ static int encode(struct remote *r, const struct idx_block *b, struct out_batch 
 		return rc;
 	}
 	if (mac)
-		crypto_generichash(v + size, MAC_BYTES, v, size, r->key, sizeof(r->key));
+		remote_mac_sign(r, v, size, v + size);
 	uint32_t i = o->n++;
 	remote_key(b->ns, b->fp, bb, r->block_tokens, b->hash, o->keys[i]);
 	o->kp[i] = o->keys[i];
