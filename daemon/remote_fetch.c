@@ -2,7 +2,8 @@
 /*
  * A MATCH's lookups in the remote tier (remote.h): the chain's next keys
  * in pipelined GETs on the worker's own client, each value checked whole
- * (size, MAC, record, chain, tokens) before it is imported.
+ * (size, MAC, record, chain, tokens) before it is imported, as soon as it
+ * has come: checking block i overlaps Redis sending block i + 1.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -100,74 +101,115 @@ static int check_value(struct remote *r, const struct remote_ask *a, uint32_t po
 	return 0;
 }
 
+/* A round's blocks, taken in chain order as their values come. */
+struct round {
+	struct remote *r;
+	const struct remote_ask *a;
+	uint32_t from, n;
+	char (*names)[REMOTE_KEY_MAX];
+	uint32_t *tokens;
+	struct idx_held held;
+	uint32_t got;  /* imported: blocks [from, from + got) */
+	bool stopped;  /* a block failed: nothing after it is taken */
+};
+
+/* Checks and imports the value of block from + i: false when it ends the
+ * hit (dropped and counted, or no room). */
+static bool take_value(struct round *o, uint32_t i, const uint8_t *v, size_t len)
+{
+	struct remote *r = o->r;
+	const struct remote_ask *a = o->a;
+	atomic_fetch_add(&r->bytes_in, len);
+	struct rec_meta m;
+	const char *why = NULL;
+	if (check_value(r, a, o->from + i, v, len, &m, &why)) {
+		static struct pd_log_limit cut;
+		pd_log_limited(&cut, "remote tier: the value of %s: %s: dropped, the client computes the block again",
+			       o->names[i], why ? why : "bad record");
+		return false;
+	}
+	struct idx_block b;
+	if (groups_record_block(&m, r->block_tokens, o->tokens, &b, &why)) {
+		atomic_fetch_add(&r->bad_checksum, 1);
+		return false;
+	}
+	b.ns = a->ns;
+	struct store_copy f = { a->store, v + m.payload_off, m.payload };
+	bool dedup;
+	if (idx_import(a->x, a->g, &b, store_fill_copy, &f, &dedup, &o->held))
+		return false;
+	idx_mark_remote(a->x, a->ns, b.hash);
+	atomic_fetch_add(&r->hits, 1);
+	return true;
+}
+
+/* kv_get_each's callback: the next block of the chain is taken while the
+ * values after it still arrive, and its room in the client's buffer goes
+ * to the next; one that comes before its parent is kept for the end of
+ * the call, and once a block failed none after it is wanted. */
+static bool on_value(void *ctx, uint32_t i, const uint8_t *v, size_t len)
+{
+	struct round *o = ctx;
+	if (o->stopped)
+		return true;
+	if (i != o->got)
+		return false;
+	if (take_value(o, i, v, len))
+		o->got++;
+	else
+		o->stopped = true;
+	return true;
+}
+
 /* One pipelined GET of blocks [from, from + n): how many were imported. */
 static uint32_t fetch_round(struct remote *r, struct kv *k, const struct remote_ask *a,
 			    uint32_t from, uint32_t n, bool *more)
 {
-	char (*names)[REMOTE_KEY_MAX] = malloc((size_t)n * REMOTE_KEY_MAX);
+	struct round o = { .r = r, .a = a, .from = from, .n = n,
+			   /* A MATCH never waits for the disk writer: a block
+			    * with no room ends the hit, as a restore's does. */
+			   .held = { .no_wait = true } };
+	o.names = malloc((size_t)n * REMOTE_KEY_MAX);
+	o.tokens = malloc(r->block_tokens * sizeof(uint32_t));
 	const char *keys[FETCH_MAX] = { 0 };
 	const uint8_t *vals[FETCH_MAX];
 	size_t lens[FETCH_MAX];
 	int res[FETCH_MAX];
-	uint32_t *tokens = malloc(r->block_tokens * sizeof(uint32_t));
 	*more = false;
-	if (!names || !tokens) {
-		free(names);
-		free(tokens);
+	if (!o.names || !o.tokens) {
+		free(o.names);
+		free(o.tokens);
 		return 0;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		remote_key(a->ns, a->fp, a->block_bytes, r->block_tokens,
-			   a->hashes + (size_t)(from + i) * PD_HASH_SIZE, names[i]);
-		keys[i] = names[i];
+			   a->hashes + (size_t)(from + i) * PD_HASH_SIZE, o.names[i]);
+		keys[i] = o.names[i];
 	}
-	int rc = kv_get(k, n, keys, vals, lens, res);
+	int rc = kv_get_each(k, n, keys, vals, lens, res, on_value, &o);
 	/* Every key answered, found or not: Redis is fine. */
 	remote_breaker_result(r, !rc);
 	if (rc) {
 		static struct pd_log_limit cut;
 		pd_log_limited(&cut, "remote tier: a lookup failed (%s): a miss", kv_errmsg(k));
 	}
-	uint32_t got = 0;
-	/* A MATCH never waits for the disk writer: a block with no room
-	 * ends the hit, as a restore's does. */
-	struct idx_held held = { .no_wait = true };
-	for (uint32_t i = 0; i < n; i++) {
+	/* What the call did not take as it came: the block where it stopped,
+	 * a miss, an error, or values that came out of order. */
+	for (uint32_t i = o.got; !o.stopped && i < n; i++) {
 		if (res[i] == -ENOENT) {
-			if (!got && from == a->from)
+			if (!o.got && from == a->from)
 				atomic_fetch_add(&r->misses, 1);
 			break;
 		}
-		if (res[i])
+		if (res[i] || !take_value(&o, i, vals[i], lens[i]))
 			break;
-		atomic_fetch_add(&r->bytes_in, lens[i]);
-		struct rec_meta m;
-		const char *why = NULL;
-		if (check_value(r, a, from + i, vals[i], lens[i], &m, &why)) {
-			static struct pd_log_limit cut;
-			pd_log_limited(&cut, "remote tier: the value of %s: %s: dropped, the client computes the block again",
-				       names[i], why ? why : "bad record");
-			break;
-		}
-		struct idx_block b;
-		if (groups_record_block(&m, r->block_tokens, tokens, &b, &why)) {
-			atomic_fetch_add(&r->bad_checksum, 1);
-			break;
-		}
-		b.ns = a->ns;
-		struct store_copy f = { a->store, vals[i] + m.payload_off, m.payload };
-		bool dedup;
-		if (idx_import(a->x, a->g, &b, store_fill_copy, &f, &dedup, &held))
-			break;
-		idx_mark_remote(a->x, a->ns, b.hash);
-		atomic_fetch_add(&r->hits, 1);
-		got++;
+		o.got++;
 	}
-	idx_import_end(a->x, &held);
-	*more = got == n;
-	free(names);
-	free(tokens);
-	return got;
+	idx_import_end(a->x, &o.held);
+	*more = o.got == n;
+	free(o.names);
+	free(o.tokens);
+	return o.got;
 }
 
 uint32_t remote_fetch(struct remote *r, const struct remote_ask *a)

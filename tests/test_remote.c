@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sodium.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,6 +312,106 @@ Test(remote, with_a_key_a_forged_or_unsigned_record_is_dropped)
 	struct prefixd_stats s = t_stats(&tb);
 	cr_expect_eq(s.remote_bad_mac, 3);
 	cr_expect_eq(s.remote_hits, 0);
+	t_stop(&ta);
+	t_stop(&tb);
+}
+
+/* The value of key as bytes (through Lua in hex: tr_cmd gives text):
+ * its length, at most cap. */
+static size_t value_of(const char *key, uint8_t *out, size_t cap)
+{
+	static char hex[2 * 65536 + 64];
+	int rc = tr_cmd(&rs, NULL, hex, sizeof(hex), "EVAL",
+			"local v = redis.call('GET', KEYS[1]) local t = {} "
+			"for i = 1, #v do t[i] = string.format('%02x', v:byte(i)) end "
+			"return table.concat(t)", "1", key, NULL);
+	cr_assert_eq(rc, 0);
+	size_t n = strlen(hex) / 2;
+	cr_assert_leq(n, cap);
+	for (size_t i = 0; i < n; i++) {
+		unsigned b;
+		cr_assert_eq(sscanf(hex + 2 * i, "%2x", &b), 1);
+		out[i] = (uint8_t)b;
+	}
+	return n;
+}
+
+/* The depth a record in Redis says it has (its header's byte 56, low). */
+static int depth_of(const char *key)
+{
+	char out[64];
+	cr_assert_eq(tr_cmd(&rs, NULL, out, sizeof(out), "EVAL",
+			    "return string.byte(redis.call('GETRANGE', KEYS[1], 56, 56))", "1",
+			    key, NULL), 0);
+	return atoi(out);
+}
+
+Test(remote, the_mac_is_poly1305_under_a_one_time_key_of_the_nonce)
+{
+	redis_up();
+	start(&ta, "a", true, NULL);
+	start(&tb, "b", true, NULL);
+	char keys[4][256];
+	publish_one(1, 1, 1);
+	cr_assert_eq(keys_of(1, keys, 4), 1);
+	/* docs/FORMAT.md, "Remote records", computed here apart from the
+	 * daemon: 4096 + 8192 bytes of record (4-token blocks of 8 KiB). */
+	static uint8_t v[16384];
+	size_t size = 4096 + 8192, len = value_of(keys[0], v, sizeof(v));
+	cr_assert_eq(len, size + 32);
+	const char line[] = "an-example-secret-of-forty-bytes-at-least";
+	uint8_t key[32], otk[32];
+	crypto_generichash(key, sizeof(key), (const uint8_t *)line, sizeof(line) - 1, NULL, 0);
+	const char ctx[] = "prefixd remote record MAC v2";
+	crypto_generichash_state st;
+	crypto_generichash_init(&st, key, sizeof(key), sizeof(otk));
+	crypto_generichash_update(&st, (const uint8_t *)ctx, sizeof(ctx) - 1);
+	crypto_generichash_update(&st, v + size, 16);
+	crypto_generichash_final(&st, otk, sizeof(otk));
+	cr_expect_eq(crypto_onetimeauth_verify(v + size + 16, v, size, otk), 0,
+		     "the tag is Poly1305 of the record under the nonce's one-time key");
+	cr_expect_eq(match_on_b(1, 1), 1);
+	/* Another nonce: another one-time key, under which the tag fails. */
+	eval("local v = redis.call('GET', KEYS[1]) local at = 4096 + 8192 + 1 "
+	     "return redis.call('SET', KEYS[1], string.sub(v, 1, at - 1) .. "
+	     "string.char((v:byte(at) + 1) % 256) .. string.sub(v, at + 1))", keys[0], NULL, "");
+	/* A fresh B: the first had the block in memory. */
+	t_stop(&tb);
+	start(&tb, "b2", true, NULL);
+	cr_expect_eq(match_on_b(1, 1), 0, "a value whose nonce changed is never served");
+	cr_expect_eq(t_stats(&tb).remote_bad_mac, 1);
+	t_stop(&ta);
+	t_stop(&tb);
+}
+
+Test(remote, a_damaged_block_mid_chain_ends_the_hit_before_it)
+{
+	redis_up();
+	start(&ta, "a", true, NULL);
+	start(&tb, "b", true, NULL);
+	uint32_t p[3 * BT], stored, dedup;
+	td_prompt(p, 3, TD_PROMPT_K(7));
+	struct prefixd *a = shared_client(&ta, 1);
+	cr_assert_eq(td_publish(a, 0, p, 0, 3, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	prefixd_close(a);
+	wait_writes(&ta, 3);
+	char keys[4][256];
+	cr_assert_eq(keys_of(1, keys, 4), 3);
+	int mid = -1;
+	for (int i = 0; i < 3; i++)
+		if (depth_of(keys[i]) == 1)
+			mid = i;
+	cr_assert_geq(mid, 0, "no record of depth 1");
+	/* One byte of block 1's payload: its MAC no longer fits. The three
+	 * come in one pipeline, each taken as it arrives: block 0 is in
+	 * before block 1 is refused, block 2 is never taken. */
+	eval("return redis.call('SETRANGE', KEYS[1], 4096 + 100, ARGV[1])", keys[mid], NULL, "X");
+	struct prefixd *b = shared_client(&tb, 1);
+	cr_expect_eq(match_ok(b, p, 3), 1, "the hit ends before the damaged block");
+	prefixd_close(b);
+	struct prefixd_stats s = t_stats(&tb);
+	cr_expect_eq(s.remote_bad_mac, 1);
+	cr_expect_eq(s.remote_hits, 1);
 	t_stop(&ta);
 	t_stop(&tb);
 }

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -257,6 +259,121 @@ Test(remote_kv, replies_out_of_step_are_refused)
 	cr_expect_eq(one("", true), -ECONNREFUSED);
 }
 
+/* ---- Values handed over as they come (kv_get_each) ---- */
+
+/* A fake Redis on a unix socket, in a child: it reads the three GETs of a
+ * pipeline, answers the first, and answers the others only once the
+ * client said (through a pipe) that it was handed the first value; with
+ * cut, it sends half of the third value and closes. */
+static pid_t fake_redis(const char *path, int said, bool cut)
+{
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(l, 1), 0);
+	pid_t pid = fork();
+	if (pid)
+		return close(l), pid;
+	int c = accept(l, NULL, NULL);
+	char in[4096];
+	size_t got = 0;
+	int gets = 0;
+	while (gets < 3 && got < sizeof(in) - 1) {
+		ssize_t n = read(c, in + got, sizeof(in) - 1 - got);
+		if (n <= 0)
+			_exit(1);
+		got += (size_t)n;
+		in[got] = 0;
+		gets = 0;
+		for (char *p = in; (p = strstr(p, "GET")); p += 3)
+			gets++;
+	}
+	const char first[] = "$5\r\nhello\r\n", rest[] = "$-1\r\n$3\r\nxyz\r\n";
+	if (write(c, first, sizeof(first) - 1) < 0)
+		_exit(1);
+	struct pollfd pf = { .fd = said, .events = POLLIN };
+	if (poll(&pf, 1, 5000) != 1)
+		_exit(2); /* never told: the client waited for every reply */
+	if (write(c, rest, cut ? sizeof(rest) - 1 - 4 : sizeof(rest) - 1) < 0)
+		_exit(1);
+	if (!cut)
+		(void)!read(c, in, 1); /* until the client closes */
+	_exit(0);
+}
+
+struct seen {
+	int told;         /* the pipe's write end */
+	uint32_t n, i[4];
+	char v[4][8];
+};
+
+/* Takes every value but the third's, which it leaves to the call's end. */
+static bool on_value(void *ctx, uint32_t i, const uint8_t *v, size_t len)
+{
+	struct seen *s = ctx;
+	if (s->n < 4) {
+		s->i[s->n] = i;
+		snprintf(s->v[s->n++], 8, "%.*s", (int)(len < 7 ? len : 7), (const char *)v);
+	}
+	(void)!write(s->told, "x", 1);
+	return i != 2;
+}
+
+static void each_against_fake(bool cut, struct seen *s, int *res, int *rc)
+{
+	char dir[] = "/tmp/pfx-kv-each-XXXXXX", path[64], seed[80];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/s", dir);
+	snprintf(seed, sizeof(seed), "unix:%s", path);
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t pid = fake_redis(path, p[0], cut);
+	*s = (struct seen){ .told = p[1] };
+	struct kv *k = open_one(seed, NULL);
+	const char *keys[] = { "a", "b", "c" };
+	const uint8_t *vals[3];
+	size_t lens[3];
+	*rc = kv_get_each(k, 3, keys, vals, lens, res, on_value, s);
+	if (!*rc) {
+		cr_expect(!vals[0] && lens[0] == 5, "a value taken is not kept");
+		cr_expect(lens[2] == 3 && vals[2] && !memcmp(vals[2], "xyz", 3),
+			  "a value not taken is kept, as kv_get's");
+	}
+	kv_close(k);
+	int st;
+	waitpid(pid, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the fake Redis: status %d (2: the first value was not handed over before "
+		  "the others came)", WEXITSTATUS(st));
+	close(p[0]);
+	close(p[1]);
+	unlink(path);
+	rmdir(dir);
+}
+
+Test(remote_kv, each_value_is_handed_over_before_the_next_arrives)
+{
+	struct seen s;
+	int res[3], rc;
+	each_against_fake(false, &s, res, &rc);
+	cr_assert_eq(rc, 0);
+	cr_expect(!res[0] && res[1] == -ENOENT && !res[2]);
+	cr_assert_eq(s.n, 2, "values handed over: %u", s.n);
+	cr_expect(s.i[0] == 0 && !strcmp(s.v[0], "hello"));
+	cr_expect(s.i[1] == 2 && !strcmp(s.v[1], "xyz"));
+}
+
+Test(remote_kv, a_value_cut_short_is_never_handed_over)
+{
+	struct seen s;
+	int res[3], rc;
+	each_against_fake(true, &s, res, &rc);
+	cr_expect_eq(rc, -ECONNREFUSED);
+	cr_expect(!res[0] && res[1] == -ENOENT && res[2] == -ECONNREFUSED);
+	cr_expect_eq(s.n, 1, "only the whole value: %u", s.n);
+}
+
 /* ---- Standalone ---- */
 
 static struct test_redis rs;
@@ -319,6 +436,62 @@ Test(remote_kv_redis, binary_values_round_trip_over_a_unix_socket)
 	cr_expect_eq(st.round_trips, 2, "one pipeline per call: %llu",
 		     (unsigned long long)st.round_trips);
 	cr_expect_eq(st.errors, 0);
+	kv_close(k);
+}
+
+/* Large values taken as they come, but one: each value is whole and right
+ * when it is handed over (the buffer's room reused under the next ones),
+ * and the one not taken is still right after the call. */
+struct big_seen {
+	uint32_t n, bad, keep;
+};
+
+static uint8_t big_byte(uint32_t key, size_t at)
+{
+	return (uint8_t)((at * 2654435761u >> 11) + key * 77u);
+}
+
+static bool check_big(void *ctx, uint32_t i, const uint8_t *v, size_t len)
+{
+	struct big_seen *s = ctx;
+	s->n++;
+	size_t want = ((size_t)3 << 20) + i * 4099u;
+	bool ok = len == want;
+	for (size_t at = 0; ok && at < len; at++)
+		ok = v[at] == big_byte(i, at);
+	s->bad += !ok;
+	return i != s->keep;
+}
+
+Test(remote_kv_redis, large_values_taken_as_they_come_are_whole)
+{
+	start_redis(false, NULL);
+	struct kv *k = open_redis(false, 0, NULL);
+	enum { N = 8 };
+	char names[N][16];
+	const char *keys[N];
+	static uint8_t data[N][(3 << 20) + N * 4099];
+	const uint8_t *vals[N];
+	size_t lens[N];
+	int res[N];
+	for (uint32_t i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "big%u", i);
+		keys[i] = names[i];
+		lens[i] = ((size_t)3 << 20) + i * 4099u;
+		for (size_t at = 0; at < lens[i]; at++)
+			data[i][at] = big_byte(i, at);
+		vals[i] = data[i];
+	}
+	cr_assert_eq(kv_set(k, N, keys, vals, lens, 0, res), 0, "%s", kv_errmsg(k));
+	struct big_seen s = { .keep = 5 };
+	cr_assert_eq(kv_get_each(k, N, keys, vals, lens, res, check_big, &s), 0, "%s",
+		     kv_errmsg(k));
+	cr_expect_eq(s.n, N);
+	cr_expect_eq(s.bad, 0, "%u values were not whole when handed over", s.bad);
+	for (uint32_t i = 0; i < N; i++)
+		cr_expect(!res[i] && (i == s.keep) == (vals[i] != NULL), "key %u", i);
+	cr_assert_eq(lens[s.keep], sizeof(data[0]) - (N - 5) * 4099u);
+	cr_expect(!memcmp(vals[s.keep], data[s.keep], lens[s.keep]), "the value kept changed");
 	kv_close(k);
 }
 

@@ -31,6 +31,7 @@ struct op {
 	int32_t from;  /* GET found: the node whose buffer holds the value */
 	uint16_t slot;
 	bool forced, asking, pending;
+	bool taken;    /* GET found: the caller's fn was done with the value */
 	size_t off, len; /* GET found: the value in from's buffer */
 };
 
@@ -44,6 +45,8 @@ struct call {
 	const uint8_t **out_vals;   /* GET */
 	size_t *out_lens;           /* GET */
 	int *res;
+	kv_value_fn fn;             /* GET: each value as it arrives, or NULL */
+	void *fn_ctx;
 	struct op *ops;
 };
 
@@ -241,6 +244,10 @@ static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i,
 		op->from = (int32_t)node;
 		op->off = r->off;
 		op->len = r->len;
+		op->taken = c->fn &&
+			    c->fn(c->fn_ctx, i, (const uint8_t *)k->nodes[node].rb.buf + r->off, r->len);
+		if (!op->taken)
+			k->nodes[node].pinned = true;
 		rc = 0;
 	} else if (c->cmd == CMD_GET && r->type == KV_RESP_NIL) {
 		rc = -ENOENT;
@@ -272,6 +279,9 @@ static void read_node(struct kv *k, struct call *c, uint32_t node, bool *moved)
 			return;
 		}
 		take(k, c, node, (uint32_t)i, &r, moved);
+		/* Every reply read is done with: its room is read into again. */
+		if (!k->nodes[node].pinned)
+			kv_rbuf_compact(&k->nodes[node].rb);
 	}
 }
 
@@ -366,8 +376,10 @@ static int run(struct kv *k, struct call *c)
 	if (k->cluster && c->n &&
 	    (!k->map_loaded || (k->map_stale && kv_now_ns() >= k->next_refresh_ns)))
 		kv_cluster_refresh(k, true); /* on failure: keys go to a seed */
-	for (uint32_t j = 0; j < k->n_nodes; j++)
+	for (uint32_t j = 0; j < k->n_nodes; j++) {
 		kv_rbuf_reset(&k->nodes[j].rb);
+		k->nodes[j].pinned = false;
+	}
 	bool refreshed = false;
 	for (int round = 0;; round++) {
 		bool moved = false, pending = false;
@@ -393,8 +405,10 @@ static int run(struct kv *k, struct call *c)
 	int first = 0;
 	for (uint32_t i = 0; i < c->n; i++) {
 		/* Pointers only now: a node's buffer moves as it grows. */
-		if (c->cmd == CMD_GET && !c->res[i]) {
+		if (c->cmd == CMD_GET && !c->res[i] && !c->ops[i].taken) {
 			c->out_vals[i] = (const uint8_t *)k->nodes[c->ops[i].from].rb.buf + c->ops[i].off;
+			c->out_lens[i] = c->ops[i].len;
+		} else if (c->cmd == CMD_GET && !c->res[i]) {
 			c->out_lens[i] = c->ops[i].len;
 		}
 		if (c->res[i] && c->res[i] != -ENOENT) {
@@ -416,10 +430,16 @@ oom:
 int kv_get(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **vals,
 	   size_t *lens, int *res)
 {
+	return kv_get_each(k, n, keys, vals, lens, res, NULL, NULL);
+}
+
+int kv_get_each(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **vals,
+		size_t *lens, int *res, kv_value_fn fn, void *ctx)
+{
 	if (n && (!vals || !lens))
 		return -EINVAL;
 	struct call c = { .cmd = CMD_GET, .n = n, .keys = keys, .out_vals = vals,
-			  .out_lens = lens, .res = res };
+			  .out_lens = lens, .res = res, .fn = fn, .fn_ctx = ctx };
 	return run(k, &c);
 }
 

@@ -59,6 +59,22 @@ void kv_close(struct kv *k);
 int kv_get(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **vals,
 	   size_t *lens, int *res);
 
+/*
+ * kv_get, and each value found handed to fn(ctx, i, value, len) as soon as
+ * it has arrived whole, before the replies after it are read: the caller
+ * works on one value while the next ones come (Redis sends them all the
+ * while, on another CPU). Values come in the order of each node's
+ * replies; a key redirected comes in a later round. fn returns true when
+ * it is done with the value: the value is not kept (vals[i] is NULL after
+ * the call, res[i] 0) and its room in the client's buffer is read into
+ * again, so a long stream of values taken as they come holds one or two of
+ * them at a time. A value fn returns false for stays valid until the next
+ * call on k, as kv_get's; res, and lens, are filled as kv_get fills them.
+ */
+typedef bool (*kv_value_fn)(void *ctx, uint32_t i, const uint8_t *val, size_t len);
+int kv_get_each(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **vals,
+		size_t *lens, int *res, kv_value_fn fn, void *ctx);
+
 /* SET of n keys, pipelined as kv_get, each with an expiry of ttl_ms (0:
  * none). res[i] 0 or -errno as kv_get; the same return. */
 int kv_set(struct kv *k, uint32_t n, const char *const *keys, const uint8_t *const *vals,

@@ -22,6 +22,7 @@ struct kv_node {
 	struct kv_endpoint ep;
 	redisContext *c; /* NULL: not connected (made on first use, again after an error) */
 	struct kv_rbuf rb; /* this call's replies from the node (values point into it) */
+	bool pinned;       /* rb holds a value of this call's: it is not compacted */
 	struct kv_clock clk; /* this round's progress */
 	/* This round's keys for the node: a list through kv_op.next. */
 	int32_t head, tail;

@@ -28,6 +28,15 @@ void kv_rbuf_free(struct kv_rbuf *b)
 	*b = (struct kv_rbuf){ 0 };
 }
 
+void kv_rbuf_compact(struct kv_rbuf *b)
+{
+	if (!b->pos)
+		return;
+	memmove(b->buf, b->buf + b->pos, b->end - b->pos);
+	b->end -= b->pos;
+	b->pos = 0;
+}
+
 /* Room for at least want more bytes after end. */
 static int reserve(struct kv_rbuf *b, size_t want)
 {

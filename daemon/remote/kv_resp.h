@@ -34,6 +34,11 @@ struct kv_resp {
 /* Forgets what was read, for a new call (a large buffer is let go). */
 void kv_rbuf_reset(struct kv_rbuf *b);
 void kv_rbuf_free(struct kv_rbuf *b);
+/* Lets go of the bytes parsed so far (the caller is done with every
+ * reply read): what was read past them moves to the front, and the room
+ * is read into again, so that a stream of large values the caller takes
+ * one by one holds one or two of them, in pages already touched. */
+void kv_rbuf_compact(struct kv_rbuf *b);
 /* Reads from fd until the next whole reply is in b: 0, or -ETIMEDOUT (no
  * byte for the clock's timeout; clk->moved_ns is updated as bytes come),
  * -ECONNREFUSED (closed, reset), -EPROTO (not a reply these commands get:
