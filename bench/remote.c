@@ -15,6 +15,7 @@
  * --fetch: the fetch throughput alone, more rounds, with the CPU time of
  * daemon B, of the disk daemon and of Redis per GB moved: the figures to
  * compare two builds by on a shared machine, where wall time is noise.
+ * --fetch-unix: the same with Redis on a unix socket (else loopback TCP).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -290,11 +291,13 @@ out:
 }
 
 /* --fetch: throughput and the CPU seconds each process spent per GB. */
-static void report_fetch(double *remote, double *disk)
+static void report_fetch(double *remote, double *disk, bool unix_sock)
 {
 	double gb = (double)rounds * prefix_blocks * SMOLLM_BLOCK_BYTES / 1e9;
 	double gr = bench_median(remote, rounds), gd = bench_median(disk, rounds);
 	report_begin(NAME "_fetch");
+	report_str("redis", "a private redis-server on %s, records signed",
+		   unix_sock ? "a unix socket" : "a loopback port");
 	report_fmt("prefix_blocks", "%d", prefix_blocks);
 	report_fmt("rounds", "%d", rounds);
 	report_array("remote_gb_s_runs", remote, rounds, 2);
@@ -312,9 +315,10 @@ static void report_fetch(double *remote, double *disk)
 int main(int argc, char **argv)
 {
 	bool tiny = argc == 2 && !strcmp(argv[1], "--tiny");
-	bool fetch_only = argc == 2 && !strcmp(argv[1], "--fetch");
+	bool unix_sock = argc == 2 && !strcmp(argv[1], "--fetch-unix");
+	bool fetch_only = unix_sock || (argc == 2 && !strcmp(argv[1], "--fetch"));
 	if (argc > 1 && !tiny && !fetch_only) {
-		fprintf(stderr, "usage: %s [--tiny | --fetch]\n", argv[0]);
+		fprintf(stderr, "usage: %s [--tiny | --fetch | --fetch-unix]\n", argv[0]);
 		return 2;
 	}
 	if (tiny) {
@@ -341,9 +345,10 @@ int main(int argc, char **argv)
 	bool ok = fd >= 0 && write(fd, secret, sizeof(secret) - 1) == (ssize_t)sizeof(secret) - 1;
 	if (fd >= 0)
 		close(fd);
-	if (!ok || tr_start_tcp(&rs, "maxmemory 4gb\nmaxmemory-policy allkeys-lru\n"))
+	const char *conf = "maxmemory 4gb\nmaxmemory-policy allkeys-lru\n";
+	if (!ok || (unix_sock ? tr_start(&rs, conf) : tr_start_tcp(&rs, conf)))
 		return 1;
-	tr_seed(&rs, true, 0, seed, sizeof(seed));
+	tr_seed(&rs, !unix_sock, 0, seed, sizeof(seed));
 	struct prefixd_layout l = bench_layout(SMOLLM_BLOCK_TOKENS, SMOLLM_BLOCK_BYTES, 0xab);
 	double remote[8], disk[8], cold[8], ttft_remote[8], p99_with = 0, p99_without = 0;
 	int prefix = tiny ? 256 : SMOLLM_PREFIX_BLOCKS * SMOLLM_BLOCK_TOKENS, rc = 1;
@@ -352,7 +357,7 @@ int main(int argc, char **argv)
 	if (fetch_only) {
 		rc = measure_fetch(&l, remote, disk);
 		if (!rc)
-			report_fetch(remote, disk);
+			report_fetch(remote, disk, unix_sock);
 		goto out;
 	}
 	if (measure_fetch(&l, remote, disk) || measure_latency(&l, &p99_with, &p99_without) ||
