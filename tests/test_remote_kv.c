@@ -295,6 +295,7 @@ static pid_t fake_redis(const char *path, int said, bool cut)
 	struct pollfd pf = { .fd = said, .events = POLLIN };
 	if (poll(&pf, 1, 5000) != 1)
 		_exit(2); /* never told: the client waited for every reply */
+	usleep(20000); /* the rest comes a little after */
 	if (write(c, rest, cut ? sizeof(rest) - 1 - 4 : sizeof(rest) - 1) < 0)
 		_exit(1);
 	if (!cut)
@@ -304,6 +305,7 @@ static pid_t fake_redis(const char *path, int said, bool cut)
 
 struct seen {
 	int told;         /* the pipe's write end */
+	unsigned sleep_ms; /* the time the first value takes the caller */
 	uint32_t n, i[4];
 	char v[4][8];
 };
@@ -312,6 +314,8 @@ struct seen {
 static bool on_value(void *ctx, uint32_t i, const uint8_t *v, size_t len)
 {
 	struct seen *s = ctx;
+	if (s->sleep_ms && i == 0)
+		usleep(s->sleep_ms * 1000u);
 	if (s->n < 4) {
 		s->i[s->n] = i;
 		snprintf(s->v[s->n++], 8, "%.*s", (int)(len < 7 ? len : 7), (const char *)v);
@@ -320,7 +324,7 @@ static bool on_value(void *ctx, uint32_t i, const uint8_t *v, size_t len)
 	return i != 2;
 }
 
-static void each_against_fake(bool cut, struct seen *s, int *res, int *rc)
+static void each_against_fake(bool cut, unsigned sleep_ms, struct seen *s, int *res, int *rc)
 {
 	char dir[] = "/tmp/pfx-kv-each-XXXXXX", path[64], seed[80];
 	cr_assert(mkdtemp(dir));
@@ -329,7 +333,7 @@ static void each_against_fake(bool cut, struct seen *s, int *res, int *rc)
 	int p[2];
 	cr_assert_eq(pipe(p), 0);
 	pid_t pid = fake_redis(path, p[0], cut);
-	*s = (struct seen){ .told = p[1] };
+	*s = (struct seen){ .told = p[1], .sleep_ms = sleep_ms };
 	struct kv *k = open_one(seed, NULL);
 	const char *keys[] = { "a", "b", "c" };
 	const uint8_t *vals[3];
@@ -356,7 +360,7 @@ Test(remote_kv, each_value_is_handed_over_before_the_next_arrives)
 {
 	struct seen s;
 	int res[3], rc;
-	each_against_fake(false, &s, res, &rc);
+	each_against_fake(false, 0, &s, res, &rc);
 	cr_assert_eq(rc, 0);
 	cr_expect(!res[0] && res[1] == -ENOENT && !res[2]);
 	cr_assert_eq(s.n, 2, "values handed over: %u", s.n);
@@ -364,11 +368,22 @@ Test(remote_kv, each_value_is_handed_over_before_the_next_arrives)
 	cr_expect(s.i[1] == 2 && !strcmp(s.v[1], "xyz"));
 }
 
+/* The caller taking longer than the timeout over a value is not the
+ * node's silence: the next value, sent 20 ms after, is still waited for. */
+Test(remote_kv, the_callers_time_is_not_the_nodes_silence)
+{
+	struct seen s;
+	int res[3], rc;
+	each_against_fake(false, TIMEOUT_MS + 100, &s, res, &rc);
+	cr_expect_eq(rc, 0, "%d", rc);
+	cr_expect(!res[0] && res[1] == -ENOENT && !res[2]);
+}
+
 Test(remote_kv, a_value_cut_short_is_never_handed_over)
 {
 	struct seen s;
 	int res[3], rc;
-	each_against_fake(true, &s, res, &rc);
+	each_against_fake(true, 0, &s, res, &rc);
 	cr_expect_eq(rc, -ECONNREFUSED);
 	cr_expect(!res[0] && res[1] == -ENOENT && res[2] == -ECONNREFUSED);
 	cr_expect_eq(s.n, 1, "only the whole value: %u", s.n);

@@ -246,6 +246,9 @@ static void take(struct kv *k, struct call *c, uint32_t node, uint32_t i,
 		op->len = r->len;
 		op->taken = c->fn &&
 			    c->fn(c->fn_ctx, i, (const uint8_t *)k->nodes[node].rb.buf + r->off, r->len);
+		/* The caller's time is not the node's silence. */
+		if (c->fn)
+			k->nodes[node].clk.moved_ns = kv_now_ns();
 		if (!op->taken)
 			k->nodes[node].pinned = true;
 		rc = 0;
