@@ -38,6 +38,7 @@ struct remote_cfg {
 	bool all_users;         /* per-user namespaces go remote too */
 	uint64_t ttl_s;         /* 0: no expiry */
 	uint32_t timeout_ms;
+	uint32_t index_max;     /* keys the index of Redis's keys holds at most; 0: no index */
 };
 
 struct remote_stats {
@@ -53,6 +54,9 @@ struct remote_stats {
 	uint64_t breaker_opens; /* times the breaker stopped the lookups */
 	uint64_t skipped;       /* lookups not made: the breaker was open */
 	uint64_t fetch_us;      /* time MATCHes spent on the remote, in all */
+	uint64_t index_skips;   /* lookups not made: the index said Redis holds no such key */
+	uint64_t index_live;    /* 1 while the index is trusted */
+	uint64_t index_keys;    /* keys it holds */
 };
 
 struct remote;
