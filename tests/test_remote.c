@@ -87,13 +87,20 @@ static struct prefixd *shared_client(const struct test_daemon *d, uint8_t model)
 	return c;
 }
 
-/* Waits (up to 5 s) until d wrote n records to Redis. */
+/* Waits (up to 5 s) until d wrote n records to Redis, and until the other
+ * daemon, if its index of Redis's keys is live, learned of as many keys
+ * (a notification takes a moment: a lookup before it would be a miss). */
 static struct prefixd_stats wait_writes(const struct test_daemon *d, uint64_t n)
 {
-	struct prefixd_stats s = { 0 };
+	struct prefixd_stats s = { 0 }, o;
 	for (int i = 0; i < 500 && (td_stats(d, &s) || s.remote_writes < n); i++)
 		usleep(10000);
 	cr_assert_geq(s.remote_writes, n, "records written to Redis");
+	const struct test_daemon *other = d == &ta ? &tb : &ta;
+	for (int i = 0; other->pid > 0 && i < 200 && !td_stats(other, &o) &&
+			o.remote_index_live && o.remote_index_keys < n;
+	     i++)
+		usleep(10000);
 	return s;
 }
 
@@ -351,7 +358,9 @@ static bool hits_again(uint32_t k)
 Test(remote, a_stopped_or_killed_redis_costs_at_most_the_timeout_and_comes_back)
 {
 	redis_up();
-	const char *fast[] = { "--remote-timeout", "50", NULL };
+	/* Every miss asks (test_remote_index: with the index, once Redis is
+	 * killed, the same). */
+	const char *fast[] = { "--remote-timeout", "50", "--remote-index", "off", NULL };
 	start(&ta, "a", true, NULL);
 	start(&tb, "b", true, fast);
 	publish_one(1, 1, 1);
@@ -433,6 +442,9 @@ Test(remote, bad_remote_flags_say_what_is_wrong)
 		{ "--remote unix:/a --remote-users some", "--remote-users: 'some'" },
 		{ "--remote unix:/a --remote-timeout 0", "--remote-timeout: '0'" },
 		{ "--remote unix:/a --remote-ttl -1", "--remote-ttl: '-1'" },
+		{ "--remote unix:/a --remote-index maybe", "--remote-index: 'maybe'" },
+		{ "--remote unix:/a --remote-index 0", "--remote-index: '0'" },
+		{ "--remote-index off", "only with --remote" },
 		{ "--remote unix:/a --remote-key-file /nonexistent/key", "/nonexistent/key" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
