@@ -329,3 +329,21 @@ Test(remote_index, every_masters_keys_are_learned_in_a_cluster)
 	cr_expect_eq(tc_stop(&cl), 0);
 	cl.n = 0;
 }
+
+Test(remote_index, past_its_cap_every_miss_asks)
+{
+	redis_up(NULL);
+	start(&ta, NULL);
+	publish(1, 3, 3);
+	const char *cap[] = { "--remote-index", "2", NULL };
+	start(&tb, cap);
+	cr_assert(wait_log(&tb, "holds more than --remote-index 2 keys"), "B says why it asks");
+	struct prefixd_stats s = t_stats(&tb);
+	cr_expect_eq(s.remote_index_live, 0);
+	long long gets = gets_of(&rs);
+	cr_expect_eq(match(&tb, 2, 1), 0);
+	cr_expect_eq(gets_of(&rs), gets + 1, "the miss asked Redis");
+	cr_expect_eq(match(&tb, 1, 3), 3);
+	t_stop(&ta);
+	t_stop(&tb);
+}
