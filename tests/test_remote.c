@@ -588,6 +588,12 @@ Test(remote, a_password_from_remote_auth_file)
 	const char *right[] = { "--remote-auth-file", good, NULL };
 	start(&ta, "a", false, right);
 	publish_one(1, 1, 1);
+	/* The index's subscriber and scan authenticate too. */
+	struct prefixd_stats sa = { 0 };
+	for (int i = 0; i < 500 && (td_stats(&ta, &sa) || !sa.remote_index_live); i++)
+		usleep(10000);
+	cr_expect_eq(sa.remote_index_live, 1, "A's index went live with the password");
+	cr_expect_eq(sa.remote_index_keys, 1);
 	const char *wrong[] = { "--remote-auth-file", bad, NULL };
 	start(&tb, "b", false, wrong);
 	cr_expect_eq(match_on_b(1, 1), 0, "refused by Redis: a miss");
@@ -595,6 +601,7 @@ Test(remote, a_password_from_remote_auth_file)
 	cr_expect_geq(s.remote_errors, 1);
 	cr_expect_eq(s.remote_hits, 0);
 	cr_expect(td_log_has(&tb, "a lookup failed"), "the log says why lookups fail");
+	cr_expect_eq(s.remote_index_live, 0, "nor is B's index live");
 	t_stop(&ta);
 	t_stop(&tb);
 }
