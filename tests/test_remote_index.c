@@ -292,6 +292,26 @@ Test(remote_index, redis_killed_is_not_live_misses_ask_and_the_breaker_opens)
 	t_stop(&tb);
 }
 
+Test(remote_index, a_stopped_redis_is_not_live_within_seconds_and_misses_ask)
+{
+	redis_up(NULL);
+	const char *fast[] = { "--remote-timeout", "50", NULL };
+	start(&tb, fast);
+	wait_live(&tb);
+	tr_pause(&rs);
+	/* Its heartbeat (a CONFIG GET a second, 1 s to answer) notices. */
+	struct prefixd_stats s;
+	cr_assert(WAIT_STATS(&tb, s, s.remote_index_live == 0), "Redis stopped: not live");
+	for (uint32_t k = 10; k < 16; k++)
+		cr_expect_eq(match(&tb, k, 1), 0);
+	s = t_stats(&tb);
+	cr_expect_geq(s.remote_errors, 1, "the misses asked (and timed out)");
+	cr_expect_geq(s.remote_breaker_opens, 1, "the breaker opened");
+	tr_resume(&rs);
+	cr_assert(WAIT_STATS(&tb, s, s.remote_index_live == 1), "live again once Redis wakes");
+	t_stop(&tb);
+}
+
 Test(remote_index, every_masters_keys_are_learned_in_a_cluster)
 {
 	if (!tr_available())
