@@ -344,6 +344,28 @@ Test(remote_index, every_masters_keys_are_learned_in_a_cluster)
 	for (int i = 0; i < 3; i++)
 		after += gets_of(&cl.node[i]);
 	cr_expect_eq(after, gets, "a miss costs no master a GET");
+	/* A reshard moves a key: restored on one master, deleted on the
+	 * other, events that may cross; it stays known. */
+	char keys[8][256], out[64];
+	int from = -1;
+	for (int i = 0; i < 3 && from < 0; i++)
+		if (keys_of(&cl.node[i], keys, 8) > 0)
+			from = i;
+	cr_assert_eq(tr_cmd(&cl.node[0], NULL, out, sizeof(out), "CLUSTER", "KEYSLOT", keys[0], NULL),
+		     0);
+	unsigned slot = (unsigned)atoi(out);
+	cr_assert_eq(tc_move_slots(&cl, from, (from + 1) % 3, slot, slot), 0);
+	usleep(300000);
+	s = t_stats(&tb);
+	cr_expect_eq(s.remote_index_keys, 8, "still 8 keys after the move: %llu",
+		     (unsigned long long)s.remote_index_keys);
+	/* A master restarted (empty: no persistence): not live, then
+	 * subscribed and scanned again, its keys gone. */
+	int gone = keys_of(&cl.node[2], keys, 8);
+	cr_assert_eq(tc_restart(&cl, 2), 0);
+	cr_assert(WAIT_STATS(&tb, s, s.remote_index_live == 1 && s.remote_index_keys == 8u - gone),
+		  "live again with %d keys: live %llu, %llu keys", 8 - gone,
+		  (unsigned long long)s.remote_index_live, (unsigned long long)s.remote_index_keys);
 	t_stop(&ta);
 	t_stop(&tb);
 	cr_expect_eq(tc_stop(&cl), 0);
