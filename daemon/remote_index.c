@@ -81,7 +81,7 @@ static int grow(struct remote_index *ix)
 	return 0;
 }
 
-void remote_index_put(struct remote_index *ix, const char *key, size_t len, uint8_t node)
+bool remote_index_put(struct remote_index *ix, const char *key, size_t len, uint8_t node)
 {
 	uint64_t f = fp_of(key, len);
 	pthread_mutex_lock(&ix->mu);
@@ -89,16 +89,18 @@ void remote_index_put(struct remote_index *ix, const char *key, size_t len, uint
 	if (!ix->slots[i]) {
 		if (ix->n == ix->max || ((ix->n + 1) * 2 > ix->mask + 1 && grow(ix))) {
 			/* A key it cannot hold: no longer the whole truth. */
+			bool was = ix->over;
 			ix->over = true;
 			atomic_store(&ix->live, false);
 			pthread_mutex_unlock(&ix->mu);
-			return;
+			return !was;
 		}
 		i = find(ix, f);
 		ix->n++;
 	}
 	ix->slots[i] = f << 8 | node;
 	pthread_mutex_unlock(&ix->mu);
+	return false;
 }
 
 void remote_index_drop(struct remote_index *ix, const char *key, size_t len, uint8_t node)

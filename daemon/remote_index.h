@@ -31,8 +31,8 @@ int remote_index_new(uint32_t max_keys, struct remote_index **out);
 void remote_index_free(struct remote_index *ix);
 
 /* Key (len bytes) held, by master node. Past the cap, the index is over
- * (never live again until reset). */
-void remote_index_put(struct remote_index *ix, const char *key, size_t len, uint8_t node);
+ * (never live again until reset): true when this key made it so. */
+bool remote_index_put(struct remote_index *ix, const char *key, size_t len, uint8_t node);
 /* Key gone from master node: dropped unless another master holds it. */
 void remote_index_drop(struct remote_index *ix, const char *key, size_t len, uint8_t node);
 /* Forgets every key; not live. */

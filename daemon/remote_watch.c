@@ -14,12 +14,21 @@
 /* Every record key starts so (remote_key). */
 #define KEY_PREFIX "pfx1:"
 
+/* The index just went over its cap (once until a reset). */
+static void say_over(const struct remote *r)
+{
+	pd_log("remote tier: the index of Redis's keys is off: Redis holds more than --remote-index %u keys; every miss asks Redis (raise it; tried again at the next reconnect)",
+	       (unsigned)r->cfg.index_max);
+}
+
 static void on_key(void *ctx, const char *key, size_t len, uint8_t node, bool present)
 {
 	struct remote *r = ctx;
-	if (present)
-		remote_index_put(r->index, key, len, node);
-	else
+	if (present) {
+		/* Live until now: the admin learns why misses ask again. */
+		if (remote_index_put(r->index, key, len, node))
+			say_over(r);
+	} else
 		remote_index_drop(r->index, key, len, node);
 }
 
@@ -33,10 +42,8 @@ static void on_state(void *ctx, bool live)
 	remote_index_set_live(r->index);
 	struct remote_index_stats s;
 	remote_index_stats(r->index, &s);
-	if (s.over)
-		pd_log("remote tier: the index of Redis's keys is off: Redis holds more than --remote-index %u keys; every miss asks Redis (raise it, or it is tried again at the next reconnect)",
-		       (unsigned)r->cfg.index_max);
-	else
+	/* Over: on_key said so. */
+	if (!s.over)
 		pd_log("remote tier: the index of Redis's keys is live (%llu keys): a miss it rules out costs no round trip",
 		       (unsigned long long)s.keys);
 }
@@ -79,8 +86,8 @@ void remote_watch_free(struct remote *r)
 
 void remote_watch_wrote(struct remote *r, const char *key)
 {
-	if (r->index)
-		remote_index_put(r->index, key, strlen(key), REMOTE_INDEX_ANY_NODE);
+	if (r->index && remote_index_put(r->index, key, strlen(key), REMOTE_INDEX_ANY_NODE))
+		say_over(r);
 }
 
 bool remote_watch_rules_out(struct remote *r, const struct remote_ask *a)

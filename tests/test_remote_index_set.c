@@ -114,7 +114,10 @@ Test(remote_index_set, past_its_cap_it_is_not_live_until_a_reset)
 	put(3, 1); /* held already: not one more */
 	remote_index_set_live(ix);
 	cr_expect(stats().live);
-	put(4, 0);
+	char b[64];
+	size_t n = key(b, 4);
+	cr_expect(remote_index_put(ix, b, n, 0), "this key made it over");
+	cr_expect(!remote_index_put(ix, b, n, 0), "once");
 	struct remote_index_stats s = stats();
 	cr_expect(!s.live && s.over);
 	cr_expect(held(5), "over: ask");
