@@ -463,6 +463,7 @@ Test(remote, bad_remote_flags_say_what_is_wrong)
 	cr_expect(strstr(out, "32 at least"), "%s", out);
 	cr_expect_eq(td_sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
 	cr_expect(strstr(out, "--remote-key-file"), "%s", out);
+	cr_expect(strstr(out, "--remote-index on|off|KEYS"), "%s", out);
 }
 
 /* ==== The runtime on a prefix fetched from Redis ==== */
