@@ -252,6 +252,20 @@ Test(remote_index, config_refused_stays_in_ask_mode_and_still_hits)
 	t_stop(&tb);
 }
 
+Test(remote_index, an_acl_without_config_stays_in_ask_mode_and_still_hits)
+{
+	redis_up("user default on nopass ~* &* +@all -config\n");
+	start(&ta, NULL);
+	start(&tb, NULL);
+	cr_assert(wait_log(&tb, "refused CONFIG"), "B says what the admin should set");
+	cr_expect(td_log_has(&tb, "NOPERM"), "and why");
+	publish(1, 2, 2);
+	cr_expect_eq(match(&tb, 1, 2), 2, "B asks Redis and hits");
+	cr_expect_eq(t_stats(&tb).remote_index_live, 0);
+	t_stop(&ta);
+	t_stop(&tb);
+}
+
 Test(remote_index, off_every_miss_asks)
 {
 	redis_up(NULL);

@@ -110,6 +110,17 @@ static redisReply *command(struct kv_watch *w, uint32_t i, int argc, const char 
 	return r;
 }
 
+/* An error reply that means CONFIG is not ours to use (renamed away, an
+ * ACL), against one that passes (LOADING, BUSY): -EPERM or -EPROTO. */
+static int refusal(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR &&
+			       (strstr(r->str, "unknown command") || strstr(r->str, "NOPERM") ||
+				strstr(r->str, "unknown subcommand") || strstr(r->str, "disabled"))
+		       ? -EPERM
+		       : -EPROTO;
+}
+
 static bool flags_cover(const char *v)
 {
 	if (!strchr(v, 'E'))
@@ -121,7 +132,8 @@ static bool flags_cover(const char *v)
 }
 
 /* Master i's notify-keyspace-events: 1 when it has the flags, 0 when not
- * (val holds what it is), -EPERM when CONFIG GET is refused, -errno. */
+ * (val holds what it is), -EPERM when CONFIG GET is refused, -errno (val
+ * holds the error reply, if one). */
 static int flags_of(struct kv_watch *w, uint32_t i, char *val, size_t cap)
 {
 	int rc;
@@ -136,7 +148,8 @@ static int flags_of(struct kv_watch *w, uint32_t i, char *val, size_t cap)
 		rc = flags_cover(val);
 	} else {
 		snprintf(val, cap, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "a reply of the wrong type");
-		rc = -EPERM;
+		snprintf(w->k->err, sizeof(w->k->err), "CONFIG GET: %s", val);
+		rc = refusal(r);
 	}
 	freeReplyObject(r);
 	return rc;
@@ -164,7 +177,7 @@ static int notifications_on(struct kv_watch *w, uint32_t i)
 		else
 			snprintf(val, sizeof(val), "%.60s",
 				 r->type == REDIS_REPLY_ERROR ? r->str : "a reply of the wrong type"),
-				rc = -EPERM;
+				rc = refusal(r);
 		freeReplyObject(r);
 	}
 	if (rc == -EPERM)
