@@ -162,6 +162,9 @@ int admin_stats(struct conn *c)
 		[PD_ST_remote_breaker_opens] = rs.breaker_opens,
 		[PD_ST_remote_skipped] = rs.skipped,
 		[PD_ST_remote_us] = rs.fetch_us,
+		[PD_ST_remote_index_skips] = rs.index_skips,
+		[PD_ST_remote_index_live] = rs.index_live,
+		[PD_ST_remote_index_keys] = rs.index_keys,
 	};
 	struct pd_usage *rows;
 	uint32_t n;

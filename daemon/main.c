@@ -20,6 +20,7 @@
 #include "daemon.h"
 #include "prefixd_version.h"
 #include "remote.h"
+#include "remote_index.h"
 #include "server.h"
 #include "sock.h"
 
@@ -45,7 +46,8 @@ static void usage(FILE *f)
 		"               [--shared-group GROUP [--shared-publishers UID[,UID...]]]\n"
 		"               [--remote URL... [--remote-cluster] [--remote-key-file FILE]\n"
 		"                [--remote-auth-file FILE] [--remote-users shared|all]\n"
-		"                [--remote-ttl SECS] [--remote-timeout MS]]\n"
+		"                [--remote-ttl SECS] [--remote-timeout MS]\n"
+		"                [--remote-index on|off|KEYS]]\n"
 		"               [--force]\n"
 		"\n"
 		"Keeps frozen prefix KV caches in shared memory for local inference processes.\n"
@@ -109,6 +111,12 @@ static void usage(FILE *f)
 		"                      maxmemory policy evicts them)\n"
 		"  --remote-timeout MS the most a MATCH waits for a Redis that sends nothing\n"
 		"                      (default: 50); then it is a miss\n"
+		"  --remote-index on|off|KEYS\n"
+		"                      keep an index of the keys Redis holds (keyspace\n"
+		"                      notifications E$gxe, set with CONFIG SET unless set, a\n"
+		"                      CONFIG GET a second, a SCAN) so a miss it rules out\n"
+		"                      costs no round trip; KEYS: at most (default: 1000000,\n"
+		"                      16 MiB), past it every miss asks Redis\n"
 		"  --shared-group GROUP\n"
 		"                      a shared namespace: GROUP's members may attach its prefixes\n"
 		"                      (prefix-run --shared), besides their own\n"
@@ -275,6 +283,7 @@ int main(int argc, char **argv)
 		{ "remote-users", required_argument, NULL, 1004 },
 		{ "remote-ttl", required_argument, NULL, 1005 },
 		{ "remote-timeout", required_argument, NULL, 1006 },
+		{ "remote-index", required_argument, NULL, 1007 },
 		{ 0 },
 	};
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -285,7 +294,8 @@ int main(int argc, char **argv)
 				  .claim_timeout_ms = DEFAULT_CLAIM_TIMEOUT_MS };
 	long max_user = 0;
 	bool force = false, remote_flags = false;
-	struct remote_cfg rc_cfg = { .timeout_ms = REMOTE_DEFAULT_TIMEOUT_MS };
+	struct remote_cfg rc_cfg = { .timeout_ms = REMOTE_DEFAULT_TIMEOUT_MS,
+				     .index_max = REMOTE_INDEX_DEFAULT_MAX };
 	char socket_buf[256];
 	const char *quota = NULL, *pin_max = NULL, *disk_budget = NULL;
 	long v;
@@ -424,6 +434,17 @@ int main(int argc, char **argv)
 			rc_cfg.timeout_ms = (uint32_t)v;
 			remote_flags = true;
 			break;
+		case 1007:
+			if (!strcmp(optarg, "off"))
+				rc_cfg.index_max = 0;
+			else if (!strcmp(optarg, "on"))
+				rc_cfg.index_max = REMOTE_INDEX_DEFAULT_MAX;
+			else if (parse_int(optarg, 1, REMOTE_INDEX_MAX_MAX, &v))
+				return bad("--remote-index: '%s' is neither 'on', 'off' nor a number of keys from 1 to %u", optarg, REMOTE_INDEX_MAX_MAX);
+			else
+				rc_cfg.index_max = (uint32_t)v;
+			remote_flags = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -479,7 +500,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (remote_flags && !rc_cfg.n_seeds)
-		return bad("--remote-cluster, --remote-key-file, --remote-auth-file, --remote-users, --remote-ttl and --remote-timeout: only with --remote");
+		return bad("--remote-cluster, --remote-key-file, --remote-auth-file, --remote-users, --remote-ttl, --remote-timeout and --remote-index: only with --remote");
 	if (rc_cfg.n_seeds) {
 		char why[512];
 		if (remote_open(&rc_cfg, cfg.block_tokens, &cfg.remote, why, sizeof(why)))

@@ -47,7 +47,7 @@ void remote_key(uint32_t ns, const uint8_t *fp, uint64_t block_bytes, uint32_t b
 	char f[2 * PD_FP_SIZE + 1], h[2 * PD_HASH_SIZE + 1];
 	hex(f, fp, PD_FP_SIZE);
 	hex(h, hash, PD_HASH_SIZE);
-	snprintf(out, REMOTE_KEY_MAX, "pfx1:%u:%s:%llu:%u:%s", (unsigned)ns, f,
+	snprintf(out, REMOTE_KEY_MAX, REMOTE_KEY_PREFIX "%u:%s:%llu:%u:%s", (unsigned)ns, f,
 		 (unsigned long long)block_bytes, (unsigned)block_tokens, h);
 }
 
@@ -223,7 +223,10 @@ void remote_breaker_result(struct remote *r, bool ok)
 int remote_start(struct remote *r, struct idx *x)
 {
 	r->x = x;
-	int rc = -pthread_create(&r->thread, NULL, remote_writer, r);
+	int rc = remote_watch_start(r);
+	if (rc)
+		return rc;
+	rc = -pthread_create(&r->thread, NULL, remote_writer, r);
 	r->started = !rc;
 	if (!rc)
 		pd_log("remote tier: %s%s%s, records %s, the %s go remote, %u ms a lookup at most%s",
@@ -233,6 +236,8 @@ int remote_start(struct remote *r, struct idx *x)
 				  : "unsigned: every writer to this Redis is trusted",
 		       r->cfg.all_users ? "shared and every user's namespaces" : "shared namespace's blocks",
 		       (unsigned)r->cfg.timeout_ms, r->cfg.ttl_s ? ", with a TTL" : "");
+	if (!rc && !r->index)
+		pd_log("remote tier: no index of Redis's keys (--remote-index off): every miss asks Redis");
 	return rc;
 }
 
@@ -240,6 +245,8 @@ void remote_close(struct remote *r)
 {
 	if (!r)
 		return;
+	/* The watcher first: its callbacks use the index, the writer too. */
+	remote_watch_stop(r);
 	if (r->started) {
 		pthread_mutex_lock(&r->mu);
 		r->stop = true;
@@ -247,6 +254,7 @@ void remote_close(struct remote *r)
 		pthread_mutex_unlock(&r->mu);
 		pthread_join(r->thread, NULL);
 	}
+	remote_watch_free(r);
 	if (r->tls_made) {
 		/* The calling thread's own client, if it made one. */
 		kv_close(pthread_getspecific(r->tls));
@@ -280,4 +288,11 @@ void remote_get_stats(struct remote *r, struct remote_stats *out)
 	out->breaker_opens = atomic_load(&r->breaker_opens);
 	out->skipped = atomic_load(&r->skipped);
 	out->fetch_us = atomic_load(&r->fetch_us);
+	out->index_skips = atomic_load(&r->index_skips);
+	if (r->index) {
+		struct remote_index_stats s;
+		remote_index_stats(r->index, &s);
+		out->index_live = s.live;
+		out->index_keys = s.keys;
+	}
 }

@@ -38,6 +38,7 @@ struct remote_cfg {
 	bool all_users;         /* per-user namespaces go remote too */
 	uint64_t ttl_s;         /* 0: no expiry */
 	uint32_t timeout_ms;
+	uint32_t index_max;     /* keys the index of Redis's keys holds at most; 0: no index */
 };
 
 struct remote_stats {
@@ -53,6 +54,9 @@ struct remote_stats {
 	uint64_t breaker_opens; /* times the breaker stopped the lookups */
 	uint64_t skipped;       /* lookups not made: the breaker was open */
 	uint64_t fetch_us;      /* time MATCHes spent on the remote, in all */
+	uint64_t index_skips;   /* lookups not made: the index said Redis holds no such key */
+	uint64_t index_live;    /* 1 while the index is trusted */
+	uint64_t index_keys;    /* keys it holds */
 };
 
 struct remote;
@@ -94,7 +98,10 @@ uint32_t remote_fetch(struct remote *r, const struct remote_ask *a);
 
 void remote_get_stats(struct remote *r, struct remote_stats *out);
 
-/* A block's key: pfx1:<ns>:<fp hex>:<block bytes>:<block tokens>:<hash hex>. */
+/* A block's key: pfx2:<ns>:<fp hex>:<block bytes>:<block tokens>:<hash hex>.
+ * The prefix names the value's format (FORMAT.md): pfx1 values were
+ * signed otherwise, and daemons of the two never read each other's. */
+#define REMOTE_KEY_PREFIX "pfx2:"
 #define REMOTE_KEY_MAX 192
 void remote_key(uint32_t ns, const uint8_t *fp, uint64_t block_bytes, uint32_t block_tokens,
 		const uint8_t *hash, char out[REMOTE_KEY_MAX]);

@@ -234,6 +234,12 @@ uint32_t remote_fetch(struct remote *r, const struct remote_ask *a)
 {
 	if (!r || a->from >= a->count || !remote_wants(r, a->ns))
 		return 0;
+	/* Known absent: a miss that costs nothing (the index never decides
+	 * what is served, only whether to ask). */
+	if (remote_watch_rules_out(r, a)) {
+		atomic_fetch_add(&r->misses, 1);
+		return 0;
+	}
 	if (!remote_breaker_allow(r)) {
 		atomic_fetch_add(&r->skipped, 1);
 		return 0;

@@ -15,6 +15,8 @@
 
 #include "remote.h"
 #include "remote/kv.h"
+#include "remote/kv_watch.h"
+#include "remote_index.h"
 
 /* Blocks waiting to be written (jobs of one publish each): past it, a
  * publish's blocks are dropped, never waited for. */
@@ -57,7 +59,12 @@ struct remote {
 	_Atomic uint32_t backoff_ms;
 	_Atomic bool probing;
 
-	_Atomic uint64_t hits, misses, bytes_in, bytes_out, writes, write_drops, errors,
+	/* Which keys Redis holds (remote_watch.c); NULL: --remote-index off. */
+	struct remote_index *index;
+	struct kv_watch *watch;
+
+	_Atomic uint64_t index_skips,
+		hits, misses, bytes_in, bytes_out, writes, write_drops, errors,
 		bad_checksum, bad_foreign, bad_mac, breaker_opens, skipped, fetch_us;
 };
 
@@ -73,5 +80,16 @@ bool remote_mac_ok(const struct remote *r, const uint8_t *rec, size_t len,
 		   const uint8_t mac[MAC_BYTES]);
 /* The writer thread (remote_write.c). */
 void *remote_writer(void *arg);
+
+/* The index and its watcher (remote_watch.c): started (0 or -errno; off
+ * is 0), stopped (no callback after it), freed (after the writer). */
+int remote_watch_start(struct remote *r);
+void remote_watch_stop(struct remote *r);
+void remote_watch_free(struct remote *r);
+/* A record the writer's SET put in Redis (acknowledged). */
+void remote_watch_wrote(struct remote *r, const char *key);
+/* Whether the index, live, says Redis holds no record of a's first block
+ * (counted): then a MATCH need not ask. */
+bool remote_watch_rules_out(struct remote *r, const struct remote_ask *a);
 
 #endif

@@ -73,6 +73,7 @@ static void flush(struct remote *r, struct kv *k, struct out_batch *o)
 	for (uint32_t i = 0; i < o->n; i++) {
 		if (!rc && !o->res[i]) {
 			idx_mark_remote(r->x, o->ns[i], o->hash[i]);
+			remote_watch_wrote(r, o->keys[i]);
 			atomic_fetch_add(&r->writes, 1);
 			atomic_fetch_add(&r->bytes_out, o->lens[i]);
 		} else {

@@ -81,6 +81,9 @@
 	X(remote_bad_mac, counter, "remote records without a valid MAC: dropped")     \
 	X(remote_breaker_opens, counter, "times the remote tier's circuit breaker opened") \
 	X(remote_skipped, counter, "remote lookups skipped while the breaker was open") \
-	X(remote_us, counter, "microseconds MATCHes spent on the remote tier")
+	X(remote_us, counter, "microseconds MATCHes spent on the remote tier") \
+	X(remote_index_skips, counter, "remote lookups not made: Redis holds no such key") \
+	X(remote_index_live, gauge, "1 while the index of Redis's keys is trusted") \
+	X(remote_index_keys, gauge, "keys in the index of Redis's keys")
 
 #endif

@@ -167,7 +167,7 @@ int pool_new(int n, struct pool **out)
 			return -rc;
 		}
 		char name[16];
-		snprintf(name, sizeof(name), "pfx-work-%d", i % 10000);
+		snprintf(name, sizeof(name), "pfx-work-%u", (unsigned)i % 10000u);
 		pthread_setname_np(p->tids[i - 1], name);
 	}
 	*out = p;

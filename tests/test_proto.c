@@ -707,8 +707,8 @@ Test(proto, golden_stats_reply)
 		  r.pinned_bytes == u.pinned_bytes && r.hits == u.hits && r.hit_tokens == u.hit_tokens &&
 		  r.query_tokens == u.query_tokens && r.evictions == u.evictions);
 	cr_expect_arr_eq(r.fp, f, 32);
-	/* The counters named in the table, at their indexes, 52 of them. */
-	cr_expect_eq(PD_STATS_COUNT, 52);
+	/* The counters named in the table, at their indexes, 55 of them. */
+	cr_expect_eq(PD_STATS_COUNT, 55);
 	cr_expect(PD_ST_hits == 0 && PD_ST_blocks == 3 && PD_ST_budget == 5 && PD_ST_evictions == 8 &&
 		  PD_ST_leases == 10 && PD_ST_errors == 12 && PD_ST_query_tokens == 15 &&
 		  PD_ST_refused_blocks == 21 && PD_ST_pins_expired == 23 && PD_ST_disk_blocks == 24 &&
@@ -716,7 +716,8 @@ Test(proto, golden_stats_reply)
 		  PD_ST_unwritten_evictions == 33 && PD_ST_claims == 34 && PD_ST_waits == 35 &&
 		  PD_ST_wait_ms == 36 && PD_ST_claims_inherited == 37 && PD_ST_claims_expired == 38 &&
 		  PD_ST_remote_hits == 39 && PD_ST_remote_writes == 43 && PD_ST_remote_bad_mac == 48 &&
-		  PD_ST_remote_us == 51);
+		  PD_ST_remote_us == 51 && PD_ST_remote_index_skips == 52 &&
+		  PD_ST_remote_index_keys == 54);
 }
 
 static void golden_chain_row(struct golden *g, const struct pd_chain_row *c)

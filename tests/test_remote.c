@@ -88,13 +88,20 @@ static struct prefixd *shared_client(const struct test_daemon *d, uint8_t model)
 	return c;
 }
 
-/* Waits (up to 5 s) until d wrote n records to Redis. */
+/* Waits (up to 5 s) until d wrote n records to Redis, and until the other
+ * daemon, if its index of Redis's keys is live, learned of as many keys
+ * (a notification takes a moment: a lookup before it would be a miss). */
 static struct prefixd_stats wait_writes(const struct test_daemon *d, uint64_t n)
 {
-	struct prefixd_stats s = { 0 };
+	struct prefixd_stats s = { 0 }, o;
 	for (int i = 0; i < 500 && (td_stats(d, &s) || s.remote_writes < n); i++)
 		usleep(10000);
 	cr_assert_geq(s.remote_writes, n, "records written to Redis");
+	const struct test_daemon *other = d == &ta ? &tb : &ta;
+	for (int i = 0; other->pid > 0 && i < 200 && !td_stats(other, &o) &&
+			o.remote_index_live && o.remote_index_keys < n;
+	     i++)
+		usleep(10000);
 	return s;
 }
 
@@ -105,11 +112,11 @@ static int keys_of(uint8_t model, char keys[][256], int max)
 	char pat[128], fp[2 * 32 + 1], out[8192];
 	for (int i = 0; i < 32; i++)
 		snprintf(fp + 2 * i, 3, "%02x", model);
-	snprintf(pat, sizeof(pat), "pfx1:*:%s:8192:4:*", fp);
+	snprintf(pat, sizeof(pat), "pfx2:*:%s:8192:4:*", fp);
 	cr_assert_eq(tr_cmd(&rs, NULL, out, sizeof(out), "KEYS", pat, NULL), 0);
 	int n = 0;
 	for (char *save, *l = strtok_r(out, "\n", &save); l && n < max; l = strtok_r(NULL, "\n", &save))
-		if (!strncmp(l, "pfx1:", 5))
+		if (!strncmp(l, "pfx2:", 5))
 			snprintf(keys[n++], 256, "%s", l);
 	return n;
 }
@@ -452,7 +459,9 @@ static bool hits_again(uint32_t k)
 Test(remote, a_stopped_or_killed_redis_costs_at_most_the_timeout_and_comes_back)
 {
 	redis_up();
-	const char *fast[] = { "--remote-timeout", "50", NULL };
+	/* Every miss asks (test_remote_index: with the index, once Redis is
+	 * killed, the same). */
+	const char *fast[] = { "--remote-timeout", "50", "--remote-index", "off", NULL };
 	start(&ta, "a", true, NULL);
 	start(&tb, "b", true, fast);
 	publish_one(1, 1, 1);
@@ -534,6 +543,9 @@ Test(remote, bad_remote_flags_say_what_is_wrong)
 		{ "--remote unix:/a --remote-users some", "--remote-users: 'some'" },
 		{ "--remote unix:/a --remote-timeout 0", "--remote-timeout: '0'" },
 		{ "--remote unix:/a --remote-ttl -1", "--remote-ttl: '-1'" },
+		{ "--remote unix:/a --remote-index maybe", "--remote-index: 'maybe'" },
+		{ "--remote unix:/a --remote-index 0", "--remote-index: '0'" },
+		{ "--remote-index off", "only with --remote" },
 		{ "--remote unix:/a --remote-key-file /nonexistent/key", "/nonexistent/key" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -552,6 +564,7 @@ Test(remote, bad_remote_flags_say_what_is_wrong)
 	cr_expect(strstr(out, "32 at least"), "%s", out);
 	cr_expect_eq(td_sh(out, sizeof(out), "%s --help", PREFIXD_EXE), 0);
 	cr_expect(strstr(out, "--remote-key-file"), "%s", out);
+	cr_expect(strstr(out, "--remote-index on|off|KEYS"), "%s", out);
 }
 
 /* ==== The runtime on a prefix fetched from Redis ==== */
@@ -677,6 +690,12 @@ Test(remote, a_password_from_remote_auth_file)
 	const char *right[] = { "--remote-auth-file", good, NULL };
 	start(&ta, "a", false, right);
 	publish_one(1, 1, 1);
+	/* The index's subscriber and scan authenticate too. */
+	struct prefixd_stats sa = { 0 };
+	for (int i = 0; i < 500 && (td_stats(&ta, &sa) || !sa.remote_index_live); i++)
+		usleep(10000);
+	cr_expect_eq(sa.remote_index_live, 1, "A's index went live with the password");
+	cr_expect_eq(sa.remote_index_keys, 1);
 	const char *wrong[] = { "--remote-auth-file", bad, NULL };
 	start(&tb, "b", false, wrong);
 	cr_expect_eq(match_on_b(1, 1), 0, "refused by Redis: a miss");
@@ -684,6 +703,7 @@ Test(remote, a_password_from_remote_auth_file)
 	cr_expect_geq(s.remote_errors, 1);
 	cr_expect_eq(s.remote_hits, 0);
 	cr_expect(td_log_has(&tb, "a lookup failed"), "the log says why lookups fail");
+	cr_expect_eq(s.remote_index_live, 0, "nor is B's index live");
 	t_stop(&ta);
 	t_stop(&tb);
 }
