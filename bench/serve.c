@@ -31,6 +31,14 @@
  *
  *   serve [--procs K] [--clients R] [--requests N] [--prefix TOKENS]
  *         [--new N] [--threads T] [--parallel P] [--overhead-only]
+ *         [--workload both|shared|distinct] [--rounds N]
+ *
+ * --workload runs one workload's configurations only (without the HTTP
+ * cost runs), --rounds N times, taking turns (ABBA); figures are the
+ * medians over the rounds, ratios the medians of each round's pair, and
+ * the per-round tokens/s and CPU are listed too. Beside the wall figures:
+ * CPU milliseconds a request, the servers' and prefixd's (from /proc,
+ * clients' start to end), which a shared machine's load disturbs far less.
  *
  * Targets: shared p50 TTFT with prefixd >= 8x lower than without and
  * tokens/s >= 2x, against both servers without prefixd; distinct within
@@ -43,6 +51,7 @@
 #include <json-c/json.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -68,11 +77,15 @@
 #define NAME "serve"
 #define MAX_PROCS 8
 #define MAX_CLIENTS 64
+#define MAX_ROUNDS 15
+
+enum workload { WL_BOTH, WL_SHARED, WL_DISTINCT };
 
 static struct {
-	int procs, clients, requests, prefix, new_tokens, threads, parallel;
+	int procs, clients, requests, prefix, new_tokens, threads, parallel, rounds;
+	enum workload workload;
 	bool overhead_only;
-} opt = { 2, 4, 16, 2000, 32, 1, 4, false };
+} opt = { 2, 4, 16, 2000, 32, 1, 4, 1, WL_BOTH, false };
 
 static char model_dir[PATH_MAX];
 /* The overhead runs' model: SmolLM's tokenizer and embedding, 2 thin
@@ -399,6 +412,9 @@ static double threads_switches(pid_t pid, const char *prefix)
 
 struct figures {
 	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, tok_s, cached_share, rss_mib, http_us;
+	/* CPU seconds a request, from the clients' start to their end: the
+	 * servers' (every thread, those that ended too) and prefixd's. */
+	double cpu_servers, cpu_daemon;
 };
 
 static double pct(double *v, int n, double q)
@@ -428,13 +444,21 @@ static int run_one(char **prompts, enum reuse reuse, struct figures *f)
 	struct run r = { .prompts = prompts, .port = s.port };
 	r.res = calloc((size_t)opt.requests, sizeof(*r.res));
 	pthread_t th[MAX_CLIENTS];
-	double t0 = bench_now(), wall = 0;
+	double t0 = bench_now(), wall = 0, cpu_s = 0, cpu_d = 0;
 	if (!rc) {
+		/* CPU is the steadier figure on a shared machine: what the
+		 * servers and the daemon did, whoever else ran meanwhile. */
+		for (int i = 0; i < opt.procs; i++)
+			cpu_s -= bench_proc_cpu_s(s.p[i].pid);
+		cpu_d -= with_prefixd ? bench_proc_cpu_s(d.pid) : 0;
 		for (int i = 0; i < opt.clients; i++)
 			pthread_create(&th[i], NULL, client, &r);
 		for (int i = 0; i < opt.clients; i++)
 			pthread_join(th[i], NULL);
 		wall = bench_now() - t0;
+		for (int i = 0; i < opt.procs; i++)
+			cpu_s += bench_proc_cpu_s(s.p[i].pid);
+		cpu_d += with_prefixd ? bench_proc_cpu_s(d.pid) : 0;
 	}
 	double http_cpu = 0;
 	for (int i = 0; !rc && i < opt.procs; i++)
@@ -469,6 +493,8 @@ static int run_one(char **prompts, enum reuse reuse, struct figures *f)
 	f->tok_s = wall > 0 ? (double)gen / wall : 0;
 	f->cached_share = prompt ? (double)cached / (double)prompt : 0;
 	f->http_us = gen ? http_cpu / (double)gen * 1e6 : -1;
+	f->cpu_servers = cpu_s / n;
+	f->cpu_daemon = cpu_d / n;
 	free(ttft);
 	free(tpot);
 	free(r.res);
@@ -704,8 +730,31 @@ static int run_overhead(char **prompts, int rounds, struct overhead *o)
 	return 0;
 }
 
-static void report_run(const char *tag, const struct figures *f)
+/* The median of each figure over n rounds. */
+static struct figures median_of(const struct figures *f, int n)
 {
+	static const size_t at[] = {
+		offsetof(struct figures, ttft_p50),    offsetof(struct figures, ttft_p99),
+		offsetof(struct figures, tpot_p50),    offsetof(struct figures, tpot_p99),
+		offsetof(struct figures, tok_s),       offsetof(struct figures, cached_share),
+		offsetof(struct figures, rss_mib),     offsetof(struct figures, http_us),
+		offsetof(struct figures, cpu_servers), offsetof(struct figures, cpu_daemon),
+	};
+	struct figures m;
+	double v[MAX_ROUNDS];
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+		for (int i = 0; i < n; i++)
+			v[i] = *(const double *)((const char *)&f[i] + at[k]);
+		*(double *)((char *)&m + at[k]) = bench_median_of(v, n);
+	}
+	return m;
+}
+
+static double cpu_ms(const struct figures *f) { return (f->cpu_servers + f->cpu_daemon) * 1e3; }
+
+static void report_run(const char *tag, const struct figures *rounds, int n)
+{
+	struct figures m = median_of(rounds, n), *f = &m;
 	report_fmt(report_key("ttft_p50_ms_%s", tag), "%.1f", f->ttft_p50);
 	report_fmt(report_key("ttft_p99_ms_%s", tag), "%.1f", f->ttft_p99);
 	report_fmt(report_key("tpot_p50_ms_%s", tag), "%.2f", f->tpot_p50);
@@ -714,12 +763,59 @@ static void report_run(const char *tag, const struct figures *f)
 	report_fmt(report_key("cached_share_%s", tag), "%.3f", f->cached_share);
 	report_fmt(report_key("servers_rss_mib_%s", tag), "%.0f", f->rss_mib);
 	report_fmt(report_key("http_us_per_token_%s", tag), "%.1f", f->http_us);
+	report_fmt(report_key("cpu_ms_per_request_%s", tag), "%.1f", cpu_ms(f));
+	report_fmt(report_key("servers_cpu_ms_per_request_%s", tag), "%.1f", f->cpu_servers * 1e3);
+	report_fmt(report_key("prefixd_cpu_ms_per_request_%s", tag), "%.1f", f->cpu_daemon * 1e3);
+	if (n < 2)
+		return;
+	double v[MAX_ROUNDS];
+	for (int i = 0; i < n; i++)
+		v[i] = rounds[i].tok_s;
+	report_array(report_key("tokens_per_s_%s_rounds", tag), v, n, 1);
+	for (int i = 0; i < n; i++)
+		v[i] = cpu_ms(&rounds[i]);
+	report_array(report_key("cpu_ms_per_request_%s_rounds", tag), v, n, 1);
 }
+
+/* The median over rounds of a's figure over b's, each round's pair taken
+ * together (they ran next to each other). */
+static double ratio_of(const struct figures *a, const struct figures *b, int n,
+		       double (*fig)(const struct figures *))
+{
+	double v[MAX_ROUNDS];
+	for (int i = 0; i < n; i++)
+		v[i] = fig(&b[i]) > 0 ? fig(&a[i]) / fig(&b[i]) : 0;
+	return bench_median_of(v, n);
+}
+
+static double tok_s_of(const struct figures *f) { return f->tok_s; }
+static double ttft_of(const struct figures *f) { return f->ttft_p50; }
 
 static void usage(FILE *to)
 {
 	fprintf(to, "usage: serve [--procs K] [--clients R] [--requests N] [--prefix TOKENS]\n"
-		    "             [--new N] [--threads T] [--parallel P] [--overhead-only]\n");
+		    "             [--new N] [--threads T] [--parallel P] [--overhead-only]\n"
+		    "             [--workload both|shared|distinct] [--rounds N]\n");
+}
+
+/* The runs, in the order they take turns: with prefixd, then without. */
+enum { RUN_SHARED_PREFIXD, RUN_SHARED_LOCAL, RUN_SHARED_NONE, RUN_DISTINCT_PREFIXD,
+       RUN_DISTINCT_LOCAL, RUNS };
+static const struct {
+	const char *tag;
+	bool shared;
+	enum reuse reuse;
+} runs[RUNS] = {
+	{ "shared_prefixd", true, REUSE_PREFIXD },
+	{ "shared_local", true, REUSE_LOCAL },
+	{ "shared_none", true, REUSE_NONE },
+	{ "distinct_prefixd", false, REUSE_PREFIXD },
+	{ "distinct_local", false, REUSE_LOCAL },
+};
+
+static bool run_wanted(int i)
+{
+	return opt.workload == WL_BOTH || (opt.workload == WL_SHARED) == runs[i].shared;
 }
 
 int main(int argc, char **argv)
@@ -730,6 +826,7 @@ int main(int argc, char **argv)
 		{ "new", required_argument, NULL, 'g' },     { "threads", required_argument, NULL, 't' },
 		{ "parallel", required_argument, NULL, 'P' }, { "help", no_argument, NULL, 'h' },
 		{ "overhead-only", no_argument, NULL, 'O' },
+		{ "workload", required_argument, NULL, 'w' }, { "rounds", required_argument, NULL, 'R' },
 		{ 0 },
 	};
 	for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -742,12 +839,30 @@ int main(int argc, char **argv)
 		case 't': opt.threads = opt_int(NAME, "threads", optarg, 1, 256); break;
 		case 'P': opt.parallel = opt_int(NAME, "parallel", optarg, 1, 256); break;
 		case 'O': opt.overhead_only = true; break;
+		case 'R': opt.rounds = opt_int(NAME, "rounds", optarg, 1, MAX_ROUNDS); break;
+		case 'w':
+			if (!strcmp(optarg, "both"))
+				opt.workload = WL_BOTH;
+			else if (!strcmp(optarg, "shared"))
+				opt.workload = WL_SHARED;
+			else if (!strcmp(optarg, "distinct"))
+				opt.workload = WL_DISTINCT;
+			else {
+				fprintf(stderr, "bench/" NAME ": --workload must be one of both, shared, "
+						"distinct, not '%s'\n", optarg);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (optind != argc) {
 		usage(stderr);
+		return 2;
+	}
+	if (opt.overhead_only && opt.workload != WL_BOTH) {
+		fprintf(stderr, "bench/" NAME ": --overhead-only runs no workload: leave --workload out\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -778,6 +893,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, NAME ": writing the model: %s\n", err.msg);
 		return 1;
 	}
+	static const char *const wl_names[] = { "both", "shared", "distinct" };
 	report_begin(NAME);
 	report_machine();
 	report_fmt("procs", "%d", opt.procs);
@@ -785,22 +901,11 @@ int main(int argc, char **argv)
 	report_fmt("requests", "%d", opt.requests);
 	report_fmt("prefix_tokens", "%d", opt.prefix);
 	report_fmt("new_tokens", "%d", opt.new_tokens);
+	report_str("workload", "%s", wl_names[opt.workload]);
+	report_fmt("rounds", "%d", opt.rounds);
 	struct bench_cpu cpu0;
 	bench_cpu_now(&cpu0);
-	/* The runs take turns so that the machine's drift hits them alike. */
-	enum { RUNS = 5 };
-	static const struct {
-		const char *tag;
-		bool shared;
-		enum reuse reuse;
-	} runs[RUNS] = {
-		{ "shared_prefixd", true, REUSE_PREFIXD },
-		{ "shared_local", true, REUSE_LOCAL },
-		{ "shared_none", true, REUSE_NONE },
-		{ "distinct_prefixd", false, REUSE_PREFIXD },
-		{ "distinct_local", false, REUSE_LOCAL },
-	};
-	struct figures f[RUNS];
+	static struct figures f[RUNS][MAX_ROUNDS];
 	char **prompts[2];
 	for (int w = 0; w < 2; w++) {
 		prompts[w] = malloc(sizeof(char *) * (size_t)opt.requests);
@@ -808,9 +913,13 @@ int main(int argc, char **argv)
 			prompts[w][i] = prompt_of(w == 0, i);
 	}
 	int rc = 0;
+	/* HTTP's own cost runs with both workloads (the default) or alone:
+	 * a chosen workload's rounds measure that workload only. */
+	bool overhead = opt.workload == WL_BOTH;
 	struct overhead oh = { 0 };
-	rc = run_overhead(prompts[0], 2, &oh);
-	if (!rc) {
+	if (overhead)
+		rc = run_overhead(prompts[0], 2, &oh);
+	if (!rc && overhead) {
 		report_fmt("http_overhead_wall_us_per_token", "%.1f", oh.wall_us);
 		report_fmt("http_overhead_cpu_us_per_token", "%.1f", oh.cpu_us);
 		report_fmt("http_mhd_threads_cpu_us_per_token", "%.1f", oh.mhd_cpu_us);
@@ -820,10 +929,24 @@ int main(int argc, char **argv)
 		report_fmt("http_run_cpu_s", "%.3f", oh.http_cpu_s);
 		report_fmt("direct_run_cpu_s", "%.3f", oh.direct_cpu_s);
 	}
-	for (int i = 0; i < RUNS && !rc && !opt.overhead_only; i++) {
-		rc = run_one(prompts[runs[i].shared ? 0 : 1], runs[i].reuse, &f[i]);
-		if (!rc)
-			report_run(runs[i].tag, &f[i]);
+	/* The runs take turns so that the machine's drift hits them alike;
+	 * every other round in the reverse order (ABBA), so that neither is
+	 * always the one after the other. */
+	for (int k = 0; k < opt.rounds && !rc && !opt.overhead_only; k++)
+		for (int j = 0; j < RUNS && !rc; j++) {
+			int i = k % 2 ? RUNS - 1 - j : j;
+			if (run_wanted(i))
+				rc = run_one(prompts[runs[i].shared ? 0 : 1], runs[i].reuse, &f[i][k]);
+		}
+	for (int i = 0; i < RUNS && !rc && !opt.overhead_only; i++)
+		if (run_wanted(i))
+			report_run(runs[i].tag, f[i], opt.rounds);
+	const int n = opt.rounds;
+	if (!rc && !opt.overhead_only && opt.workload != WL_SHARED) {
+		/* What prefixd costs when nothing is shared, in CPU: steadier
+		 * than the wall figures the targets are. */
+		report_fmt("distinct_cpu_per_request_ratio", "%.3f",
+			   ratio_of(f[RUN_DISTINCT_PREFIXD], f[RUN_DISTINCT_LOCAL], n, cpu_ms));
 	}
 	double others, steal;
 	bench_cpu_since(&cpu0, &others, &steal);
@@ -841,21 +964,34 @@ int main(int argc, char **argv)
 		report_end("a run failed: see stderr");
 		return 1;
 	}
-	report_target("http_us_per_token", oh.cpu_us, REPORT_AT_MOST, 50);
+	if (overhead)
+		report_target("http_us_per_token", oh.cpu_us, REPORT_AT_MOST, 50);
 	if (opt.overhead_only)
 		return report_end("random SmolLM-135M-shaped model (bf16 weights), SmolLM's "
 				  "tokenizer; HTTP's cost only") ? 0 : 1;
 	/* Against servers without prefixd: computing every prompt whole
-	 * (none), and with each process reusing its own prompts (local). */
-	report_target("shared_ttft_p50_speedup_vs_none", f[2].ttft_p50 / f[0].ttft_p50,
-		      REPORT_AT_LEAST, 8);
-	report_target("shared_tokens_per_s_gain_vs_none", f[0].tok_s / f[2].tok_s, REPORT_AT_LEAST, 2);
-	report_target("shared_ttft_p50_speedup_vs_local", f[1].ttft_p50 / f[0].ttft_p50,
-		      REPORT_AT_LEAST, 8);
-	report_target("shared_tokens_per_s_gain_vs_local", f[0].tok_s / f[1].tok_s, REPORT_AT_LEAST,
-		      2);
-	report_target("distinct_ttft_p50_ratio", f[3].ttft_p50 / f[4].ttft_p50, REPORT_AT_MOST, 1.1);
-	report_target("distinct_tokens_per_s_ratio", f[3].tok_s / f[4].tok_s, REPORT_AT_LEAST, 0.9);
+	 * (none), and with each process reusing its own prompts (local).
+	 * Ratios are the medians of each round's pair. */
+	const struct figures *sp = f[RUN_SHARED_PREFIXD], *sl = f[RUN_SHARED_LOCAL],
+			     *sn = f[RUN_SHARED_NONE], *dp = f[RUN_DISTINCT_PREFIXD],
+			     *dl = f[RUN_DISTINCT_LOCAL];
+	if (opt.workload != WL_DISTINCT) {
+		report_target("shared_ttft_p50_speedup_vs_none", ratio_of(sn, sp, n, ttft_of),
+			      REPORT_AT_LEAST, 8);
+		report_target("shared_tokens_per_s_gain_vs_none", ratio_of(sp, sn, n, tok_s_of),
+			      REPORT_AT_LEAST, 2);
+		report_target("shared_ttft_p50_speedup_vs_local", ratio_of(sl, sp, n, ttft_of),
+			      REPORT_AT_LEAST, 8);
+		report_target("shared_tokens_per_s_gain_vs_local", ratio_of(sp, sl, n, tok_s_of),
+			      REPORT_AT_LEAST, 2);
+	}
+	if (opt.workload != WL_SHARED) {
+		report_target("distinct_ttft_p50_ratio", ratio_of(dp, dl, n, ttft_of), REPORT_AT_MOST,
+			      1.1);
+		report_target("distinct_tokens_per_s_ratio", ratio_of(dp, dl, n, tok_s_of),
+			      REPORT_AT_LEAST, 0.9);
+	}
 	return report_end("random SmolLM-135M-shaped model (bf16 weights), SmolLM's tokenizer; "
-			  "TTFT from the request sent to the first token's event") ? 0 : 1;
+			  "TTFT from the request sent to the first token's event; CPU from /proc "
+			  "(servers and prefixd, clients' start to end)") ? 0 : 1;
 }

@@ -168,6 +168,7 @@ int prefixd_connect_flags(const char *path, const struct prefixd_layout *layout,
 	if (!c)
 		return pd_fail(-ENOMEM, "out of memory");
 	pthread_mutex_init(&c->lock, NULL);
+	c->staging = -1;
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
 		int rc = -errno;
@@ -189,6 +190,8 @@ void prefixd_close(struct prefixd *c)
 		return;
 	if (c->fd >= 0)
 		close(c->fd);
+	if (c->staging >= 0)
+		close(c->staging);
 	for (uint32_t i = 0; i < c->narenas; i++)
 		if (c->arenas[i].base)
 			shm_unmap(c->arenas[i].base, c->arenas[i].size);
@@ -450,7 +453,12 @@ int prefixd_release(struct prefixd *c, uint64_t lease)
  * so a publish of more than STAGING_BYTES goes in parts through one
  * staging area of that size, each part continuing the last through a
  * lease the daemon takes on what it published (PD_FLAG_LEASE). The
- * client's memory for it stays small, whatever the prefix's size.
+ * client's memory for it stays small, whatever the prefix's size, and the
+ * connection keeps it: a prompt published chunk by chunk (prefix-serve
+ * publishes at every step) pays for the pages once, not at every call
+ * (bench/serve's distinct workload: 53 against 22 ms of CPU for 94 MB).
+ * The daemon is done reading it when its reply comes, and calls on one
+ * connection take turns (c->lock), so reusing it races with nothing.
  */
 #define STAGING_BYTES ((uint64_t)8 << 20)
 
@@ -515,10 +523,13 @@ int prefixd_publish(struct prefixd *c, uint64_t lease, const uint32_t *tokens, u
 		return pd_fail(-E2BIG, "%u blocks are more than one publish takes (%u)", n, c->max_hashes);
 	uint64_t part = STAGING_BYTES / c->block_bytes;
 	part = part < 1 ? 1 : part > n ? n : part;
-	int sfd = memfd_create("prefixd-staging", MFD_CLOEXEC);
-	if (sfd < 0)
-		return pd_fail(-errno, "memfd_create: %s", strerror(errno));
 	pthread_mutex_lock(&c->lock);
+	if (c->staging < 0 && (c->staging = memfd_create("prefixd-staging", MFD_CLOEXEC)) < 0) {
+		rc = pd_fail(-errno, "memfd_create: %s", strerror(errno));
+		pthread_mutex_unlock(&c->lock);
+		return rc;
+	}
+	int sfd = c->staging;
 	struct pd_publish_reply r = { 0 };
 	uint64_t held = 0; /* this call's lease on what it published so far */
 	if ((rc = pd_prompt_set(c->memo, tokens, first + n)))
@@ -547,7 +558,6 @@ out:
 	if (held)
 		release_oneway(c, held);
 	pthread_mutex_unlock(&c->lock);
-	close(sfd);
 	if (rc)
 		return rc;
 	if (r.stop == PD_STOP_BUDGET)

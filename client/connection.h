@@ -36,6 +36,9 @@ struct prefixd {
 	 * bench/daemon), so an unknown lease is caught here instead. */
 	uint64_t *leases;
 	size_t nleases, cap_leases;
+	/* The staging memfd of this connection's publishes (-1 until the
+	 * first): kept, so that only the first publish pays for its pages. */
+	int staging;
 };
 
 /*

@@ -148,6 +148,15 @@ uint8_t *store_slot(struct store *s, struct idx_loc loc)
 	return shm_arena_base(s->arenas[loc.arena]) + loc.offset;
 }
 
+int store_slot_file(struct store *s, struct idx_loc loc, int *fd, uint64_t *offset)
+{
+	if (!store_slot(s, loc))
+		return -EINVAL;
+	*fd = shm_arena_fd(s->arenas[loc.arena]);
+	*offset = loc.offset;
+	return 0;
+}
+
 int store_fill_copy(void *ctx, uint32_t i, struct idx_loc loc)
 {
 	const struct store_copy *f = ctx;

@@ -45,6 +45,9 @@ uint32_t store_holders(const struct store *s);
 
 /* The daemon's writable view of a slot; NULL for a place outside the arenas. */
 uint8_t *store_slot(struct store *s, struct idx_loc loc);
+/* The same slot as its arena's writable descriptor (not to close) and the
+ * offset in it: -EINVAL for a place outside the arenas. */
+int store_slot_file(struct store *s, struct idx_loc loc, int *fd, uint64_t *offset);
 /* One block's bytes to copy into the slot an idx_import places it in
  * (the import of a file's records, a remote fetch): store_fill_copy is
  * its fill callback, -EINVAL for a place outside the arenas. */

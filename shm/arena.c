@@ -123,6 +123,7 @@ void shm_arena_free(struct shm_arena *a)
 }
 
 uint32_t shm_arena_id(const struct shm_arena *a) { return a->id; }
+int shm_arena_fd(const struct shm_arena *a) { return a->fd; }
 size_t shm_arena_size(const struct shm_arena *a) { return a->size; }
 size_t shm_arena_slot_bytes(const struct shm_arena *a) { return a->slot_bytes; }
 uint32_t shm_arena_slots_free(const struct shm_arena *a)

@@ -30,6 +30,10 @@ uint32_t shm_arena_slots_free(const struct shm_arena *a);
 uint32_t shm_arena_slots_resident_free(const struct shm_arena *a);
 /* The writable view: only the daemon has it. */
 uint8_t *shm_arena_base(const struct shm_arena *a);
+/* The writable descriptor (the arena's own: do not close it), to fill a
+ * slot by copy_file_range, which writes the pages without faulting each
+ * into the view. */
+int shm_arena_fd(const struct shm_arena *a);
 
 /* A new read-only descriptor of the arena, for a client (the caller closes
  * it after sending). Returns the fd or -errno. */

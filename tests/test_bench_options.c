@@ -36,6 +36,9 @@ static const struct refusal cases[] = {
 	{ "share", "--runs 2", "--runs must be a whole number from 3 to 15, not '2'" },
 	{ "disk", "--rounds 2.5", "--rounds must be a whole number from 1 to 15, not '2.5'" },
 	{ "remote", "--rounds 3", "[--tiny]" },
+	{ "serve", "--workload mixed", "--workload must be one of both, shared, distinct, not 'mixed'" },
+	{ "serve", "--rounds 16", "--rounds must be a whole number from 1 to 15, not '16'" },
+	{ "serve", "--workload distinct --overhead-only", "--overhead-only runs no workload" },
 };
 
 Test(bench_options, a_malformed_or_out_of_range_value_is_refused_with_status_2)

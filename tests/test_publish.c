@@ -5,12 +5,18 @@
  * on what it published (PUBLISH with PD_FLAG_LEASE). What a client sees
  * must be what one PUBLISH gave: every block stored with its bytes, found
  * blocks counted, a full budget reported with the counts, the caller's
- * lease left as it was, and no lease left behind.
+ * lease left as it was, and no lease left behind. A connection keeps its
+ * staging memory from one publish to the next (its pages cost more than
+ * the copy when they are new).
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon_asserts.h"
 
@@ -153,5 +159,94 @@ Test(publish, a_full_budget_stops_the_parts_with_the_counts)
 	prefixd_close(b);
 	big_free(&p);
 	big_free(&q);
+	t_stop(&td);
+}
+
+/* The staging memfds this process has open: their inodes in ino (up to
+ * cap), their count. */
+static int staging_fds(ino_t *ino, int cap)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	cr_assert_not_null(d);
+	for (struct dirent *e; (e = readdir(d));) {
+		char path[300], link[256];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t l = readlink(path, link, sizeof(link) - 1);
+		if (l <= 0)
+			continue;
+		link[l] = 0;
+		struct stat sb;
+		if (!strstr(link, "memfd:prefixd-staging") || stat(path, &sb))
+			continue;
+		if (n < cap)
+			ino[n] = sb.st_ino;
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+Test(publish, a_connection_keeps_one_staging_area_for_its_publishes)
+{
+	start("256M");
+	struct big p, q;
+	big_make(&p, 3);
+	big_make(&q, 4);
+	struct prefixd *a = client(1), *b = client(1);
+	ino_t first[4], again[4];
+	cr_expect_eq(staging_fds(first, 4), 0, "none before the first publish");
+	uint32_t stored, dedup;
+	cr_assert_eq(prefixd_publish(a, 0, p.t, 0, NBLOCKS, (const void *const *)p.kv, &stored, &dedup),
+		     0, "%s", prefixd_errmsg());
+	cr_assert_eq(staging_fds(first, 4), 1, "the connection keeps its staging memfd");
+	/* Another prompt through the same memory: its pages are paid for,
+	 * and what the first publish left there must not show. */
+	cr_assert_eq(prefixd_publish(a, 0, q.t, 0, NBLOCKS, (const void *const *)q.kv, &stored, &dedup),
+		     0, "%s", prefixd_errmsg());
+	cr_expect_eq(stored, NBLOCKS);
+	cr_assert_eq(staging_fds(again, 4), 1, "still one staging memfd");
+	cr_expect_eq(again[0], first[0], "the same memfd, not a new one each publish");
+	cr_expect_eq(hits_ok(b, &p), NBLOCKS);
+	cr_expect_eq(hits_ok(b, &q), NBLOCKS);
+	prefixd_close(a);
+	cr_expect_eq(staging_fds(again, 4), 0, "closing the connection closes it");
+	prefixd_close(b);
+	big_free(&p);
+	big_free(&q);
+	t_stop(&td);
+}
+
+/* Minor page faults of a process so far (/proc/PID/stat's 10th field). */
+static unsigned long minor_faults(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	const char *s = strrchr(td_read_file(path), ')');
+	unsigned long v = 0;
+	cr_assert(s && sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %lu", &v) == 1, "%s", path);
+	return v;
+}
+
+Test(publish, the_daemon_fills_new_slots_without_faulting_their_pages_in)
+{
+	start("256M");
+	struct big p;
+	big_make(&p, 5);
+	struct prefixd *a = client(1), *b = client(1);
+	uint32_t stored, dedup;
+	unsigned long f0 = minor_faults(td.pid);
+	cr_assert_eq(prefixd_publish(a, 0, p.t, 0, NBLOCKS, (const void *const *)p.kv, &stored, &dedup),
+		     0, "%s", prefixd_errmsg());
+	unsigned long faults = minor_faults(td.pid) - f0;
+	cr_expect_eq(stored, NBLOCKS);
+	/* Copied into its view, each of the 21 MiB's 4 KiB pages is a fault. */
+	uint64_t pages = NBLOCKS * BIG_BYTES / 4096;
+	cr_expect_lt(faults, pages / 8, "%lu page faults for %llu new pages", faults,
+		     (unsigned long long)pages);
+	cr_expect_eq(hits_ok(b, &p), NBLOCKS, "the slots hold the blocks' bytes");
+	prefixd_close(a);
+	prefixd_close(b);
+	big_free(&p);
 	t_stop(&td);
 }

@@ -867,6 +867,55 @@ Test(serve_api, chat_stream_shape)
 	expect_file("chat_stream_usage.txt", chat_stream(true));
 }
 
+/* A text chunk without logprobs is written without json-c (the common
+ * chunk of every stream): it must be the bytes json-c writes for the same
+ * object, whatever the text, id and model hold. json-c reads it back to
+ * the same strings, and writes what it read as the same bytes. */
+Test(serve_api, plain_text_chunks_are_what_json_c_writes)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (int round = 0; round < 4000; round++) {
+		char text[64], id[24], model[24];
+		size_t len = (size_t)(round % 64);
+		for (size_t i = 0; i < sizeof(text); i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			/* Every byte, the ones JSON escapes often. */
+			text[i] = x % 3 ? (char)(x >> 24) : "\"\\/\b\f\n\r\t\x01\x1f\x7f"[x % 11];
+		}
+		for (size_t i = 0; i + 1 < sizeof(id); i++) {
+			id[i] = (char)(1 + (x >> (i % 56)) % 255);
+			model[i] = (char)(1 + (x >> ((i + 3) % 56)) % 255);
+		}
+		id[sizeof(id) - 1] = model[sizeof(model) - 1] = 0;
+		struct api_call c = call(round % 2 ? API_CHAT : API_COMPLETION, false, round % 4 > 1);
+		int64_t created = round % 3 ? (int64_t)(x >> 1) : -(int64_t)round;
+		uint32_t index = (uint32_t)(x >> 40);
+		char *out = api_chunk_text(&c, tok, id, created, model, index, text, len, NULL, 0);
+		cr_assert_not_null(out);
+		size_t n = strlen(out);
+		cr_assert(n > 8 && !strncmp(out, "data: ", 6) && !strcmp(out + n - 2, "\n\n"), "%s", out);
+		out[n - 2] = 0;
+		json_object *j = json_tokener_parse(out + 6);
+		cr_assert_not_null(j, "json-c reads it: %s", out);
+		const char *again = json_object_to_json_string_ext(
+			j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+		cr_assert_str_eq(again, out + 6, "json-c writes it the same way");
+		json_object *ch = json_object_array_get_idx(json_object_object_get(j, "choices"), 0), *t;
+		if (c.kind == API_CHAT)
+			t = json_object_object_get(json_object_object_get(ch, "delta"), "content");
+		else
+			t = json_object_object_get(ch, "text");
+		cr_assert_eq((size_t)json_object_get_string_len(t), len);
+		cr_assert(!memcmp(json_object_get_string(t), text, len), "the text read back");
+		cr_assert_str_eq(json_object_get_string(json_object_object_get(j, "id")), id);
+		cr_assert_str_eq(json_object_get_string(json_object_object_get(j, "model")), model);
+		cr_assert_eq(json_object_get_int64(json_object_object_get(j, "created")), created);
+		cr_assert_eq(json_object_get_int64(json_object_object_get(ch, "index")), index);
+		json_object_put(j);
+		free(out);
+	}
+}
+
 Test(serve_api, completion_shapes)
 {
 	struct api_call c = call(API_COMPLETION, false, false);

@@ -82,6 +82,13 @@ void jw_push(struct jw *w, struct json_object *a, struct json_object *v);
  * anything along the way ran out of memory. */
 char *jw_finish(struct jw *w, struct json_object *root, bool sse);
 
+/* ==== A text chunk without logprobs (api_chunk.c) ==== */
+
+/* What api_chunk_text_at gives when the request asked for no logprobs,
+ * byte for byte, built without json-c. NULL when out of memory. */
+char *api_chunk_text_plain(const struct api_call *c, const char *id, int64_t created,
+			   const char *model, uint32_t index, const char *text, size_t len);
+
 /* ==== Logprobs (api_logprobs.c) ==== */
 
 /* Chat's {"content":[{"token","logprob","bytes","top_logprobs"}]} of

@@ -146,6 +146,8 @@ char *api_chunk_text_at(const struct api_call *c, const struct pfx_tokenizer *t,
 			const char *text, size_t len, const struct serve_token *tokens,
 			size_t ntokens, size_t text_offset)
 {
+	if (!c->req.logprobs)
+		return api_chunk_text_plain(c, id, created, model, index, text, len);
 	struct jw w = { 0 };
 	struct json_object *o, *root = chunk(&w, c, id, created, model, &o);
 	if (is_chat(c)) {
