@@ -35,7 +35,7 @@ static const struct refusal cases[] = {
 	{ "share", "--prefix 2048", "--prefix must be a whole number from 1 to 256, not '2048'" },
 	{ "share", "--runs 2", "--runs must be a whole number from 3 to 15, not '2'" },
 	{ "disk", "--rounds 2.5", "--rounds must be a whole number from 1 to 15, not '2.5'" },
-	{ "remote", "--rounds 3", "[--tiny]" },
+	{ "remote", "--rounds 3", "[--tiny | --fetch | --fetch-unix]" },
 	{ "serve", "--workload mixed", "--workload must be one of both, shared, distinct, not 'mixed'" },
 	{ "serve", "--rounds 16", "--rounds must be a whole number from 1 to 15, not '16'" },
 	{ "serve", "--workload distinct --overhead-only", "--overhead-only runs no workload" },
