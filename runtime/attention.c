@@ -161,7 +161,7 @@ static bool few_rows(const struct fwd *f, const struct pfx_batch_item *it)
 		return false;
 	if (it->n < 2 || it->n > ATT_FEW_MAX_ROWS)
 		return false;
-	return mode == ATT_SPLIT_ON || it->s->len >= FEW_MIN_CONTEXT;
+	return mode != ATT_SPLIT_AUTO || it->s->len >= FEW_MIN_CONTEXT;
 }
 
 /* Blocks a split of keys holds at least; splits of a group at most. */
@@ -185,6 +185,8 @@ static int plan_few(const struct fwd *f, const struct pfx_batch_item *it, int it
 			int lo = first_key(f, len0 + r0), hi = len0 + r1;
 			int b0 = lo / B, blocks = (hi + B - 1) / B - b0;
 			int ns = groups >= want ? 1 : (want + groups - 1) / groups;
+			if (split_mode == ATT_SPLIT_MOST)
+				ns = FEW_MAX_SPLITS;
 			if (ns > FEW_MAX_SPLITS)
 				ns = FEW_MAX_SPLITS;
 			if (ns > blocks / FEW_MIN_SPLIT_BLOCKS)
@@ -208,6 +210,9 @@ static int plan_few(const struct fwd *f, const struct pfx_batch_item *it, int it
  * hardware's streamers follow a run within a page once started: this
  * starts each page of the run, a few lines.
  */
+#ifndef PF_NEXT_V
+#define PF_NEXT_V 0
+#endif
 #ifndef PF_LINES
 #define PF_LINES 4
 #endif
@@ -576,7 +581,8 @@ static void few_task(struct fwd *f, const struct att_task *a, int task, int thre
 		if (j + kb < a->k1) { /* the next block, while this one computes */
 			int nb = a->k1 - (j + kb) < B ? a->k1 - (j + kb) : B;
 			kv_prefetch_starts(f, s->blocks[b + 1]->data, 0, a->head, nb);
-			kv_prefetch_starts(f, s->blocks[b + 1]->data, 1, a->head, nb);
+			if (PF_NEXT_V)
+				kv_prefetch_starts(f, s->blocks[b + 1]->data, 1, a->head, nb);
 		}
 		const float *K = kv_run(f, s->blocks[b]->data, 0, a->head, off, kb, kvbuf);
 		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S, ld);
@@ -584,7 +590,9 @@ static void few_task(struct fwd *f, const struct att_task *a, int task, int thre
 			blo[t] = lo[t] - j;
 			bhi[t] = hi[t] - j;
 		}
-		kern_att_online(S, kb, ld, blo, bhi, P.m, P.l, P.OT, hd);
+		struct kern_wmat vw = kv_at(f->m, s->blocks[b]->data, kv_offset(f->m, f->layer, 1, a->head, off));
+		kern_att_online(S, kb, ld, blo, bhi, P.m, P.l, P.OT, hd, vw.p,
+				kv_prefetch_off() ? 0 : (size_t)kb * hd * kern_wtype_size(vw.type));
 		const float *V = kv_run(f, s->blocks[b]->data, 1, a->head, off, kb, kvbuf);
 		kern_gemm_few_t(rows, hd, kb, S, V, 1, hd, 1.0f, P.OT, ld);
 	}

@@ -23,8 +23,10 @@ static int clamp(int v, int n)
 }
 
 static void online_scalar(float *S, int n, int ld, const int *lo, const int *hi, float *m,
-			  float *l, float *OT, int hd)
+			  float *l, float *OT, int hd, const char *pf, size_t pf_bytes)
 {
+	for (size_t o = 0; o < pf_bytes; o += 64)
+		__builtin_prefetch(pf + o, 0, 3);
 	for (int t = 0; t < ld; t++) {
 		int a = clamp(lo[t], n), b = clamp(hi[t], n);
 		float bm = -INFINITY, sum = 0;
@@ -48,8 +50,11 @@ static void online_scalar(float *S, int n, int ld, const int *lo, const int *hi,
 
 __attribute__((target("avx512f,fma"), always_inline)) static inline void
 online_avx512(const int TV, float *S, int n, const int *lo, const int *hi, float *m, float *l,
-	      float *OT, int hd)
+	      float *OT, int hd, const char *pf, size_t pf_bytes)
 {
+	/* pf's lines spread over both passes: a few a step, where a burst of
+	 * them would fill the line fill buffers and stall. */
+	size_t step = (pf_bytes / 64 + 2 * (size_t)n - 1) / (2 * (size_t)n) * 64, o = 0;
 	const int ld = 16 * TV;
 	const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
 	__m512i a[4], b[4];
@@ -62,6 +67,8 @@ online_avx512(const int TV, float *S, int n, const int *lo, const int *hi, float
 	}
 	for (int j = 0; j < n; j++) {
 		__m512i jv = _mm512_set1_epi32(j);
+		for (size_t e = o + step; o < e && o < pf_bytes; o += 64)
+			__builtin_prefetch(pf + o, 0, 3);
 		for (int v = 0; v < TV; v++) {
 			__mmask16 k = _mm512_cmple_epi32_mask(a[v], jv) & _mm512_cmpgt_epi32_mask(b[v], jv);
 			mx[v] = _mm512_mask_max_ps(mx[v], k, mx[v], _mm512_loadu_ps(S + (size_t)j * ld + 16 * v));
@@ -69,6 +76,8 @@ online_avx512(const int TV, float *S, int n, const int *lo, const int *hi, float
 	}
 	for (int j = 0; j < n; j++) {
 		__m512i jv = _mm512_set1_epi32(j);
+		for (size_t e = o + step; o < e && o < pf_bytes; o += 64)
+			__builtin_prefetch(pf + o, 0, 3);
 		for (int v = 0; v < TV; v++) {
 			__mmask16 k = _mm512_cmple_epi32_mask(a[v], jv) & _mm512_cmpgt_epi32_mask(b[v], jv);
 			float *row = S + (size_t)j * ld + 16 * v;
@@ -90,8 +99,8 @@ online_avx512(const int TV, float *S, int n, const int *lo, const int *hi, float
 		 * touched. */
 		if (_mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ))
 			for (int d = 0; d < hd; d++) {
-				float *o = OT + (size_t)d * ld + 16 * v;
-				_mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), alpha));
+				float *out = OT + (size_t)d * ld + 16 * v;
+				_mm512_storeu_ps(out, _mm512_mul_ps(_mm512_loadu_ps(out), alpha));
 			}
 	}
 }
@@ -99,9 +108,9 @@ online_avx512(const int TV, float *S, int n, const int *lo, const int *hi, float
 #define ONLINE(TV)                                                                        \
 	__attribute__((target("avx512f,fma"))) static void online_##TV(                      \
 		float *S, int n, const int *lo, const int *hi, float *m, float *l, float *OT, \
-		int hd)                                                                       \
+		int hd, const char *pf, size_t pf_bytes)                                      \
 	{                                                                                     \
-		online_avx512(TV, S, n, lo, hi, m, l, OT, hd);                                \
+		online_avx512(TV, S, n, lo, hi, m, l, OT, hd, pf, pf_bytes);                  \
 	}
 ONLINE(1)
 ONLINE(2)
@@ -109,13 +118,14 @@ ONLINE(3)
 ONLINE(4)
 
 void kern_att_online(float *S, int n, int ld, const int *lo, const int *hi, float *m, float *l,
-		     float *OT, int hd)
+		     float *OT, int hd, const void *pf, size_t pf_bytes)
 {
 	static void (*const fn[4])(float *, int, const int *, const int *, float *, float *,
-				   float *, int) = { online_1, online_2, online_3, online_4 };
+				   float *, int, const char *, size_t) = { online_1, online_2,
+									   online_3, online_4 };
 	if (kern_cpu_avx512() && ld % 16 == 0 && ld >= 16 && ld <= 64) {
-		fn[ld / 16 - 1](S, n, lo, hi, m, l, OT, hd);
+		fn[ld / 16 - 1](S, n, lo, hi, m, l, OT, hd, pf, pf_bytes);
 		return;
 	}
-	online_scalar(S, n, ld, lo, hi, m, l, OT, hd);
+	online_scalar(S, n, ld, lo, hi, m, l, OT, hd, pf, pf_bytes);
 }

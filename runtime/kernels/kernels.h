@@ -273,8 +273,11 @@ void kern_gemm_amx(int m, int n, int k, const uint16_t *a, const uint16_t *panel
  * become their weights exp(s - max) (0 where not seen), and l and OT are
  * scaled down where the max grew; the caller then adds the block's values
  * weighted by S to OT. AVX-512 for ld 16, 32, 48, 64; plain C otherwise.
+ * Meanwhile it asks for the pf_bytes at pf (the block's values, next
+ * read), a few lines a step: prefetches, which change nothing and never
+ * fault.
  */
 void kern_att_online(float *S, int n, int ld, const int *lo, const int *hi, float *m, float *l,
-		     float *OT, int hd);
+		     float *OT, int hd, const void *pf, size_t pf_bytes);
 
 #endif
