@@ -30,7 +30,6 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,7 +150,7 @@ void att_split_set(enum att_split mode)
 
 /* Context (keys before the new rows) from which the split path runs
  * unasked: see the journal, docs/perf/2026-11-29-warm-attention.md. */
-#define FEW_MIN_CONTEXT 256
+#define FEW_MIN_CONTEXT 512
 
 /* Whether item's rows take the split path (few_task). */
 static bool few_rows(const struct fwd *f, const struct pfx_batch_item *it)
@@ -201,34 +200,6 @@ static int plan_few(const struct fwd *f, const struct pfx_batch_item *it, int it
 			}
 		}
 	return t;
-}
-
-/*
- * The same for few_task, lighter: a block's K or V is 16 KiB, and asking
- * for all its lines at once filled the line fill buffers, so the prefetch
- * instructions themselves waited (a sixth of few_task's time in perf). The
- * hardware's streamers follow a run within a page once started: this
- * starts each page of the run, a few lines.
- */
-#ifndef PF_NEXT_V
-#define PF_NEXT_V 0
-#endif
-#ifndef PF_LINES
-#define PF_LINES 4
-#endif
-static void kv_prefetch_starts(const struct fwd *f, const void *block, int kv, int head, int n)
-{
-	if (kv_prefetch_off())
-		return;
-	struct kern_wmat w = kv_at(f->m, block, kv_offset(f->m, f->layer, kv, head, 0));
-	const char *p = w.p;
-	size_t bytes = (size_t)n * f->c->head_dim * kern_wtype_size(w.type);
-	uintptr_t page = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-	for (int i = 0; i < PF_LINES; i++)
-		__builtin_prefetch(p + 64 * i, 0, 2);
-	for (size_t o = page - (uintptr_t)p; o < bytes; o += 4096)
-		for (int i = 0; i < PF_LINES && o + 64 * i < bytes; i++)
-			__builtin_prefetch(p + o + 64 * i, 0, 2);
 }
 
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
@@ -578,21 +549,20 @@ static void few_task(struct fwd *f, const struct att_task *a, int task, int thre
 	for (int j = a->k0, kb; j < a->k1; j += kb) {
 		int b = j / B, off = j - b * B;
 		kb = B - off < a->k1 - j ? B - off : a->k1 - j;
-		if (j + kb < a->k1) { /* the next block, while this one computes */
-			int nb = a->k1 - (j + kb) < B ? a->k1 - (j + kb) : B;
-			kv_prefetch_starts(f, s->blocks[b + 1]->data, 0, a->head, nb);
-			if (PF_NEXT_V)
-				kv_prefetch_starts(f, s->blocks[b + 1]->data, 1, a->head, nb);
-		}
 		const float *K = kv_run(f, s->blocks[b]->data, 0, a->head, off, kb, kvbuf);
 		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S, ld);
 		for (int t = 0; t < ld; t++) {
 			blo[t] = lo[t] - j;
 			bhi[t] = hi[t] - j;
 		}
-		struct kern_wmat vw = kv_at(f->m, s->blocks[b]->data, kv_offset(f->m, f->layer, 1, a->head, off));
+		/* The block's values, asked for while the softmax step computes:
+		 * the products on V had waited on them (1.5x the time of those
+		 * on K, which gemm_few_t prefetches as it walks the rows). */
+		struct kern_wmat vw =
+			kv_at(f->m, s->blocks[b]->data, kv_offset(f->m, f->layer, 1, a->head, off));
+		size_t vbytes = (size_t)kb * hd * kern_wtype_size(vw.type);
 		kern_att_online(S, kb, ld, blo, bhi, P.m, P.l, P.OT, hd, vw.p,
-				kv_prefetch_off() ? 0 : (size_t)kb * hd * kern_wtype_size(vw.type));
+				kv_prefetch_off() ? 0 : vbytes);
 		const float *V = kv_run(f, s->blocks[b]->data, 1, a->head, off, kb, kvbuf);
 		kern_gemm_few_t(rows, hd, kb, S, V, 1, hd, 1.0f, P.OT, ld);
 	}
