@@ -152,10 +152,25 @@ void att_split_set(enum att_split mode)
  * unasked: see the journal, docs/perf/2026-11-29-warm-attention.md. */
 #define FEW_MIN_CONTEXT 512
 
+/* PFX_NO_ATT_SPLIT set (as PFX_NO_KV_PREFETCH is, read once) keeps the
+ * reference path where it would be chosen, to compare whole programs. */
+static bool split_off_env(void)
+{
+	static _Atomic int off = -1;
+	int v = off;
+	if (v < 0) {
+		const char *no = getenv("PFX_NO_ATT_SPLIT");
+		off = v = no && *no && *no != '0';
+	}
+	return v;
+}
+
 /* Whether item's rows take the split path (few_task). */
 static bool few_rows(const struct fwd *f, const struct pfx_batch_item *it)
 {
 	int mode = split_mode, G = f->c->n_heads / f->c->n_kv_heads;
+	if (mode == ATT_SPLIT_AUTO && split_off_env())
+		return false;
 	if (mode == ATT_SPLIT_OFF || !kern_gemm_few_ok() || G > ATT_CHUNK)
 		return false;
 	if (it->n < 2 || it->n > ATT_FEW_MAX_ROWS)

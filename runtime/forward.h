@@ -30,7 +30,8 @@ struct att_task {
  * ATT_SPLIT_AUTO where it wins, ATT_SPLIT_OFF never (the reference),
  * ATT_SPLIT_ON wherever it can run (AVX-512, 2 to ATT_FEW_MAX_ROWS rows),
  * ATT_SPLIT_MOST as ON with the keys split as finely as allowed (to test
- * the merge). Process-wide; for tests and benchmarks. */
+ * the merge). Process-wide, for tests and benchmarks: set it only while no
+ * forward pass runs (a pass plans its tasks twice). */
 enum att_split { ATT_SPLIT_AUTO, ATT_SPLIT_OFF, ATT_SPLIT_ON, ATT_SPLIT_MOST };
 void att_split_set(enum att_split mode);
 #define ATT_FEW_MAX_ROWS 64

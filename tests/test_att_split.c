@@ -177,7 +177,7 @@ Test(att_split, split_path_equals_reference, .timeout = 120)
 {
 	const int bts[] = { 4, 16, 64 };
 	const enum pfx_kv_dtype dts[] = { PFX_KV_F32, PFX_KV_F16, PFX_KV_BF16 };
-	const double tol[] = { 2e-5, 1e-2, 5e-2 };
+	const double tol[] = { TOL_SELF, 1e-2, 5e-2 };
 	const size_t rows[] = { 1, 2, 5, 16, 33, 64 };
 	for (size_t mi = 0; mi < NMODELS; mi++)
 		for (size_t bi = 0; bi < 3; bi++)
