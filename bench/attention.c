@@ -12,12 +12,14 @@
  *             [--kv f32|f16|bf16] [--flush MB] [--only split|ref]
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "forward.h"
+#include "opts.h"
 #include "profile.h"
 #include "random_model.h"
 #include "session.h"
@@ -34,34 +36,48 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static long arg(int argc, char **argv, const char *name, long def)
-{
-	for (int i = 1; i + 1 < argc; i++)
-		if (!strcmp(argv[i], name))
-			return strtol(argv[i + 1], NULL, 10);
-	return def;
-}
-
-static const char *sarg(int argc, char **argv, const char *name, const char *def)
+/* The value after --name, or NULL. */
+static const char *sarg(int argc, char **argv, const char *name)
 {
 	for (int i = 1; i + 1 < argc; i++)
 		if (!strcmp(argv[i], name))
 			return argv[i + 1];
-	return def;
+	return NULL;
+}
+
+/* A whole number option in [min, max] (opts.c refuses anything else). */
+static long arg(int argc, char **argv, const char *name, long def, long min, long max)
+{
+	const char *v = sarg(argc, argv, name);
+	return v ? opt_int("attention", name + 2, v, min, max) : def;
 }
 
 int main(int argc, char **argv)
 {
-	long prefix = arg(argc, argv, "--prefix", 2048), rows = arg(argc, argv, "--rows", 32);
-	int rounds = (int)arg(argc, argv, "--rounds", 11), layers = (int)arg(argc, argv, "--layers", 30);
-	size_t flush = (size_t)arg(argc, argv, "--flush", 512) << 20;
-	const char *kv = sarg(argc, argv, "--kv", "f32");
+	static const char *const known[] = { "--prefix", "--rows", "--rounds", "--layers",
+					     "--flush", "--kv", "--only" };
+	for (int i = 1; i < argc; i += 2) {
+		bool ok = i + 1 < argc;
+		for (size_t k = 0; ok && k < sizeof(known) / sizeof(known[0]) && strcmp(argv[i], known[k]); k++)
+			ok = k + 1 < sizeof(known) / sizeof(known[0]);
+		if (!ok) {
+			fprintf(stderr, "usage: attention [--prefix TOKENS] [--rows 2..%d] [--rounds N] "
+					"[--layers N] [--kv f32|f16|bf16] [--flush MB] [--only split|ref]\n",
+				ATT_FEW_MAX_ROWS);
+			return 2;
+		}
+	}
+	long prefix = arg(argc, argv, "--prefix", 2048, 1, 65536);
+	long rows = arg(argc, argv, "--rows", 32, 2, ATT_FEW_MAX_ROWS);
+	int rounds = (int)arg(argc, argv, "--rounds", 11, 1, 99);
+	int layers = (int)arg(argc, argv, "--layers", 30, 1, 64);
+	size_t flush = (size_t)arg(argc, argv, "--flush", 512, 0, 65536) << 20;
+	const char *kv = sarg(argc, argv, "--kv") ? sarg(argc, argv, "--kv") : "f32";
 	/* --only split|ref: one path every time (for a profiler) */
-	const char *only = sarg(argc, argv, "--only", "");
-	if (prefix < 1 || rows < 2 || rows > ATT_FEW_MAX_ROWS || rounds < 1 || rounds > 99 ||
-	    layers < 1 || (strcmp(kv, "f32") && strcmp(kv, "f16") && strcmp(kv, "bf16"))) {
-		fprintf(stderr, "attention: --prefix >= 1, --rows 2..%d, --rounds 1..99, "
-				"--layers >= 1, --kv f32|f16|bf16\n", ATT_FEW_MAX_ROWS);
+	const char *only = sarg(argc, argv, "--only") ? sarg(argc, argv, "--only") : "";
+	if ((strcmp(kv, "f32") && strcmp(kv, "f16") && strcmp(kv, "bf16")) ||
+	    (*only && strcmp(only, "split") && strcmp(only, "ref"))) {
+		fprintf(stderr, "attention: --kv must be f32, f16 or bf16 and --only split or ref\n");
 		return 2;
 	}
 	char tmp[] = "/tmp/prefixd-bench-att-XXXXXX", p[96];

@@ -149,8 +149,11 @@ void att_split_set(enum att_split mode)
 }
 
 /* Context (keys before the new rows) from which the split path runs
- * unasked: see the journal, docs/perf/2026-11-29-warm-attention.md. */
+ * unasked, with f32 and with 16-bit KV (converted a block at a time on
+ * both paths, where the split path gained nothing at 2048 keys but 1.2x at
+ * 8192): docs/perf/2026-11-29-warm-attention.md. */
 #define FEW_MIN_CONTEXT 512
+#define FEW_MIN_CONTEXT_16 4096
 
 /* PFX_NO_ATT_SPLIT set (as PFX_NO_KV_PREFETCH is, read once) keeps the
  * reference path where it would be chosen, to compare whole programs. */
@@ -175,7 +178,8 @@ static bool few_rows(const struct fwd *f, const struct pfx_batch_item *it)
 		return false;
 	if (it->n < 2 || it->n > ATT_FEW_MAX_ROWS)
 		return false;
-	return mode != ATT_SPLIT_AUTO || it->s->len >= FEW_MIN_CONTEXT;
+	size_t min = f->m->kv_type == KERN_W_F32 ? FEW_MIN_CONTEXT : FEW_MIN_CONTEXT_16;
+	return mode != ATT_SPLIT_AUTO || it->s->len >= min;
 }
 
 /* Blocks a split of keys holds at least; splits of a group at most. */

@@ -60,9 +60,11 @@ Test(att_split, online_steps_equal_one_softmax)
 				}
 				kern_att_online(Sb, kb, ld, blo, bhi, m, l, OT, hd, V, (size_t)n * hd * 4);
 				for (int j = 0; j < kb; j++)
-					for (int t = 0; t < ld; t++)
+					for (int t = 0; t < ld; t++) {
+						float w = Sb[(size_t)j * ld + t];
 						for (int d = 0; d < hd; d++)
-							OT[(size_t)d * ld + t] += Sb[(size_t)j * ld + t] * V[(size_t)(j0 + j) * hd + d];
+							OT[(size_t)d * ld + t] += w * V[(size_t)(j0 + j) * hd + d];
+					}
 			}
 			for (int t = 0; t < ld; t++) {
 				int a = lo[t] < 0 ? 0 : lo[t], b = hi[t] > n ? n : hi[t];
@@ -76,18 +78,20 @@ Test(att_split, online_steps_equal_one_softmax)
 						out[d] += w * V[(size_t)j * hd + d];
 				}
 				if (a >= b) {
-					cr_expect(l[t] == 0 && m[t] == -INFINITY, "ld %d n %d row %d: no keys, sum %g",
-						  ld, n, t, l[t]);
+					cr_expect(l[t] == 0 && m[t] == -INFINITY,
+						  "ld %d n %d row %d: no keys, sum %g", ld, n, t, l[t]);
 					for (int d = 0; d < hd; d++)
 						cr_expect(OT[(size_t)d * ld + t] == 0);
 					continue;
 				}
-				cr_expect(fabs(l[t] * exp(m[t] - mx) - sum) <= 1e-5 * sum, "ld %d n %d row %d: sum %g, want %g",
-					  ld, n, t, l[t] * exp(m[t] - mx), sum);
+				double got_sum = l[t] * exp(m[t] - mx);
+				cr_expect(fabs(got_sum - sum) <= 1e-5 * sum,
+					  "ld %d n %d row %d: sum %g, want %g", ld, n, t, got_sum, sum);
 				for (int d = 0; d < hd; d++) {
 					double got = OT[(size_t)d * ld + t] / l[t], want = out[d] / sum;
-					cr_expect(fabs(got - want) <= 1e-5, "ld %d n %d row %d dim %d: %g, want %g", ld, n,
-						  t, d, got, want);
+					cr_expect(fabs(got - want) <= 1e-5,
+						  "ld %d n %d row %d dim %d: %g, want %g", ld, n, t, d, got,
+						  want);
 				}
 			}
 			free(S);

@@ -34,6 +34,9 @@ static const struct refusal cases[] = {
 	{ "disk", "--prefixes 3", "--prefixes must be a whole number from 4 to 16, not '3'" },
 	{ "share", "--prefix 2048", "--prefix must be a whole number from 1 to 256, not '2048'" },
 	{ "share", "--runs 2", "--runs must be a whole number from 3 to 15, not '2'" },
+	{ "attention", "--rows 65", "--rows must be a whole number from 2 to 64, not '65'" },
+	{ "attention", "--kv f8", "--kv must be f32, f16 or bf16" },
+	{ "attention", "--row 3", "usage: attention" },
 	{ "disk", "--rounds 2.5", "--rounds must be a whole number from 1 to 15, not '2.5'" },
 	{ "remote", "--rounds 3", "[--tiny]" },
 };
