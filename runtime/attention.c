@@ -7,6 +7,12 @@
  * matrix of at most ATT_CHUNK rows, and scores and the weighted sum of
  * values are one product each per KV block, by gemm_few_t on the block in
  * place (sgemm without AVX-512).
+ * A few rows (2 to ATT_FEW_MAX_ROWS) over a long context, a short suffix
+ * after an attached prefix, take the split path (few_task) where the
+ * AVX-512 kernels run: the same tasks with the keys split over them when
+ * the heads leave a thread idle, and per block a softmax step online, so
+ * the scores stay in L1 (1.2x less CPU at 2048 keys, 1.3x at 8192;
+ * docs/perf/2026-11-29-warm-attention.md).
  * A single new row (decode) is bound by reading the KV, so its tasks are
  * (session, range of whole blocks of keys), every head in each: a block's
  * keys and values of one layer are read once, front to back, for all the
