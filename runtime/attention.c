@@ -7,6 +7,12 @@
  * matrix of at most ATT_CHUNK rows, and scores and the weighted sum of
  * values are one product each per KV block, by gemm_few_t on the block in
  * place (sgemm without AVX-512).
+ * A few rows (2 to ATT_FEW_MAX_ROWS) over a long context, a short suffix
+ * after an attached prefix, take the split path (few_task) where the
+ * AVX-512 kernels run: the same tasks with the keys split over them when
+ * the heads leave a thread idle, and per block a softmax step online, so
+ * the scores stay in L1 (1.2x less CPU at 2048 keys, 1.3x at 8192;
+ * docs/perf/2026-11-29-warm-attention.md).
  * A single new row (decode) is bound by reading the KV, so its tasks are
  * (session, range of whole blocks of keys), every head in each: a block's
  * keys and values of one layer are read once, front to back, for all the
@@ -141,6 +147,86 @@ static void kv_prefetch(const struct fwd *f, const void *block, int kv, int head
 		__builtin_prefetch(p + o, 0, 2);
 }
 
+static _Atomic int split_mode = ATT_SPLIT_AUTO;
+
+void att_split_set(enum att_split mode)
+{
+	split_mode = mode;
+}
+
+/* Context (keys before the new rows) from which the split path runs
+ * unasked, with f32 and with 16-bit KV (converted a block at a time on
+ * both paths, where the split path gained nothing at 2048 keys but 1.2x at
+ * 8192): docs/perf/2026-11-29-warm-attention.md. */
+#define FEW_MIN_CONTEXT 512
+#define FEW_MIN_CONTEXT_16 4096
+
+/* PFX_NO_ATT_SPLIT set (as PFX_NO_KV_PREFETCH is, read once) keeps the
+ * reference path where it would be chosen, to compare whole programs. */
+static bool split_off_env(void)
+{
+	static _Atomic int off = -1;
+	int v = off;
+	if (v < 0) {
+		const char *no = getenv("PFX_NO_ATT_SPLIT");
+		off = v = no && *no && *no != '0';
+	}
+	return v;
+}
+
+/* Whether item's rows take the split path (few_task). */
+static bool few_rows(const struct fwd *f, const struct pfx_batch_item *it)
+{
+	int mode = split_mode, G = f->c->n_heads / f->c->n_kv_heads;
+	if (mode == ATT_SPLIT_AUTO && split_off_env())
+		return false;
+	if (mode == ATT_SPLIT_OFF || !kern_gemm_few_ok() || G > ATT_CHUNK)
+		return false;
+	if (it->n < 2 || it->n > ATT_FEW_MAX_ROWS)
+		return false;
+	size_t min = f->m->kv_type == KERN_W_F32 ? FEW_MIN_CONTEXT : FEW_MIN_CONTEXT_16;
+	return mode != ATT_SPLIT_AUTO || it->s->len >= min;
+}
+
+/* Blocks a split of keys holds at least; splits of a group at most. */
+#define FEW_MIN_SPLIT_BLOCKS 4
+#define FEW_MAX_SPLITS 16
+
+/*
+ * Tasks of (KV head, chunk of R rows, range of keys): the keys are split
+ * in whole blocks when the heads and chunks alone would leave a thread
+ * idle (3 KV heads of 16 rows on 2 threads: 2 tasks on one, 1 on the
+ * other), and the partial softmaxes of a group merged after the loop.
+ */
+static int plan_few(const struct fwd *f, const struct pfx_batch_item *it, int item, int R,
+		    int chunks, struct att_task *tasks)
+{
+	int B = f->m->block_tokens, len0 = (int)it->s->len, n = (int)it->n, t = 0;
+	int groups = f->c->n_kv_heads * chunks, want = 2 * pool_threads(f->m->pool);
+	for (int h = 0; h < f->c->n_kv_heads; h++)
+		for (int r0 = 0; r0 < n; r0 += R) {
+			int r1 = r0 + R < n ? r0 + R : n;
+			int lo = first_key(f, len0 + r0), hi = len0 + r1;
+			int b0 = lo / B, blocks = (hi + B - 1) / B - b0;
+			int ns = groups >= want ? 1 : (want + groups - 1) / groups;
+			if (split_mode == ATT_SPLIT_MOST)
+				ns = FEW_MAX_SPLITS;
+			if (ns > FEW_MAX_SPLITS)
+				ns = FEW_MAX_SPLITS;
+			if (ns > blocks / FEW_MIN_SPLIT_BLOCKS)
+				ns = blocks / FEW_MIN_SPLIT_BLOCKS;
+			if (ns < 1)
+				ns = 1;
+			for (int s = 0; s < ns; s++, t++) {
+				int k0 = (b0 + blocks * s / ns) * B, k1 = (b0 + blocks * (s + 1) / ns) * B;
+				if (tasks)
+					tasks[t] = (struct att_task){ item, h, r0, r1, s, ns, true,
+								      k0 > lo ? k0 : lo, k1 < hi ? k1 : hi };
+			}
+		}
+	return t;
+}
+
 int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems,
 	     struct att_task *tasks)
 {
@@ -155,8 +241,9 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 			for (int s = 0; s < ns; s++, t++) {
 				int k0 = (b0 + blocks * s / ns) * B, k1 = (b0 + blocks * (s + 1) / ns) * B;
 				if (tasks)
-					tasks[t] = (struct att_task){ i, 0, k0 > lo ? k0 : lo, k1 < keys ? k1 : keys,
-								      s, ns };
+					tasks[t] = (struct att_task){ .item = i, .r0 = k0 > lo ? k0 : lo,
+								      .r1 = k1 < keys ? k1 : keys,
+								      .split = s, .nsplit = ns };
 			}
 			continue;
 		}
@@ -164,11 +251,16 @@ int att_plan(const struct fwd *f, const struct pfx_batch_item *items, int nitems
 		 * threads evenly loaded on a short suffix. */
 		size_t R = (size_t)att_rows_per_task(f), chunks = (n + R - 1) / R;
 		R = (n + chunks - 1) / chunks;
+		if (few_rows(f, &items[i])) {
+			t += plan_few(f, &items[i], i, (int)R, (int)chunks, tasks ? tasks + t : NULL);
+			continue;
+		}
 		for (int h = 0; h < c->n_kv_heads; h++)
 			for (size_t r0 = 0; r0 < n; r0 += R, t++)
 				if (tasks)
 					tasks[t] = (struct att_task){
-						i, h, (int)r0, (int)(r0 + R < n ? r0 + R : n), 0, 0,
+						.item = i, .head = h, .r0 = (int)r0,
+						.r1 = (int)(r0 + R < n ? r0 + R : n),
 					};
 	}
 	return t;
@@ -337,6 +429,8 @@ static void prefill_task(struct fwd *f, const struct att_task *a, int thread)
 static size_t partials_stride(const struct fwd *f)
 {
 	size_t floats = (size_t)f->c->n_heads * (f->c->head_dim + 2);
+	size_t few = (size_t)ATT_CHUNK * (f->c->head_dim + 2); /* few_task's */
+	floats = floats > few ? floats : few;
 	return (floats + 15) / 16 * 16 + 16;
 }
 
@@ -425,11 +519,121 @@ static void decode_task(struct fwd *f, const struct att_task *a, int task, int t
 	}
 }
 
+/* A few task's partial softmax: its output transposed (hd x ld), then
+ * each row's running max and sum of weights. */
+struct few_part {
+	float *OT, *m, *l;
+	int ld;
+};
+
+static struct few_part few_part(const struct fwd *f, const struct att_task *a, int task)
+{
+	int G = f->c->n_heads / f->c->n_kv_heads, hd = f->c->head_dim;
+	int ld = kern_gemm_few_ld(G * (a->r1 - a->r0));
+	float *p = f->partials + (size_t)task * partials_stride(f);
+	return (struct few_part){ p, p + (size_t)hd * ld, p + (size_t)hd * ld + ld, ld };
+}
+
+/*
+ * A few rows over a range of keys, for the G query heads of one KV head
+ * (rows packed as in prefill_rows_t): block after block, its scores
+ * (S^T = K Q^T, gemm_few_t), an online softmax step on them while they
+ * are in L1 (kern_att_online), and their weighted sum of the block's
+ * values into the unnormalised output (O^T += V^T P^T). Against
+ * prefill_rows_t, the scores of all keys never go through L2 (and past
+ * ~8192 keys out of it), and the keys may be split over several tasks.
+ */
+static void few_task(struct fwd *f, const struct att_task *a, int task, int thread)
+{
+	const struct pfx_config *c = f->c;
+	const struct pfx_session *s = f->items[a->item].s;
+	int B = f->m->block_tokens, hd = c->head_dim, qd = c->n_heads * hd, G = c->n_heads / c->n_kv_heads;
+	int nq = a->r1 - a->r0, rows = G * nq, len0 = (int)s->len;
+	size_t row0 = (size_t)f->item_row[a->item] + a->r0;
+	struct few_part P = few_part(f, a, task);
+	int ld = P.ld, lo[ATT_CHUNK], hi[ATT_CHUNK], blo[ATT_CHUNK], bhi[ATT_CHUNK];
+	float *QT = att_thread_scratch(f, thread), *S = QT + (size_t)hd * ld, *kvbuf = kv_buffer(f, QT);
+	float scale = 1.0f / sqrtf((float)hd);
+
+	for (int d = 0; d < hd; d++) {
+		for (int g = 0; g < G; g++)
+			for (int r = 0; r < nq; r++)
+				QT[(size_t)d * ld + g * nq + r] =
+					scale * f->q[(row0 + r) * qd + ((size_t)a->head * G + g) * hd + d];
+		for (int t = rows; t < ld; t++)
+			QT[(size_t)d * ld + t] = 0.0f;
+	}
+	for (int t = 0; t < ld; t++) {
+		int p = len0 + a->r0 + t % nq;
+		lo[t] = t < rows ? first_key(f, p) : 0;
+		hi[t] = t < rows ? p + 1 : 0;
+		P.m[t] = -INFINITY;
+		P.l[t] = 0.0f;
+	}
+	memset(P.OT, 0, (size_t)hd * ld * sizeof(float));
+	for (int j = a->k0, kb; j < a->k1; j += kb) {
+		int b = j / B, off = j - b * B;
+		kb = B - off < a->k1 - j ? B - off : a->k1 - j;
+		const float *K = kv_run(f, s->blocks[b]->data, 0, a->head, off, kb, kvbuf);
+		kern_gemm_few_t(rows, kb, hd, QT, K, hd, 1, 0.0f, S, ld);
+		for (int t = 0; t < ld; t++) {
+			blo[t] = lo[t] - j;
+			bhi[t] = hi[t] - j;
+		}
+		/* The block's values, asked for while the softmax step computes:
+		 * the products on V had waited on them (1.5x the time of those
+		 * on K, which gemm_few_t prefetches as it walks the rows). */
+		struct kern_wmat vw =
+			kv_at(f->m, s->blocks[b]->data, kv_offset(f->m, f->layer, 1, a->head, off));
+		size_t vbytes = (size_t)kb * hd * kern_wtype_size(vw.type);
+		kern_att_online(S, kb, ld, blo, bhi, P.m, P.l, P.OT, hd, vw.p,
+				kv_prefetch_off() ? 0 : vbytes);
+		const float *V = kv_run(f, s->blocks[b]->data, 1, a->head, off, kb, kvbuf);
+		kern_gemm_few_t(rows, hd, kb, S, V, 1, hd, 1.0f, P.OT, ld);
+	}
+}
+
+/* Merges the key ranges of a few task's group into its rows of att. */
+static void merge_few(struct fwd *f, int t0)
+{
+	const struct att_task *a = &f->tasks[t0];
+	int G = f->c->n_heads / f->c->n_kv_heads, hd = f->c->head_dim, qd = f->c->n_heads * hd;
+	int nq = a->r1 - a->r0, rows = G * nq, ns = a->nsplit;
+	size_t row0 = (size_t)f->item_row[a->item] + a->r0;
+	float w[FEW_MAX_SPLITS][ATT_CHUNK], inv[ATT_CHUNK];
+	struct few_part P[FEW_MAX_SPLITS];
+
+	for (int s = 0; s < ns; s++)
+		P[s] = few_part(f, a + s, t0 + s);
+	for (int t = 0; t < rows; t++) {
+		float mx = -INFINITY, sum = 0;
+		for (int s = 0; s < ns; s++)
+			mx = fmaxf(mx, P[s].m[t]);
+		for (int s = 0; s < ns; s++) {
+			/* A split with none of the row's keys (a window) adds nothing. */
+			w[s][t] = P[s].m[t] == -INFINITY ? 0.0f : expf(P[s].m[t] - mx);
+			sum += w[s][t] * P[s].l[t];
+		}
+		inv[t] = 1.0f / sum;
+	}
+	for (int t = 0; t < rows; t++) {
+		float *dst = f->att + (row0 + t % nq) * qd + ((size_t)a->head * G + t / nq) * hd;
+		for (int d = 0; d < hd; d++) {
+			float o = 0;
+			for (int s = 0; s < ns; s++)
+				o += w[s][t] * P[s].OT[(size_t)d * P[s].ld + t];
+			dst[d] = o * inv[t];
+		}
+	}
+}
+
 static void att_task(void *ctx, int t, int thread)
 {
 	struct fwd *f = ctx;
 	const struct att_task *a = &f->tasks[t];
-	if (a->nsplit)
+	if (a->few)
+		few_task(f, a, t, thread);
+	else if (a->nsplit)
 		decode_task(f, a, t, thread);
 	else
 		prefill_task(f, a, thread);
@@ -444,6 +648,10 @@ static void merge_partials(struct fwd *f)
 		const struct att_task *a = &f->tasks[t];
 		if (!a->nsplit || a->split)
 			continue;
+		if (a->few) {
+			merge_few(f, t);
+			continue;
+		}
 		for (int h = 0; h < c->n_heads; h++) {
 			float mx = -INFINITY, sum = 0;
 			for (int s = 0; s < a->nsplit; s++)

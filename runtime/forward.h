@@ -14,14 +14,27 @@
 #define ATT_CHUNK 64 /* query rows per attention task */
 
 /* Prefill (nsplit 0): KV head `head`, rows [r0, r1) of the item's new
- * tokens. Decode (nsplit > 0): every head, keys [r0, r1), part `split` of
- * nsplit. See attention.c. */
+ * tokens. Decode (nsplit > 0, !few): every head, keys [r0, r1), part
+ * `split` of nsplit. A few rows over many keys (few): KV head `head`, rows
+ * [r0, r1), keys [k0, k1), part `split` of nsplit. See attention.c. */
 struct att_task {
 	int item;
 	int head;
 	int r0, r1;
 	int split, nsplit;
+	bool few;
+	int k0, k1;
 };
+
+/* Which path a few rows over many keys take (tests compare them):
+ * ATT_SPLIT_AUTO where it wins, ATT_SPLIT_OFF never (the reference),
+ * ATT_SPLIT_ON wherever it can run (AVX-512, 2 to ATT_FEW_MAX_ROWS rows),
+ * ATT_SPLIT_MOST as ON with the keys split as finely as allowed (to test
+ * the merge). Process-wide, for tests and benchmarks: set it only while no
+ * forward pass runs (a pass plans its tasks twice). */
+enum att_split { ATT_SPLIT_AUTO, ATT_SPLIT_OFF, ATT_SPLIT_ON, ATT_SPLIT_MOST };
+void att_split_set(enum att_split mode);
+#define ATT_FEW_MAX_ROWS 64
 
 struct fwd {
 	struct pfx_model *m;

@@ -261,4 +261,23 @@ bool kern_amx_granted(void);
 void kern_gemm_amx(int m, int n, int k, const uint16_t *a, const uint16_t *panel, float beta,
 		  float *y, int ldy);
 
+
+/* ==== Attention of a few rows over many keys (att_few.c) ==== */
+
+/*
+ * One block's step of an online softmax, the block's scores S transposed
+ * (n keys x ld rows, S[j * ld + t]), for attention.c's split path. Row t
+ * sees the block's keys [lo[t], hi[t]) (clamped to [0, n); none: the row is
+ * left as it was). m[t] is the row's running max, l[t] its running sum of
+ * weights, OT (hd x ld, OT[d * ld + t]) its unnormalised output: the scores
+ * become their weights exp(s - max) (0 where not seen), and l and OT are
+ * scaled down where the max grew; the caller then adds the block's values
+ * weighted by S to OT. AVX-512 for ld 16, 32, 48, 64; plain C otherwise.
+ * Meanwhile it asks for the pf_bytes at pf (the block's values, next
+ * read), a few lines a step: prefetches, which change nothing and never
+ * fault.
+ */
+void kern_att_online(float *S, int n, int ld, const int *lo, const int *hi, float *m, float *l,
+		     float *OT, int hd, const void *pf, size_t pf_bytes);
+
 #endif

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* e^x on 16 lanes, for the softmaxes of gemv.c and att_few.c (private to kernels/). */
+#ifndef PFX_EXP512_H
+#define PFX_EXP512_H
+
+#include <immintrin.h>
+
+/*
+ * e^x for 16 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by the Cephes
+ * single-precision polynomial (about 1 ulp), scaled by 2^n with scalef,
+ * which also gives 0 for underflow. Inputs are clamped so n stays finite.
+ */
+__attribute__((target("avx512f,fma"), always_inline))
+static inline __m512 exp512(__m512 x)
+{
+	x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+				       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	return _mm512_scalef_ps(p, n);
+}
+
+#endif
