@@ -71,7 +71,8 @@ block_w(const int bf16, const int TV, const int NR, const int out, int T, int k,
 	 * block's rows a line at a time as this block walks its own took a
 	 * 32-row warm prefill's products from 143 to 114 CPU-ms (SmolLM-135M
 	 * shape, f32 weights from memory, 2 threads, 15 alternating rounds;
-	 * docs/perf/2026-11-28-warm-path.md). Into L2, not L1: x transposed
+	 * docs/perf/2026-11-28-warm-path.md). The layer products' into L2, not
+	 * L1 (attention's keys, a block's 16 KiB, keep theirs): x transposed
 	 * (73 KiB at 576 inputs) already overflows L1, and single-threaded
 	 * 1536 x 576 products from memory ran 99-105 GFLOP/s so against 83-99
 	 * (2026-11-29-warm-products.md). Past W's end it prefetches what
@@ -87,8 +88,13 @@ block_w(const int bf16, const int TV, const int NR, const int out, int T, int k,
 		__m512 xv[4];
 		if (pf && (p & (line - 1)) == 0)
 #pragma GCC unroll 12
-			for (int j = 0; j < NR; j++)
-				__builtin_prefetch((const char *)w + ((NR + j) * sn + p) * esz, 0, 2);
+			for (int j = 0; j < NR; j++) {
+				const char *a = (const char *)w + ((NR + j) * sn + p) * esz;
+				if (out) /* attention's keys: as measured there (L1) */
+					__builtin_prefetch(a, 0, 3);
+				else
+					__builtin_prefetch(a, 0, 2);
+			}
 #pragma GCC unroll 4
 		for (int v = 0; v < TV; v++)
 			xv[v] = _mm512_loadu_ps(xT + (size_t)p * ld + 16 * v);
