@@ -27,7 +27,9 @@ Test(kernels, few_row_products_equal_the_plain_sum)
 	static float y[GEMM_FEW_MAX_T * (MAXN + 3)], y0[GEMM_FEW_MAX_T * (MAXN + 3)];
 	uint32_t seed = 1;
 	const int ns[] = { 1, 6, 13, 22, MAXN }, ks[] = { 1, 16, 17, MAXK };
-	for (int T = GEMV_MAX_T + 1; T <= GEMM_FEW_MAX_T; T++)
+	/* From 1 row: the layer products use them past GEMV_MAX_T, but any
+	 * T <= GEMM_FEW_MAX_T is allowed (kernels.h). */
+	for (int T = 1; T <= GEMM_FEW_MAX_T; T++)
 		for (int a = 0; a < 5; a++)
 			for (int b = 0; b < 4; b++)
 				for (int beta = 0; beta < 2; beta++) {

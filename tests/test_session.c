@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "kernels.h"
 
 static const char *models[] = { "neox-tiny", "neox-tiny-seq", "llama-tiny-gqa",
 				"llama3-tiny-ropescaled", "qwen2-tiny", "mistral-tiny-swa",
@@ -439,4 +440,83 @@ Test(session, short_suffix_on_a_long_prefix)
 		free(tok);
 		pfx_model_free(m);
 	}
+}
+
+/* A session computed in passes of at most 64 rows: the few-row products
+ * (kernels.h, gemm_few) with their rows shared out between the threads
+ * (ops.c). Returns the logits of every row of the last pass. */
+static float *few_row_passes(struct pfx_model *m, const int32_t *tok, size_t prefix, size_t T)
+{
+	int V = pfx_model_config(m)->vocab;
+	float *out = malloc(T * (size_t)V * sizeof(float));
+	struct pfx_session *s;
+	struct pfx_error err;
+	cr_assert_eq(pfx_session_new(m, &s, &err), 0);
+	for (size_t p = 0; p < prefix; p += 30) {
+		size_t n = prefix - p < 30 ? prefix - p : 30;
+		cr_assert_eq(pfx_session_append(s, tok + p, n, PFX_LOGITS_NONE, NULL, &err), 0, "%s",
+			     err.msg);
+	}
+	cr_assert_eq(pfx_session_append(s, tok + prefix, T, PFX_LOGITS_ALL, out, &err), 0, "%s",
+		     err.msg);
+	pfx_session_free(s);
+	return out;
+}
+
+/*
+ * Who computes which rows of a few-row product depends on the thread count;
+ * the result does not: each output is the same kernel's sum, so 1, 2 and 3
+ * threads give the same bits, and the one-pass result (sgemm, more than 64
+ * rows) to the tolerance. Suffixes of 5 to 64 rows; products of 128 and 160
+ * outputs (llama-tiny-gqa: QKV, MLP) and 256 (neox-tiny), none a multiple
+ * of the kernels' blocks or of the 24-row cuts between threads; f32 and
+ * bf16 weights (widened in the kernel's registers).
+ */
+Test(session, few_row_products_split_over_threads_give_the_same_bits)
+{
+	char tmp[] = "/tmp/pfx-few-XXXXXX", bf[600], src[600], cmd[700];
+	cr_assert_not_null(mkdtemp(tmp));
+	snprintf(src, sizeof(src), "%s/llama-tiny-gqa", fixtures_dir());
+	snprintf(bf, sizeof(bf), "%s/llama-tiny-gqa-bf16", tmp);
+	write_16bit_checkpoint(src, bf, "BF16");
+	char neox[600];
+	snprintf(neox, sizeof(neox), "%s/neox-tiny", fixtures_dir());
+	const char *dirs[] = { src, bf, neox };
+	const size_t Ts[] = { 5, 17, 32, 33, 64 }, prefix = 70;
+	bool bits = kern_gemm_few_ok(); /* else sgemm, whose splits may round differently */
+	for (size_t d = 0; d < 3; d++) {
+		struct pfx_model *m[3];
+		for (int t = 0; t < 3; t++)
+			m[t] = load_model_dir(dirs[d], t + 1);
+		size_t V = (size_t)pfx_model_config(m[0])->vocab;
+		for (size_t a = 0; a < sizeof(Ts) / sizeof(Ts[0]); a++) {
+			size_t T = Ts[a];
+			int32_t *tok = malloc((prefix + T) * sizeof(int32_t));
+			for (size_t i = 0; i < prefix + T; i++)
+				tok[i] = (int32_t)rnd((unsigned)V);
+			float *one = logits_uncached(m[0], tok, prefix + T);
+			float *r[3];
+			for (int t = 0; t < 3; t++)
+				r[t] = few_row_passes(m[t], tok, prefix, T);
+			float dref = max_abs_diff(r[0], one + prefix * V, T * V);
+			cr_expect(dref <= TOL_SELF, "%s, %zu rows: %g from the one-pass logits", dirs[d], T,
+				  dref);
+			for (int t = 1; t < 3; t++) {
+				if (bits)
+					cr_expect_eq(memcmp(r[0], r[t], T * V * sizeof(float)), 0,
+						     "%s, %zu rows: %d threads differ from 1 by %g", dirs[d],
+						     T, t + 1, max_abs_diff(r[0], r[t], T * V));
+				else
+					cr_expect(max_abs_diff(r[0], r[t], T * V) <= TOL_SELF);
+				free(r[t]);
+			}
+			free(r[0]);
+			free(one);
+			free(tok);
+		}
+		for (int t = 0; t < 3; t++)
+			pfx_model_free(m[t]);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+	cr_expect_eq(system(cmd), 0);
 }

@@ -43,7 +43,7 @@ __attribute__((target("avx512f"))) void kern_gemm_few_transpose(int T, int k, co
 
 /*
  * NR rows of W (row i at w + i * sn, its p-th element at p * sk) against
- * xT. Out 0 stores y[t][i], transposed through a buffer: the layer
+ * xT. Out 0 stores y[t][i], transposed in registers: the layer
  * products' rows of tokens. Out 1 stores each accumulator as it is,
  * yT[i][16 v ..]: attention's scores and outputs, whose k is short (a
  * head's 64 dims, a block's 64 keys) so that the transposed store would
@@ -71,7 +71,11 @@ block_w(const int bf16, const int TV, const int NR, const int out, int T, int k,
 	 * block's rows a line at a time as this block walks its own took a
 	 * 32-row warm prefill's products from 143 to 114 CPU-ms (SmolLM-135M
 	 * shape, f32 weights from memory, 2 threads, 15 alternating rounds;
-	 * docs/perf/2026-11-28-warm-path.md). Past W's end it prefetches what
+	 * docs/perf/2026-11-28-warm-path.md). The layer products' into L2, not
+	 * L1 (attention's keys, a block's 16 KiB, keep theirs): x transposed
+	 * (73 KiB at 576 inputs) already overflows L1, and single-threaded
+	 * 1536 x 576 products from memory ran 99-105 GFLOP/s so against 83-99
+	 * (2026-11-29-warm-products.md). Past W's end it prefetches what
 	 * follows, which a prefetch may: it never faults. */
 	const int pf = sk == 1;
 	__m512 acc[12][4];
@@ -84,8 +88,13 @@ block_w(const int bf16, const int TV, const int NR, const int out, int T, int k,
 		__m512 xv[4];
 		if (pf && (p & (line - 1)) == 0)
 #pragma GCC unroll 12
-			for (int j = 0; j < NR; j++)
-				__builtin_prefetch((const char *)w + ((NR + j) * sn + p) * esz, 0, 3);
+			for (int j = 0; j < NR; j++) {
+				const char *a = (const char *)w + ((NR + j) * sn + p) * esz;
+				if (out) /* attention's keys: as measured there (L1) */
+					__builtin_prefetch(a, 0, 3);
+				else
+					__builtin_prefetch(a, 0, 2);
+			}
 #pragma GCC unroll 4
 		for (int v = 0; v < TV; v++)
 			xv[v] = _mm512_loadu_ps(xT + (size_t)p * ld + 16 * v);
@@ -110,16 +119,28 @@ block_w(const int bf16, const int TV, const int NR, const int out, int T, int k,
 			}
 		return;
 	}
-	float buf[12][64];
-#pragma GCC unroll 12
-	for (int j = 0; j < NR; j++)
+	/* y[t][0..NR) is column t of the accumulators: transposed 16 tokens at
+	 * a time in registers, each token's NR outputs one masked store (the
+	 * scalar loop through a buffer cost ~5% of a block at k = 576). */
+	const __mmask16 jm = (__mmask16)((1u << NR) - 1);
 #pragma GCC unroll 4
-		for (int v = 0; v < TV; v++)
-			_mm512_storeu_ps(&buf[j][16 * v], acc[j][v]);
-	for (int t = 0; t < T; t++) {
-		float *yt = y + (size_t)t * ldy;
-		for (int j = 0; j < NR; j++)
-			yt[j] = beta == 0.0f ? buf[j][t] : buf[j][t] + beta * yt[j];
+	for (int v = 0; v < TV; v++) {
+		__m512 r[16];
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++)
+			r[j] = j < NR ? acc[j][v] : _mm512_setzero_ps();
+		transpose16(r);
+		int tn = T - 16 * v < 16 ? T - 16 * v : 16;
+#pragma GCC unroll 16
+		for (int t = 0; t < 16; t++) {
+			if (t >= tn)
+				break;
+			float *yt = y + (size_t)(16 * v + t) * ldy;
+			__m512 a = r[t];
+			if (beta != 0.0f)
+				a = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(jm, yt), a);
+			_mm512_mask_storeu_ps(yt, jm, a);
+		}
 	}
 }
 
