@@ -11,7 +11,6 @@
 #include "daemon.h"
 #include "remote_impl.h"
 
-
 /* The index just went over its cap (once until a reset). */
 static void say_over(const struct remote *r)
 {
