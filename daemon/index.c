@@ -94,6 +94,7 @@ int idx_new(uint32_t block_tokens, int key_bytes, const struct idx_limits *lim,
 	randombytes_buf(x->bucket_key, sizeof(x->bucket_key));
 	pthread_mutex_init(&x->lock, NULL);
 	pthread_cond_init(&x->spilled, NULL);
+	pthread_cond_init(&x->filled, NULL);
 	atomic_init(&x->waiting, 0);
 	x->block_tokens = block_tokens;
 	x->key_bytes = key_bytes;
@@ -140,6 +141,7 @@ void idx_free(struct idx *x)
 		free(u);
 	}
 	pthread_cond_destroy(&x->spilled);
+	pthread_cond_destroy(&x->filled);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
@@ -561,25 +563,28 @@ static bool do_wait_tier(struct idx *x)
 	return x->spill_ends != seen;
 }
 
-/* --disk-sync: waits (the lock released meanwhile) for e's record: for
- * the writer once e is queued (do_wait_tier), and before that for the
- * publish that still copies e's bytes (this one found e being filled and
- * counts it as there; a kill -9 before its record would lose a block
- * confirmed to both), at most TIER_WAIT_MS. true: look again. */
-static bool do_wait_record(struct idx *x, struct entry *e)
+/* Waits (the lock released meanwhile) until e, which another publish, a
+ * restore or an import fills, is filled or has failed, at most
+ * TIER_WAIT_MS (fills copy from memory or read the disk: a longer one is
+ * a broken disk). */
+static void do_wait_filled(struct idx *x, struct entry *e)
 {
-	if (e->disk)
-		return false;
-	if (e->on[Q_DIRTY] || e->writing)
-		return do_wait_tier(x);
 	if (!e->restoring)
-		return false; /* hollow, or its write failed for good */
+		return;
 	struct timespec until;
 	tier_deadline(&until);
 	while (e->restoring)
-		if (pthread_cond_timedwait(&x->spilled, &x->lock, &until) == ETIMEDOUT)
-			return false;
-	return true;
+		if (pthread_cond_timedwait(&x->filled, &x->lock, &until) == ETIMEDOUT)
+			return;
+}
+
+/* --disk-sync: waits (the lock released meanwhile) for e's record, once
+ * e is queued (do_wait_tier). true: look again. */
+static bool do_wait_record(struct idx *x, struct entry *e)
+{
+	if (e->disk || !(e->on[Q_DIRTY] || e->writing))
+		return false; /* hollow, or its write failed for good */
+	return do_wait_tier(x);
 }
 
 /* Room for a record of `bytes` within the disk budget: the least recently
@@ -866,6 +871,8 @@ void idx_restored(struct idx *x, uint64_t *lease, uint32_t *hit,
 		}
 		idx_do_update(x, e);
 	}
+	if (nfetch)
+		pthread_cond_broadcast(&x->filled);
 	/* The hit idx_match counted, as it turned out. */
 	struct idx_group *g = l->blocks[0]->g;
 	x->st.hit_blocks -= l->n - cut;
@@ -1115,9 +1122,13 @@ static void do_fill(struct idx *x, struct placed *p, uint32_t *end, int *end_rc,
  * MATCH's import) no slot waits for the disk writer (do_alloc).
  *
  * A block found while another publish or a restore still fills it counts
- * as found; if that fill failed by the time the lock is back, the block
- * is hollow and this publish fills it with its own bytes instead (its
- * blocks below would otherwise hang under a hole no MATCH crosses).
+ * as found once that fill is done: the publisher is answered only when a
+ * MATCH would attach what it was told is there (answered at once, a
+ * process that publishes a shared prompt and matches it next missed it).
+ * The wait is short: fills copy from the daemon's own memory or disk,
+ * never from a peer. If that fill failed, the block is hollow and this
+ * publish fills it with its own bytes instead (its blocks below would
+ * otherwise hang under a hole no MATCH crosses).
  */
 static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 		      const uint8_t *hashes, const uint32_t *tokens, uint32_t count,
@@ -1152,6 +1163,9 @@ static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 	uint32_t end = placed;
 	for (bool retake = true; retake;) {
 		do_fill(x, p, &end, &end_rc, fill, ctx);
+		for (uint32_t i = 0; i < end; i++)
+			if (!p[i].mine)
+				do_wait_filled(x, chain[i]);
 		retake = false;
 		for (uint32_t i = 0; i < end; i++) {
 			if (p[i].mine || !hollow(chain[i]))
@@ -1173,6 +1187,7 @@ static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 			}
 		}
 	}
+	bool filled = false;
 	for (uint32_t i = 0; i < placed; i++) {
 		struct entry *e = chain[i];
 		if (!p[i].mine) {
@@ -1181,6 +1196,7 @@ static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 			continue;
 		}
 		e->restoring = false;
+		filled = true;
 		g->user->bytes -= g->store.slot_bytes;
 		if (i < end) {
 			do_reside(x, e, p[i].loc);
@@ -1196,12 +1212,11 @@ static int do_publish(struct idx *x, struct idx_group *g, struct entry *parent,
 		if (e->parent)
 			idx_do_update(x, e->parent);
 	}
+	if (filled)
+		pthread_cond_broadcast(&x->filled);
 	/* --disk-sync: the publisher hears of its blocks once they are on
 	 * disk (or the writer cannot write them: a full disk, said in the
-	 * log). The chain stays leased meanwhile. A publish that found some
-	 * of these blocks while this one copied them waits for them too. */
-	if (x->tier.sync)
-		pthread_cond_broadcast(&x->spilled);
+	 * log). The chain stays leased meanwhile. */
 	for (uint32_t i = 0; x->tier.sync && i < end; i++)
 		while (do_wait_record(x, chain[i]))
 			;

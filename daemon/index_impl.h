@@ -136,6 +136,7 @@ struct idx {
 	pthread_cond_t spilled;       /* a write ended (idx_spilled); waited on with
 				       * lock, which the wait drops (do_wait_*) */
 	uint64_t spill_ends;          /* how many have */
+	pthread_cond_t filled;        /* a fill ended (an entry stopped `restoring`) */
 	bool tier_stuck;              /* the writer cannot write now: nobody waits */
 	bool tier_hung;               /* no write ended for TIER_WAIT_MS: nobody waits */
 	uint64_t clock;

@@ -34,7 +34,8 @@ static void prompt_of(int id, int v, uint32_t *t)
 }
 
 /* After a client's first round the shared blocks are cached (its own
- * publish stored them, or found them there) and, in memory alone, cannot
+ * publish stored them, or was answered once another's copy of them was
+ * in: docs/PROTOCOL.md, PUBLISH) and, in memory alone, cannot
  * be evicted: every MATCH of every thread makes them the most recently
  * used, and block SHARED - 1 stays a parent of the threads' latest own
  * blocks. So every later MATCH attaches at least them (`every_round`);

@@ -1552,6 +1552,8 @@ static void *racer_run(void *arg)
 	return NULL;
 }
 
+/* A racer whose copy is held at the gate: started once it is in its copy
+ * (or done, with nothing to copy). */
 static void racer_start(struct racer *r, pthread_t *t, struct idx *x, struct fake_store *s,
 			const struct prompt *p, uint32_t n, bool leased, bool fails)
 {
@@ -1560,6 +1562,31 @@ static void racer_start(struct racer *r, pthread_t *t, struct idx *x, struct fak
 	sem_init(&r->go, 0, 0);
 	cr_assert_eq(pthread_create(t, NULL, racer_run, r), 0);
 	sem_wait(&r->in);
+}
+
+/* A racer that copies without a gate, still running on return; `in` is
+ * posted when its publish is answered. */
+static void racer_launch(struct racer *r, pthread_t *t, struct idx *x, struct fake_store *s,
+			 const struct prompt *p, uint32_t n)
+{
+	*r = (struct racer){ .x = x, .s = s, .p = p, .n = n, .leased = true, .waited = true };
+	sem_init(&r->in, 0, 0);
+	sem_init(&r->go, 0, 0);
+	cr_assert_eq(pthread_create(t, NULL, racer_run, r), 0);
+}
+
+/* Whether r's publish is answered within ms. */
+static bool racer_answered_within(struct racer *r, int ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += (long)ms * 1000000;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	if (sem_timedwait(&r->in, &until))
+		return false;
+	sem_post(&r->in); /* racer_end's join still sees it posted */
+	return true;
 }
 
 static void racer_end(struct racer *r, pthread_t t)
@@ -1675,7 +1702,44 @@ Test(index, a_publish_fills_the_blocks_of_another_whose_copy_failed)
 	finish(x);
 }
 
-Test(index, a_lease_on_blocks_whose_copy_failed_takes_them_when_it_ends)
+/* b finds block 0 there and block 1 being copied by a: it has nothing of
+ * its own to copy, but is answered only once a's copy is in, so that the
+ * MATCH a client sends next attaches what b said was there. */
+Test(index, a_publish_that_finds_blocks_being_copied_is_answered_once_they_are_in)
+{
+	struct fake_store s;
+	struct idx *x = start(&s, 4, 32);
+	struct prompt p;
+	make_prompt(&p, 1, 2, 0, 0);
+	int rc;
+	cr_assert_eq(publish(x, &s, root1, 0, &p, 0, 1, &rc), 1);
+	struct racer a, b;
+	pthread_t ta, tb;
+	racer_start(&a, &ta, x, &s, &p, 2, false, false);
+	racer_launch(&b, &tb, x, &s, &p, 2);
+	cr_expect_not(racer_answered_within(&b, 300), "b was answered while a still copied block 1");
+	sem_post(&a.go);
+	cr_expect(racer_answered_within(&b, 10000), "b was not answered once a's copy was in");
+	uint64_t lease;
+	struct idx_loc locs[64];
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 2, "what b was told is there is attached");
+	for (int i = 0; i < 2; i++)
+		cr_expect_eq(s.owner[locs[i].offset], p.tags[i], "block %d holds its bytes", i);
+	idx_release(x, lease);
+	racer_end(&a, ta);
+	racer_end(&b, tb);
+	cr_expect_eq(a.rc, 0);
+	cr_expect_eq(a.stored, 1);
+	cr_expect_eq(b.rc, 0);
+	cr_expect_eq(b.stored, 0);
+	cr_expect_eq(b.dedup, 2);
+	cr_expect_eq(idx_release(x, b.lease), 0);
+	finish(x);
+}
+
+/* The same, a's copy failing: b then copies block 1 itself, and its lease
+ * holds the whole chain, never a hole. */
+Test(index, a_publish_that_found_blocks_whose_copy_failed_fills_them_itself)
 {
 	struct fake_store s;
 	struct idx *x = start(&s, 2, 32);
@@ -1687,21 +1751,22 @@ Test(index, a_lease_on_blocks_whose_copy_failed_takes_them_when_it_ends)
 	struct racer a, b;
 	pthread_t ta, tb;
 	racer_start(&a, &ta, x, &s, &p, 2, false, true);
-	/* b finds block 0 there and block 1 being copied by a: it has nothing
-	 * to copy and ends at once, leasing both; a's failure then leaves
-	 * block 1 hollow, under b's lease. */
-	racer_start(&b, &tb, x, &s, &p, 2, true, false);
-	cr_expect_eq(b.dedup, 2);
+	racer_launch(&b, &tb, x, &s, &p, 2);
+	cr_expect_not(racer_answered_within(&b, 300), "b was answered while a still copied block 1");
 	racer_end(&a, ta);
 	racer_end(&b, tb);
 	cr_expect_eq(a.rc, -EIO);
+	cr_expect_eq(b.rc, 0);
+	cr_expect_eq(b.stored, 1, "b copied block 1 (got %u)", b.stored);
+	cr_expect_eq(b.dedup, 1);
 	uint64_t lease;
 	struct idx_loc locs[64];
-	cr_expect_eq(match(x, root1, &p, &lease, locs), 1, "a hollow block is never served");
+	cr_expect_eq(match(x, root1, &p, &lease, locs), 2, "the whole chain is served");
+	cr_expect_eq(s.owner[locs[1].offset], p.tags[1], "block 1 holds b's bytes");
 	idx_release(x, lease);
 	cr_expect_eq(idx_release(x, b.lease), 0);
-	/* Block 1 left with the lease: block 0 is a leaf again, and makes
-	 * room for another prompt in the two slots there are. */
+	/* With the leases gone, p's chain makes room for another prompt in
+	 * the two slots there are. */
 	cr_expect_eq(publish(x, &s, root1, 0, &q, 0, 2, &rc), 2, "q stored whole (rc %d)", rc);
 	cr_expect_eq(match(x, root1, &q, &lease, locs), 2);
 	idx_release(x, lease);
