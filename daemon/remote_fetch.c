@@ -18,13 +18,19 @@
 #include "remote_impl.h"
 #include "store.h"
 
-/* Records asked for in one pipelined GET, and the bytes they may hold:
- * 16 MiB, 5 SmolLM-135M blocks, ~10 ms on a loopback or a 10 Gb/s link.
- * The timeout is of a round that moves no byte (kv.h), so a large fetch
- * that keeps flowing goes on: it is work the client would otherwise do,
- * slower. The rounds bound the replies each worker's client holds. */
+/* Records asked for in one call, and the bytes they may hold: 64 MiB, 22
+ * SmolLM-135M blocks. The timeout is of a round that moves no byte
+ * (kv.h), so a large fetch that keeps flowing goes on: it is work the
+ * client would otherwise do, slower. Each node has FETCH_WINDOW bytes of
+ * records asked for and unanswered at most (3 SmolLM blocks; 2 records
+ * at least): Redis copies a pipeline's replies whole before it sends the
+ * first, so rounds of 5 GETs at once kept the fetch waiting 3-14 ms a
+ * round with Redis idle between rounds (docs/perf/2026-11-30-remote-fetch-2.md).
+ * Values taken as they come, the client holds one or two of them, so
+ * the rounds are long: a round's end still costs a round trip. */
 #define FETCH_MAX 64
-#define FETCH_BYTES ((uint64_t)16 << 20)
+#define FETCH_BYTES ((uint64_t)64 << 20)
+#define FETCH_WINDOW ((uint64_t)8 << 20)
 
 static uint64_t mono_us(void)
 {
@@ -204,7 +210,10 @@ static uint32_t fetch_round(struct remote *r, struct kv *k, const struct remote_
 			   a->hashes + (size_t)(from + i) * PD_HASH_SIZE, o.names[i]);
 		keys[i] = o.names[i];
 	}
-	int rc = kv_get_each(k, n, keys, vals, lens, res, on_value, &o);
+	size_t size = rec_size(r->block_tokens, a->block_bytes);
+	uint64_t w = size ? (FETCH_WINDOW + size - 1) / size : n;
+	int rc = kv_get_each(k, n, keys, vals, lens, res, w < 2 ? 2 : (uint32_t)(w < n ? w : n),
+			     on_value, &o);
 	/* Every key answered, found or not: Redis is fine. */
 	remote_breaker_result(r, !rc);
 	if (rc) {

@@ -346,7 +346,7 @@ static void each_against_fake(bool cut, unsigned sleep_ms, struct seen *s, int *
 	const char *keys[] = { "a", "b", "c" };
 	const uint8_t *vals[3];
 	size_t lens[3];
-	*rc = kv_get_each(k, 3, keys, vals, lens, res, on_value, s);
+	*rc = kv_get_each(k, 3, keys, vals, lens, res, 0, on_value, s);
 	if (!*rc) {
 		cr_expect(!vals[0] && lens[0] == 5, "a value taken is not kept");
 		cr_expect(lens[2] == 3 && vals[2] && !memcmp(vals[2], "xyz", 3),
@@ -395,6 +395,91 @@ Test(remote_kv, a_value_cut_short_is_never_handed_over)
 	cr_expect_eq(rc, -ECONNREFUSED);
 	cr_expect(!res[0] && res[1] == -ENOENT && res[2] == -ECONNREFUSED);
 	cr_expect_eq(s.n, 1, "only the whole value: %u", s.n);
+}
+
+/* A fake Redis that answers n GETs one by one, each after it has read
+ * what the client sent until then (30 ms of quiet): its exit status is the
+ * most GETs it ever held unanswered. */
+static pid_t fake_counting(const char *path, int n)
+{
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(listen(l, 1), 0);
+	pid_t pid = fork();
+	if (pid)
+		return close(l), pid;
+	int c = accept(l, NULL, NULL), most = 0, gets = 0;
+	char in[8192];
+	for (int j = 0; j < n; j++) {
+		struct pollfd pf = { .fd = c, .events = POLLIN };
+		while (gets <= j || poll(&pf, 1, 30) == 1) {
+			ssize_t got = read(c, in, sizeof(in) - 1);
+			if (got <= 0)
+				_exit(100);
+			in[got] = 0;
+			for (char *p = in; (p = strstr(p, "GET")); p += 3)
+				gets++;
+		}
+		most = gets - j > most ? gets - j : most;
+		char v[32];
+		int len = snprintf(v, sizeof(v), "$2\r\nv%d\r\n", j);
+		if (write(c, v, (size_t)len) != len)
+			_exit(101);
+	}
+	(void)!read(c, in, 1); /* until the client closes */
+	_exit(most);
+}
+
+static bool take_all(void *ctx, uint32_t i, const uint8_t *v, size_t len)
+{
+	uint32_t *seen = ctx;
+	if (len == 2 && v[0] == 'v' && v[1] == (uint8_t)('0' + i))
+		seen[i]++;
+	return true;
+}
+
+/* The most GETs the fake held unanswered in a call of n keys with window w. */
+static int unanswered_most(int n, uint32_t w)
+{
+	char dir[] = "/tmp/pfx-kv-win-XXXXXX", path[64], seed[80];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/s", dir);
+	snprintf(seed, sizeof(seed), "unix:%s", path);
+	pid_t pid = fake_counting(path, n);
+	struct kv_opts o = { .seeds = (const char *[]){ seed }, .n_seeds = 1,
+			     .timeout_ms = FAKE_TIMEOUT_MS };
+	struct kv *k = NULL;
+	char why[256] = "";
+	cr_assert_eq(kv_open(&o, &k, why, sizeof(why)), 0, "%s", why);
+	const char *keys[] = { "a", "b", "c", "d", "e", "f" };
+	const uint8_t *vals[6];
+	size_t lens[6];
+	int res[6];
+	uint32_t seen[6] = { 0 };
+	cr_assert_eq(kv_get_each(k, (uint32_t)n, keys, vals, lens, res, w, take_all, seen), 0,
+		     "%s", kv_errmsg(k));
+	for (int i = 0; i < n; i++)
+		cr_expect(!res[i] && seen[i] == 1 && lens[i] == 2, "value %d: res %d, seen %u", i,
+			  res[i], seen[i]);
+	kv_close(k);
+	int st;
+	waitpid(pid, &st, 0);
+	unlink(path);
+	rmdir(dir);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) < 100, "the fake failed: %d", WEXITSTATUS(st));
+	return WEXITSTATUS(st);
+}
+
+/* With a window, a node never holds more GETs unanswered than it says
+ * (Redis copies that many replies, not the pipeline's), and every value
+ * still comes; without, the pipeline goes out whole. */
+Test(remote_kv, a_window_bounds_the_gets_a_node_holds)
+{
+	cr_expect_eq(unanswered_most(6, 2), 2);
+	cr_expect_eq(unanswered_most(6, 3), 3);
+	cr_expect_eq(unanswered_most(6, 0), 6, "no window: all at once");
 }
 
 /* ---- Standalone ---- */
@@ -507,7 +592,7 @@ Test(remote_kv_redis, large_values_taken_as_they_come_are_whole)
 	}
 	cr_assert_eq(kv_set(k, N, keys, vals, lens, 0, res), 0, "%s", kv_errmsg(k));
 	struct big_seen s = { .keep = 5 };
-	cr_assert_eq(kv_get_each(k, N, keys, vals, lens, res, check_big, &s), 0, "%s",
+	cr_assert_eq(kv_get_each(k, N, keys, vals, lens, res, 0, check_big, &s), 0, "%s",
 		     kv_errmsg(k));
 	cr_expect_eq(s.n, N);
 	cr_expect_eq(s.bad, 0, "%u values were not whole when handed over", s.bad);

@@ -70,10 +70,14 @@ int kv_get(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **va
  * again, so a long stream of values taken as they come holds one or two of
  * them at a time. A value fn returns false for stays valid until the next
  * call on k, as kv_get's; res, and lens, are filled as kv_get fills them.
+ * window > 0: each node has at most that many GETs unanswered, the next
+ * sent as a reply comes (before it is handed to fn): Redis then holds that
+ * many values' replies, not the whole pipeline's, and starts sending
+ * sooner; 0: all sent at once, as kv_get. For large values, 2 or 3.
  */
 typedef bool (*kv_value_fn)(void *ctx, uint32_t i, const uint8_t *val, size_t len);
 int kv_get_each(struct kv *k, uint32_t n, const char *const *keys, const uint8_t **vals,
-		size_t *lens, int *res, kv_value_fn fn, void *ctx);
+		size_t *lens, int *res, uint32_t window, kv_value_fn fn, void *ctx);
 
 /* SET of n keys, pipelined as kv_get, each with an expiry of ttl_ms (0:
  * none). res[i] 0 or -errno as kv_get; the same return. */

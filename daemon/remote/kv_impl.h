@@ -26,6 +26,7 @@ struct kv_node {
 	struct kv_clock clk; /* this round's progress */
 	/* This round's keys for the node: a list through kv_op.next. */
 	int32_t head, tail;
+	int32_t unsent; /* GET with a window: the list's first key not sent yet, -1: none */
 	bool sent; /* its pipeline went out this round */
 };
 
