@@ -31,6 +31,7 @@
 #define FETCH_MAX 64
 #define FETCH_BYTES ((uint64_t)64 << 20)
 #define FETCH_WINDOW ((uint64_t)8 << 20)
+#define FETCH_POOL ((uint64_t)48 << 20)
 
 static uint64_t mono_us(void)
 {
@@ -262,6 +263,15 @@ uint32_t remote_fetch(struct remote *r, const struct remote_ask *a)
 	size_t size = rec_size(r->block_tokens, a->block_bytes);
 	uint32_t per = size ? (uint32_t)(FETCH_BYTES / size) : 0, got = 0;
 	per = per < 1 ? 1 : per > FETCH_MAX ? FETCH_MAX : per;
+	/* Slots kept populated ahead, from now on (store.c): the pages the
+	 * blocks go into are written before the next fetch, or on the other
+	 * CPU while Redis sends and this thread checks. Without the thread
+	 * the fetch faults its slots itself, as before. */
+	uint64_t pool = size ? FETCH_POOL / size : 0;
+	if (store_pool(a->store, pool < 2 ? 2 : (uint32_t)pool)) {
+		static struct pd_log_limit cut;
+		pd_log_limited(&cut, "remote tier: no thread to populate slots ahead: fetches fault their own");
+	}
 	bool more = true;
 	/* Rounds of as many records as FETCH_BYTES hold, while each finds all
 	 * it asked for; each round bounded by the timeout. */

@@ -8,18 +8,34 @@
  * address space, its untouched pages cost nothing. A slot freed with a
  * punch gives its pages, and its charge, back to the budget; one freed
  * without stays charged and is the store's next. Callers serialise (the
- * index calls these under its lock).
+ * index calls these under its lock); the store's own mutex orders them
+ * with the pool thread.
+ *
+ * The pool (store_pool): a fresh slot's pages cost the thread that first
+ * writes them 0.5 s a GB here, 2-3 s on a loaded machine (the host backs
+ * each guest page as it is cleared), the largest part of a remote fetch
+ * into a daemon that just started (docs/perf/2026-11-30-remote-fetch-2.md).
+ * A thread of the store's keeps a few fresh slots populated and freed
+ * as resident, which store_alloc hands out first (to a fetch, a restore,
+ * a publish alike), so that work runs on the other CPU before, or while,
+ * the blocks come. Its slots are charged to the budget like any resident
+ * one, at most the target's, and it takes none unless the budget has
+ * room for POOL_ROOM times the target beyond them: a full budget reuses
+ * resident slots anyway.
  */
 #include "store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define MAX_ARENAS STORE_MAX_ARENAS
+#define POOL_ROOM 4
 
 struct store {
 	size_t slot_bytes;          /* block_bytes rounded up to pages */
@@ -33,6 +49,14 @@ struct store {
 	_Atomic uint64_t used_slots;
 	_Atomic uint64_t charged_slots; /* resident: used, or freed without a punch */
 	_Atomic uint32_t holders;       /* store_hold: connections and groups, any lock or none */
+	/* Slot state (arenas, their stacks, the counts' changes) between the
+	 * index's callers and the pool thread. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* the pool thread waits on it for a slot taken */
+	pthread_t pool;
+	bool pool_on, stop;
+	uint32_t pool_target;   /* resident free slots the thread keeps */
+	_Atomic uint64_t pool_filled, pool_taken;
 };
 
 int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_per_arena,
@@ -50,6 +74,8 @@ int store_new(size_t block_bytes, struct store_budget *budget, uint32_t slots_pe
 	s->slot_bytes = slot;
 	s->budget = budget;
 	s->slots_per_arena = slots_per_arena;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
 	*out = s;
 	return 0;
 }
@@ -69,6 +95,15 @@ void store_free(struct store *s)
 {
 	if (!s)
 		return;
+	if (s->pool_on) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = true;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->pool, NULL);
+	}
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
 	atomic_fetch_sub(&s->budget->charged, s->charged_slots * s->slot_bytes);
 	for (uint32_t i = 0; i < s->narenas; i++)
 		shm_arena_free(s->arenas[i]);
@@ -85,16 +120,10 @@ static bool charge(struct store_budget *b, uint64_t bytes)
 	return true;
 }
 
-int store_alloc(void *store, struct idx_loc *loc)
+/* A slot whose pages are not resident, charged: 0, or -ENOSPC (budget),
+ * or the arena's error. Under s->mu. */
+static int slot_fresh(struct store *s, struct idx_loc *loc)
 {
-	struct store *s = store;
-	/* A slot freed without a punch: its memory is charged already. */
-	for (uint32_t i = 0; i < s->narenas; i++)
-		if (!shm_arena_slot_reuse(s->arenas[i], &loc->offset)) {
-			loc->arena = i;
-			s->used_slots++;
-			return 0;
-		}
 	if (!charge(s->budget, s->slot_bytes))
 		return -ENOSPC;
 	uint32_t last = s->narenas - 1;
@@ -102,7 +131,6 @@ int store_alloc(void *store, struct idx_loc *loc)
 	for (uint32_t i = 0; i + 1 < s->narenas; i++)
 		if (!shm_arena_slot_new(s->arenas[i], &loc->offset)) {
 			loc->arena = i;
-			s->used_slots++;
 			s->charged_slots++;
 			return 0;
 		}
@@ -120,24 +148,124 @@ int store_alloc(void *store, struct idx_loc *loc)
 		shm_arena_slot_new(s->arenas[last], &loc->offset);
 	}
 	loc->arena = last;
-	s->used_slots++;
 	s->charged_slots++;
 	return 0;
+}
+
+int store_alloc(void *store, struct idx_loc *loc)
+{
+	struct store *s = store;
+	int rc = -ENOSPC;
+	pthread_mutex_lock(&s->mu);
+	/* A slot freed without a punch, or populated by the pool: its memory
+	 * is charged (and resident) already. */
+	for (uint32_t i = 0; rc && i < s->narenas; i++)
+		if (!shm_arena_slot_reuse(s->arenas[i], &loc->offset)) {
+			loc->arena = i;
+			rc = 0;
+		}
+	if (!rc && s->pool_on)
+		atomic_fetch_add(&s->pool_taken, 1);
+	if (rc)
+		rc = slot_fresh(s, loc);
+	if (!rc)
+		s->used_slots++;
+	if (s->pool_on)
+		pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
 }
 
 void store_release(void *store, struct idx_loc loc, bool punch)
 {
 	struct store *s = store;
-	if (loc.arena >= s->narenas)
-		return;
-	int rc = shm_arena_slot_free(s->arenas[loc.arena], loc.offset, punch);
-	if (rc == -EINVAL)
-		return;
-	s->used_slots--;
-	if (punch && !rc) {
+	pthread_mutex_lock(&s->mu);
+	int rc = loc.arena < s->narenas
+			 ? shm_arena_slot_free(s->arenas[loc.arena], loc.offset, punch)
+			 : -EINVAL;
+	if (rc != -EINVAL)
+		s->used_slots--;
+	if (rc != -EINVAL && punch && !rc) {
 		s->charged_slots--;
 		atomic_fetch_sub(&s->budget->charged, s->slot_bytes);
 	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Resident free slots: what store_alloc hands out without a fault. */
+static uint32_t resident_free(const struct store *s)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < s->narenas; i++)
+		n += shm_arena_slots_resident_free(s->arenas[i]);
+	return n;
+}
+
+/* Room for one more pooled slot, and POOL_ROOM times the target after it. */
+static bool pool_room(const struct store *s)
+{
+	uint64_t have = atomic_load(&s->budget->charged), want =
+		(uint64_t)(POOL_ROOM * s->pool_target + 1) * s->slot_bytes;
+	return have <= s->budget->limit && s->budget->limit - have >= want;
+}
+
+/* Writes the slot's pages in: one call, or (a kernel before 5.14 says
+ * EINVAL) a byte a page; a fresh slot is zeros, so zeros are written. */
+static void populate(struct store *s, struct idx_loc loc)
+{
+	uint8_t *p = store_slot(s, loc);
+	if (!p || !madvise(p, s->slot_bytes, MADV_POPULATE_WRITE))
+		return;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	for (size_t off = 0; off < s->slot_bytes; off += page)
+		((volatile uint8_t *)p)[off] = 0;
+}
+
+static void *pool_main(void *arg)
+{
+	struct store *s = arg;
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop) {
+		struct idx_loc loc;
+		if (resident_free(s) >= s->pool_target || !pool_room(s) || slot_fresh(s, &loc)) {
+			pthread_cond_wait(&s->cv, &s->mu);
+			continue;
+		}
+		/* The slot is the thread's (used in its arena, in no free
+		 * list): its pages are written without the lock. */
+		pthread_mutex_unlock(&s->mu);
+		populate(s, loc);
+		pthread_mutex_lock(&s->mu);
+		shm_arena_slot_free(s->arenas[loc.arena], loc.offset, false);
+		atomic_fetch_add(&s->pool_filled, 1);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+int store_pool(struct store *s, uint32_t slots)
+{
+	int rc = 0;
+	slots = slots > STORE_POOL_MAX ? STORE_POOL_MAX : slots;
+	pthread_mutex_lock(&s->mu);
+	if (slots > s->pool_target)
+		s->pool_target = slots;
+	if (!s->pool_on && s->pool_target) {
+		rc = -pthread_create(&s->pool, NULL, pool_main, s);
+		s->pool_on = !rc;
+	}
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void store_pool_stats(struct store *s, struct store_pool_stats *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = (struct store_pool_stats){ .target = s->pool_target, .ready = resident_free(s),
+					  .filled = atomic_load(&s->pool_filled),
+					  .taken = atomic_load(&s->pool_taken) };
+	pthread_mutex_unlock(&s->mu);
 }
 
 uint8_t *store_slot(struct store *s, struct idx_loc loc)

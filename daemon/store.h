@@ -57,6 +57,24 @@ struct store_copy {
 	uint64_t len;
 };
 int store_fill_copy(void *ctx, uint32_t i, struct idx_loc loc);
+/*
+ * Keeps up to slots (STORE_POOL_MAX at most; a larger earlier target
+ * stays) free slots resident ahead of need: a thread of the store's
+ * writes fresh slots' pages in and frees them as resident, which
+ * store_alloc hands out first. They are charged to the budget; none is
+ * taken while the budget's room is short of POOL_ROOM (4) times the
+ * target (store.c). Started by the first call; stopped by store_free.
+ * 0 or -errno (the thread could not start: no pool, the store works).
+ */
+#define STORE_POOL_MAX 64
+int store_pool(struct store *s, uint32_t slots);
+struct store_pool_stats {
+	uint32_t target;
+	uint32_t ready;   /* resident free slots now (the pool's, and slots freed unpunched) */
+	uint64_t filled;  /* slots the thread populated */
+	uint64_t taken;   /* store_alloc calls served by a resident slot while the pool ran */
+};
+void store_pool_stats(struct store *s, struct store_pool_stats *out);
 /* Arena by id (ids are 0 .. store_arenas() - 1), for sending to clients. */
 struct shm_arena *store_arena(struct store *s, uint32_t id);
 uint32_t store_arenas(const struct store *s);

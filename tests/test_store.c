@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -117,4 +118,93 @@ Test(store, index_blocks_reach_a_read_only_client)
 	idx_group_put(x, root);
 	idx_free(x);
 	store_free(s);
+}
+
+/* ==== The pool of populated slots (store_pool) ==== */
+
+/* Waits (5 s at most) until the pool has `ready` slots and has populated
+ * `filled` in all. */
+static bool pool_reaches(struct store *s, uint32_t ready, uint64_t filled)
+{
+	struct store_pool_stats st;
+	for (int i = 0; i < 500; i++) {
+		store_pool_stats(s, &st);
+		if (st.ready == ready && st.filled == filled)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/* Pages of [p, p + len) resident (mincore: in the memfd's page cache). */
+static size_t resident_pages(const uint8_t *p, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = len / page, in = 0;
+	unsigned char v[1024];
+	cr_assert(n <= sizeof(v));
+	cr_assert_eq(mincore((void *)p, len, v), 0);
+	for (size_t i = 0; i < n; i++)
+		in += v[i] & 1;
+	return in;
+}
+
+Test(store, the_pool_keeps_populated_slots_ready_and_charged)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), slot = 4 * page;
+	struct store_budget b = { .limit = 64 * slot };
+	struct store *s;
+	cr_assert_eq(store_new(slot, &b, 32, &s), 0);
+	cr_assert_eq(store_pool(s, 4), 0);
+	cr_assert(pool_reaches(s, 4, 4), "the pool did not fill 4 slots");
+	cr_expect_eq(b.charged, 4 * slot, "pooled slots are charged to the budget");
+	cr_expect_eq(store_bytes_used(s), 0);
+	cr_expect_eq(resident_pages(shm_arena_base(store_arena(s, 0)), 32 * slot), 4 * 4,
+		     "the pooled slots' pages are resident, no others");
+	struct idx_loc loc;
+	cr_assert_eq(store_alloc(s, &loc), 0);
+	cr_expect_eq(resident_pages(store_slot(s, loc), slot), 4, "an allocated slot is a populated one");
+	struct store_pool_stats st;
+	store_pool_stats(s, &st);
+	cr_expect_eq(st.taken, 1);
+	cr_expect(pool_reaches(s, 4, 5), "the pool refills after a slot is taken");
+	cr_expect_eq(b.charged, 5 * slot);
+	cr_expect_eq(store_bytes_used(s), slot);
+	store_free(s);
+	cr_expect_eq(b.charged, 0, "freeing the store (and its pool thread) returns every slot");
+}
+
+Test(store, the_pool_never_takes_the_budgets_last_room)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), slot = 4 * page;
+	/* Room for 4 x 4 + 1 slots besides the pool's: it fills. */
+	struct store_budget b = { .limit = 30 * slot };
+	struct store *s1, *s2;
+	cr_assert_eq(store_new(slot, &b, 64, &s1), 0);
+	cr_assert_eq(store_new(slot, &b, 64, &s2), 0);
+	cr_assert_eq(store_pool(s1, 4), 0);
+	cr_assert(pool_reaches(s1, 4, 4));
+	/* Another store takes the rest; the pool does not refill into it. */
+	struct idx_loc loc;
+	for (int i = 0; i < 26; i++)
+		cr_assert_eq(store_alloc(s2, &loc), 0, "slot %d", i);
+	cr_expect_eq(store_alloc(s2, &loc), -ENOSPC);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(store_alloc(s1, &loc), 0, "pooled slot %d", i);
+	usleep(50000);
+	struct store_pool_stats st;
+	store_pool_stats(s1, &st);
+	cr_expect_eq(st.filled, 4, "no room: the pool took no more");
+	cr_expect_eq(b.charged, 30 * slot);
+	store_free(s1);
+	store_free(s2);
+	/* A budget without that room: the pool takes nothing at all. */
+	struct store_budget small = { .limit = 16 * slot };
+	cr_assert_eq(store_new(slot, &small, 64, &s1), 0);
+	cr_assert_eq(store_pool(s1, 4), 0);
+	usleep(50000);
+	store_pool_stats(s1, &st);
+	cr_expect(st.filled == 0 && small.charged == 0, "filled %llu", (unsigned long long)st.filled);
+	for (int i = 0; i < 16; i++)
+		cr_assert_eq(store_alloc(s1, &loc), 0, "slot %d", i);
+	store_free(s1);
 }
