@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -44,6 +46,7 @@ static struct test_redis rs;
 static char seed[PATH_MAX + 32], tmp[] = "/tmp/prefixd-remote-XXXXXX", keyfile[PATH_MAX];
 static double cpu_b, cpu_disk, cpu_redis; /* --fetch: seconds over the rounds */
 static double index_share; /* of the all-miss MATCHes, those the index ruled out */
+static char disk_how[160] = "not measured"; /* the disk side, as measured */
 static int rounds = 5, prefix_blocks = SMOLLM_PREFIX_BLOCKS, ttft_runs = 3, probes = 2000;
 
 static void fail(const char *what)
@@ -152,6 +155,34 @@ static int wait_writes(const struct test_daemon *d, uint64_t n)
 
 /* ==== Fetch throughput: Redis against the disk tier ==== */
 
+/* What the disk side read from: the file system of dir and whether its
+ * records open with O_DIRECT (then the daemon reads them past the page
+ * cache, as it does; else buffered, and they may be cached). */
+static void describe_disk(const char *dir)
+{
+	struct statfs fs;
+	const char *type = "another file system";
+	if (!statfs(dir, &fs))
+		type = fs.f_type == 0xEF53 ? "ext4" : fs.f_type == 0x58465342 ? "xfs"
+			 : fs.f_type == 0x9123683E ? "btrfs" : fs.f_type == 0x01021994 ? "tmpfs" : type;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int direct = -1;
+	while (d && direct < 0 && (e = readdir(d)))
+		if (strstr(e->d_name, ".rec")) {
+			int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECT);
+			direct = fd >= 0;
+			if (fd >= 0)
+				close(fd);
+		}
+	if (d)
+		closedir(d);
+	snprintf(disk_how, sizeof(disk_how), "%s, %s; the same prefixes' records as Redis's (unsigned), daemon restarted",
+		 type, direct > 0 ? "read with O_DIRECT (no page cache)"
+		 : direct == 0 ? "buffered (no O_DIRECT here: the page cache may hold them)"
+			       : "no record found");
+}
+
 static int measure_fetch(const struct prefixd_layout *l, double *remote, double *disk)
 {
 	struct test_daemon a, b, c;
@@ -174,6 +205,7 @@ static int measure_fetch(const struct prefixd_layout *l, double *remote, double 
 	/* The disk daemon restarted: its prefixes on disk only. */
 	if (td_stop(&c) || start(&c, false, ddir) || start(&b, true, NULL))
 		goto out;
+	describe_disk(ddir);
 	rc = 0;
 	for (int r = 0; r < rounds && !rc; r++) {
 		double b0 = bench_proc_cpu_s(b.pid), r0 = bench_proc_cpu_s(rs.pid);
@@ -323,6 +355,7 @@ static void report_fetch(double *remote, double *disk, bool unix_sock)
 	report_begin(NAME "_fetch");
 	report_str("redis", "a private redis-server on %s, records signed",
 		   unix_sock ? "a unix socket" : "a loopback port");
+	report_str("disk", "%s", disk_how);
 	double ratio = report_throughput(remote, disk);
 	report_fmt("daemon_cpu_s_per_gb_remote", "%.3f", cpu_b / gb);
 	report_fmt("redis_cpu_s_per_gb", "%.3f", cpu_redis / gb);
@@ -390,6 +423,7 @@ int main(int argc, char **argv)
 	report_str("model", "random SmolLM-135M shape (f32), %d-token blocks of %llu bytes",
 		   SMOLLM_BLOCK_TOKENS, (unsigned long long)SMOLLM_BLOCK_BYTES);
 	report_str("redis", "a private redis-server on a loopback port, records signed (--remote-key-file), --remote-timeout 1000");
+	report_str("disk", "%s", disk_how);
 	double ratio = report_throughput(remote, disk);
 	report_fmt("ttft_prompt_tokens", "%d", prefix + 32);
 	report_fmt("ttft_cold_ms", "%.1f", tc);
