@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <sodium.h>
 #include <sys/wait.h>
 #include <stdio.h>
@@ -175,6 +176,52 @@ Test(remote, a_prefix_published_on_one_host_is_attached_on_another)
 	cr_expect(strstr(out, "+remote"), "B read it: %s", out);
 	cr_expect_eq(t_ctl(&tb, out, sizeof(out), "stats", "--prometheus"), 0, "%s", out);
 	cr_expect(strstr(out, "prefixd_remote_hit_blocks_total 3"), "%s", out);
+	prefixd_close(a);
+	prefixd_close(b);
+	t_stop(&ta);
+	t_stop(&tb);
+}
+
+/* KiB of d's block arenas resident in its own mappings (/proc/PID/smaps). */
+static uint64_t arena_rss_kib(const struct test_daemon *d)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)d->pid);
+	FILE *f = fopen(path, "r");
+	uint64_t kib = 0, v;
+	bool arena = false;
+	while (f && fgets(line, sizeof(line), f)) {
+		uint64_t from, to;
+		if (sscanf(line, "%" SCNx64 "-%" SCNx64 " ", &from, &to) == 2)
+			arena = strstr(line, "prefixd-arena") != NULL;
+		else if (arena && sscanf(line, "Rss: %" SCNu64 " kB", &v) == 1)
+			kib += v;
+	}
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+/* A fetch starts the store's pool: free slots' pages written ahead, past
+ * the blocks fetched (64 slots at most; without the pool only the 3). */
+Test(remote, a_fetch_has_free_slots_populated_ahead)
+{
+	redis_up();
+	start(&ta, "a", true, NULL);
+	start(&tb, "b", true, NULL);
+	uint32_t p[4 * BT], stored, dedup;
+	td_prompt(p, 4, TD_PROMPT_K(3));
+	struct prefixd *a = shared_client(&ta, 1);
+	cr_assert_eq(td_publish(a, 0, p, 0, 3, &stored, &dedup), 0, "%s", prefixd_errmsg());
+	wait_writes(&ta, 3);
+	struct prefixd *b = shared_client(&tb, 1);
+	cr_expect_eq(arena_rss_kib(&tb), 0, "no slot before the fetch");
+	cr_assert_eq(match_ok(b, p, 4), 3);
+	uint64_t slot_kib = 8192 / 1024, want = (3 + 64) * slot_kib, got = 0;
+	for (int i = 0; i < 500 && (got = arena_rss_kib(&tb)) < want; i++)
+		usleep(10000);
+	cr_expect_geq(got, want, "B's arenas hold %" PRIu64 " KiB resident, not the 3 blocks "
+		      "and 64 populated slots", got);
 	prefixd_close(a);
 	prefixd_close(b);
 	t_stop(&ta);
