@@ -778,7 +778,7 @@ static struct kv *start_cluster(int n)
 }
 
 enum { NK = 300 };
-static char knames[NK][24], kvals[NK][40];
+static char knames[NK][24], kvals[NK][48];
 static const char *keys[NK];
 static const uint8_t *vals[NK];
 static size_t lens[NK];
@@ -794,7 +794,7 @@ static void make_keys(void)
 			snprintf(knames[i], sizeof(knames[i]), "{ask}:%d", i);
 		else
 			snprintf(knames[i], sizeof(knames[i]), "key:%d", i);
-		snprintf(kvals[i], sizeof(kvals[i]), "value %d of %s", i * 7919, knames[i]);
+		snprintf(kvals[i], sizeof(kvals[i]), "value %d of %.23s", i * 7919, knames[i]);
 		keys[i] = knames[i];
 		vals[i] = (const uint8_t *)kvals[i];
 		lens[i] = strlen(kvals[i]);
