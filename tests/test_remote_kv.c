@@ -693,7 +693,7 @@ static struct kv *start_cluster(int n)
 }
 
 enum { NK = 300 };
-static char knames[NK][24], kvals[NK][40];
+static char knames[NK][24], kvals[NK][48];
 static const char *keys[NK];
 static const uint8_t *vals[NK];
 static size_t lens[NK];
