@@ -1184,12 +1184,14 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
 	}
 	h->watchdog_started = true;
+	pthread_setname_np(h->watchdog, "serve-watchdog");
 	if (pthread_create(&h->prep, NULL, prep_main, h)) {
 		close(o->listen_fd);
 		http_free(h);
 		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
 	}
 	h->prep_started = true;
+	pthread_setname_np(h->prep, "serve-prep");
 	h->d = MHD_start_daemon(
 		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 		0, on_accept, h, on_request, h,
