@@ -221,26 +221,31 @@ static int64_t now_ns(void)
 
 /* ==== Deadlines ==== */
 
+/* Sleeps until the earliest deadline, or a second when none is armed: a
+ * deadline armed meanwhile is --timeout (at least a second) away, so it
+ * is never missed, and an idle server wakes once a second, not ten times. */
 static void *watchdog_main(void *arg)
 {
 	struct http *h = arg;
 	pthread_mutex_lock(&h->wmu);
 	while (!h->wstop) {
-		int64_t now = now_ns();
-		for (struct watch *w = h->watches.next; w != &h->watches; w = w->next)
+		int64_t now = now_ns(), next = now + 1000000000;
+		for (struct watch *w = h->watches.next; w != &h->watches; w = w->next) {
 			if (w->deadline && now >= w->deadline) {
 				/* The descriptor is still MHD's: the closed
 				 * notification takes wmu before it closes. */
 				shutdown(w->fd, SHUT_RDWR);
 				w->deadline = 0;
 			}
+			if (w->deadline && w->deadline < next)
+				next = w->deadline;
+		}
+		/* The condition variable's clock is CLOCK_REALTIME. */
 		struct timespec t;
 		clock_gettime(CLOCK_REALTIME, &t);
-		t.tv_nsec += 100 * 1000000;
-		if (t.tv_nsec >= 1000000000) {
-			t.tv_sec++;
-			t.tv_nsec -= 1000000000;
-		}
+		int64_t at = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec + (next - now);
+		t.tv_sec = (time_t)(at / 1000000000);
+		t.tv_nsec = (long)(at % 1000000000);
 		pthread_cond_timedwait(&h->wcv, &h->wmu, &t);
 	}
 	pthread_mutex_unlock(&h->wmu);
