@@ -389,10 +389,12 @@ static double threads_cpu_seconds(pid_t pid, const char *prefix)
 	return s;
 }
 
-/* Context switches (wake-ups, mostly) of a process's threads whose name
- * starts with prefix, from /proc. */
-static double threads_switches(pid_t pid, const char *prefix)
+/* Context switches of a process's threads whose name starts with prefix,
+ * from /proc: the voluntary ones (wake-ups, mostly), or the involuntary
+ * ones (preempted). */
+static double threads_switches(pid_t pid, const char *prefix, bool voluntary)
 {
+	const char *key = voluntary ? "\nvoluntary_ctxt_switches:" : "nonvoluntary_ctxt_switches:";
 	char path[320];
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	DIR *d = opendir(path);
@@ -404,13 +406,28 @@ static double threads_switches(pid_t pid, const char *prefix)
 		if (strncmp(td_read_file(path), prefix, strlen(prefix)))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, e->d_name);
-		const char *v = strstr(td_read_file(path), "voluntary_ctxt_switches:");
+		const char *v = strstr(td_read_file(path), key);
 		if (v)
-			n += atof(v + strlen("voluntary_ctxt_switches:"));
+			n += atof(v + strlen(key));
 	}
 	if (d)
 		closedir(d);
 	return n;
+}
+
+/* Waits (up to 3 s) until process pid has used under 0.5 ms of CPU in
+ * 50 ms: a process that just loaded the runtime still has startup work
+ * running beside it (OpenBLAS's worker spins ~0.1 s after the sgemm the
+ * runtime runs at load), and in a 0.5 s run that was charged to HTTP, up
+ * to 100 us a token, in the runs that started early enough. */
+static void settle(pid_t pid)
+{
+	for (int i = 0; i < 60; i++) {
+		double c0 = threads_cpu_seconds(pid, "");
+		usleep(50000);
+		if (threads_cpu_seconds(pid, "") - c0 < 0.0005)
+			return;
+	}
 }
 
 struct figures {
@@ -531,6 +548,8 @@ static double self_cpu_seconds(void)
 
 struct cost {
 	double wall, cpu, mhd_cpu; /* seconds: clients' start to end */
+	double engine_cpu;         /* the engine thread's ("serve-engine") */
+	double engine_preempted;   /* its involuntary context switches */
 	double mhd_switches;
 	long generated;
 };
@@ -644,13 +663,18 @@ static int run_direct(char **prompts, struct cost *c)
 		fprintf(stderr, NAME ": %s\n", err.msg);
 	} else {
 		pthread_t th[MAX_CLIENTS];
+		settle(getpid()); /* as the server's run does */
 		double t0 = bench_now(), cpu0 = self_cpu_seconds();
+		double eng0 = threads_cpu_seconds(getpid(), "serve-engine");
+		double pre0 = threads_switches(getpid(), "serve-engine", false);
 		for (int i = 0; i < opt.clients; i++)
 			pthread_create(&th[i], NULL, direct_client, &d);
 		for (int i = 0; i < opt.clients; i++)
 			pthread_join(th[i], NULL);
 		c->wall = bench_now() - t0;
 		c->cpu = self_cpu_seconds() - cpu0;
+		c->engine_cpu = threads_cpu_seconds(getpid(), "serve-engine") - eng0;
+		c->engine_preempted = threads_switches(getpid(), "serve-engine", false) - pre0;
 		c->mhd_cpu = 0;
 		c->generated = atomic_load(&d.generated);
 		serve_engine_stop(d.e);
@@ -676,9 +700,12 @@ static int run_http(char **prompts, struct cost *c)
 	if (!rc) {
 		pthread_t th[MAX_CLIENTS];
 		pid_t pid = s.p[0].pid;
+		settle(pid);
 		double t0 = bench_now(), cpu0 = threads_cpu_seconds(pid, "");
 		double mhd0 = threads_cpu_seconds(pid, "MHD");
-		double sw0 = threads_switches(pid, "MHD");
+		double eng0 = threads_cpu_seconds(pid, "serve-engine");
+		double sw0 = threads_switches(pid, "MHD", true);
+		double pre0 = threads_switches(pid, "serve-engine", false);
 		for (int i = 0; i < opt.clients; i++)
 			pthread_create(&th[i], NULL, client, &r);
 		for (int i = 0; i < opt.clients; i++)
@@ -686,7 +713,9 @@ static int run_http(char **prompts, struct cost *c)
 		c->wall = bench_now() - t0;
 		c->cpu = threads_cpu_seconds(pid, "") - cpu0;
 		c->mhd_cpu = threads_cpu_seconds(pid, "MHD") - mhd0;
-		c->mhd_switches = threads_switches(pid, "MHD") - sw0;
+		c->engine_cpu = threads_cpu_seconds(pid, "serve-engine") - eng0;
+		c->mhd_switches = threads_switches(pid, "MHD", true) - sw0;
+		c->engine_preempted = threads_switches(pid, "serve-engine", false) - pre0;
 		c->generated = 0;
 		for (int i = 0; i < opt.requests; i++) {
 			rc |= r.res[i].ok ? 0 : -1;
@@ -707,6 +736,8 @@ static int run_http(char **prompts, struct cost *c)
 /* HTTP's cost per generated token, us: wall and CPU differences. */
 struct overhead {
 	double wall_us, cpu_us, mhd_cpu_us, mhd_switches;
+	double engine_http_us, engine_direct_us; /* the engine thread's CPU a token */
+	double engine_http_preempted, engine_direct_preempted; /* a token */
 	double http_wall_s, direct_wall_s, http_cpu_s, direct_cpu_s;
 };
 
@@ -720,7 +751,9 @@ static int run_overhead(char **prompts, int rounds, struct overhead *o)
 	 * of two pairs from 20 to 220 us a token. */
 	for (int i = 0; i < rounds; i++) {
 		struct cost a, b;
-		if (run_http(prompts, &a) || run_direct(prompts, &b))
+		/* Every other pair in the reverse order (ABBA). */
+		if (i % 2 ? run_direct(prompts, &b) || run_http(prompts, &a)
+			  : run_http(prompts, &a) || run_direct(prompts, &b))
 			return -1;
 		report_require(a.generated == b.generated, "the runs generated different token counts");
 		double g = (double)(a.generated ? a.generated : 1);
@@ -728,6 +761,8 @@ static int run_overhead(char **prompts, int rounds, struct overhead *o)
 		cpu[i] = (a.cpu - b.cpu) / g * 1e6;
 		h.wall += a.wall, h.cpu += a.cpu, h.mhd_cpu += a.mhd_cpu, h.generated += a.generated;
 		h.mhd_switches += a.mhd_switches;
+		h.engine_cpu += a.engine_cpu, d.engine_cpu += b.engine_cpu;
+		h.engine_preempted += a.engine_preempted, d.engine_preempted += b.engine_preempted;
 		d.wall += b.wall, d.cpu += b.cpu;
 	}
 	double g = (double)(h.generated ? h.generated : 1);
@@ -735,6 +770,10 @@ static int run_overhead(char **prompts, int rounds, struct overhead *o)
 	o->cpu_us = bench_median_of(cpu, rounds);
 	o->mhd_cpu_us = h.mhd_cpu / g * 1e6;
 	o->mhd_switches = h.mhd_switches / g;
+	o->engine_http_us = h.engine_cpu / g * 1e6;
+	o->engine_direct_us = d.engine_cpu / g * 1e6;
+	o->engine_http_preempted = h.engine_preempted / g;
+	o->engine_direct_preempted = d.engine_preempted / g;
 	o->http_wall_s = h.wall, o->direct_wall_s = d.wall;
 	o->http_cpu_s = h.cpu, o->direct_cpu_s = d.cpu;
 	return 0;
@@ -934,6 +973,10 @@ int main(int argc, char **argv)
 		report_fmt("http_overhead_cpu_us_per_token", "%.1f", oh.cpu_us);
 		report_fmt("http_mhd_threads_cpu_us_per_token", "%.1f", oh.mhd_cpu_us);
 		report_fmt("http_mhd_wakeups_per_token", "%.2f", oh.mhd_switches);
+		report_fmt("http_engine_thread_cpu_us_per_token", "%.1f", oh.engine_http_us);
+		report_fmt("direct_engine_thread_cpu_us_per_token", "%.1f", oh.engine_direct_us);
+		report_fmt("http_engine_preempted_per_token", "%.3f", oh.engine_http_preempted);
+		report_fmt("direct_engine_preempted_per_token", "%.3f", oh.engine_direct_preempted);
 		report_fmt("http_run_wall_s", "%.3f", oh.http_wall_s);
 		report_fmt("direct_run_wall_s", "%.3f", oh.direct_wall_s);
 		report_fmt("http_run_cpu_s", "%.3f", oh.http_cpu_s);

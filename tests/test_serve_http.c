@@ -8,6 +8,7 @@
  * tokenizer (tests/tokenizers/tiny-chat, ChatML).
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -1059,6 +1060,73 @@ Test(serve_http, concurrent_streams_each_complete)
 		free(c[i].resp);
 	}
 	cr_expect_eq(metric(s.port, "vllm:num_requests_running{"), 0);
+	cr_expect_eq(srv_stop(&s), 0);
+}
+
+/* Voluntary context switches (wake-ups) of the server's thread named
+ * name, from /proc; -1 if it has none. */
+static long thread_wakeups(pid_t pid, const char *name)
+{
+	char path[320], buf[4096];
+	long n = -1;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	cr_assert(d, "%s: %s", path, strerror(errno));
+	for (struct dirent *e; n < 0 && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t got = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[got] = 0;
+		buf[strcspn(buf, "\n")] = 0;
+		if (strcmp(buf, name))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, e->d_name);
+		f = fopen(path, "r");
+		cr_assert(f);
+		got = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[got] = 0;
+		const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
+		cr_assert(v);
+		n = atol(v + strlen("\nvoluntary_ctxt_switches:"));
+	}
+	closedir(d);
+	return n;
+}
+
+/* A stream's chunks go out from the engine thread after each step: the
+ * HTTP thread is not woken once a token (it was, a context switch and a
+ * cross-CPU wake-up a step). It still wakes for the request itself and
+ * at most once a second; a quarter of the tokens leaves room for that. */
+Test(serve_http, streaming_does_not_wake_the_http_thread_each_token)
+{
+	struct srv s;
+	const char *args[] = { "--parallel", "1", NULL };
+	srv_start(&s, args);
+	enum { TOKENS = 160 };
+	char *r = NULL;
+	cr_assert_eq(get(s.port, "/health", &r), 200);
+	free(r);
+	long w0 = thread_wakeups(s.pid, "MHD-loop");
+	cr_assert(w0 >= 0, "no MHD-loop thread");
+	struct client c = { .port = s.port, .tokens = TOKENS };
+	double t0 = now();
+	stream_client(&c);
+	double secs = now() - t0;
+	long woken = thread_wakeups(s.pid, "MHD-loop") - w0;
+	char *b = dechunk(body_of(c.resp));
+	char want[64];
+	snprintf(want, sizeof(want), "\"completion_tokens\":%d", TOKENS);
+	cr_expect(strstr(b, want), "%s wanted in %.300s", want, b);
+	cr_expect(woken < TOKENS / 4 + (long)secs, "the HTTP thread woke %ld times for %d tokens "
+		  "in %.1f s", woken, TOKENS, secs);
+	free(b);
+	free(c.resp);
 	cr_expect_eq(srv_stop(&s), 0);
 }
 

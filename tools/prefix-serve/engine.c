@@ -687,6 +687,9 @@ int serve_engine_start(const struct serve_engine_opts *o, struct serve_engine **
 	pthread_cond_init(&e->wake, NULL);
 	pthread_cond_init(&e->idle, NULL);
 	rc = -pthread_create(&e->thread, NULL, run, e);
+	/* Named so that /proc tells its CPU from the HTTP threads' (bench/serve). */
+	if (!rc)
+		pthread_setname_np(e->thread, "serve-engine");
 	if (rc) {
 		pthread_mutex_destroy(&e->mu);
 		pthread_cond_destroy(&e->wake);

@@ -3,8 +3,8 @@
  * The HTTP side of prefix-serve on libmicrohttpd (MHD): one thread of
  * ours (the loop, below) runs MHD in external epoll mode for every
  * connection; the engine thread writes jobs' output and calls notify, and
- * its `notified` hook wakes the loop once a step to resume the streams
- * that got output.
+ * its `notified` hook, after a step, resumes the streams that got output
+ * and runs MHD once itself to send their chunks (see the loop).
  *
  * Responses are pulled: a non-streamed request's connection is suspended
  * until its job is done; a stream's reader copies what is new and, when
@@ -26,8 +26,9 @@
  * suspends again. A request (struct req) is freed when MHD says it is
  * complete, after its slot is emptied and its job released.
  *
- * Lock order: slot.mu -> job lock. wmu (the deadlines and the counts per
- * address), slots_mu (the free slots) and the metrics' mutex are leaves.
+ * Lock order: mhd_mu -> slot.mu -> job lock. wake_mu, wmu (the deadlines
+ * and the counts per address), slots_mu (the free slots) and the
+ * metrics' mutex are leaves.
  *
  * Keep-alive: a reply queued before the request is whole makes MHD close
  * the connection, so only POSTs are judged by their headers (a 401, 404,
@@ -191,8 +192,12 @@ struct http {
 	 * eventfd: the engine's resumes of a step come as one wake-up. */
 	int wake_fd;
 	pthread_mutex_t wake_mu;   /* a leaf */
-	struct slot *wakes;        /* resumes to do */
+	struct slot *wakes;        /* resumes for the loop to do */
+	struct slot *stream_wakes; /* streams' resumes, for http_notified */
 	bool wake_sent;            /* wake_fd written since the loop took wakes */
+	/* Held around every call into MHD from outside its callbacks: the
+	 * loop's, and the engine thread's in http_notified. */
+	pthread_mutex_t mhd_mu;
 	pthread_t loop;
 	bool loop_started;
 	atomic_bool loop_stop;
@@ -216,26 +221,31 @@ static int64_t now_ns(void)
 
 /* ==== Deadlines ==== */
 
+/* Sleeps until the earliest deadline, or a second when none is armed: a
+ * deadline armed meanwhile is --timeout (at least a second) away, so it
+ * is never missed, and an idle server wakes once a second, not ten times. */
 static void *watchdog_main(void *arg)
 {
 	struct http *h = arg;
 	pthread_mutex_lock(&h->wmu);
 	while (!h->wstop) {
-		int64_t now = now_ns();
-		for (struct watch *w = h->watches.next; w != &h->watches; w = w->next)
+		int64_t now = now_ns(), next = now + 1000000000;
+		for (struct watch *w = h->watches.next; w != &h->watches; w = w->next) {
 			if (w->deadline && now >= w->deadline) {
 				/* The descriptor is still MHD's: the closed
 				 * notification takes wmu before it closes. */
 				shutdown(w->fd, SHUT_RDWR);
 				w->deadline = 0;
 			}
+			if (w->deadline && w->deadline < next)
+				next = w->deadline;
+		}
+		/* The condition variable's clock is CLOCK_REALTIME. */
 		struct timespec t;
 		clock_gettime(CLOCK_REALTIME, &t);
-		t.tv_nsec += 100 * 1000000;
-		if (t.tv_nsec >= 1000000000) {
-			t.tv_sec++;
-			t.tv_nsec -= 1000000000;
-		}
+		int64_t at = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec + (next - now);
+		t.tv_sec = (time_t)(at / 1000000000);
+		t.tv_nsec = (long)(at % 1000000000);
 		pthread_cond_timedwait(&h->wcv, &h->wmu, &t);
 	}
 	pthread_mutex_unlock(&h->wmu);
@@ -446,20 +456,26 @@ static void on_notify(void *arg)
 		if (resume)
 			s->suspended = false;
 	}
+	bool stream = r && r->stream;
 	struct MHD_Connection *c = s->conn;
 	pthread_mutex_unlock(&s->mu);
 	/* Suspended, the connection stays: MHD neither times it out nor
-	 * closes it, and only this resume can end the suspension. The loop
-	 * does it, after the engine's round of notifies (http_notified): one
-	 * wake-up a step for every stream that got output. Cleared under
-	 * s->mu, `suspended` lets one resume through per suspend, so the
-	 * slot is queued at most once. */
+	 * closes it, and only this resume can end the suspension. It comes
+	 * after the engine's round of notifies (http_notified): a stream's
+	 * from the engine thread itself, a whole response's from the loop.
+	 * Cleared under s->mu, `suspended` lets one resume through per
+	 * suspend, so the slot is queued at most once. */
 	if (resume) {
 		struct http *h = s->h;
 		pthread_mutex_lock(&h->wake_mu);
 		s->wake_conn = c;
-		s->next_wake = h->wakes;
-		h->wakes = s;
+		if (stream) {
+			s->next_wake = h->stream_wakes;
+			h->stream_wakes = s;
+		} else {
+			s->next_wake = h->wakes;
+			h->wakes = s;
+		}
 		pthread_mutex_unlock(&h->wake_mu);
 	}
 }
@@ -472,11 +488,49 @@ static void wake_loop(struct http *h)
 	}
 }
 
+/* Runs MHD (mhd_mu held) until nothing is left for it to do at once
+ * (a resumed connection may take more than one run to send), or a few
+ * runs; whether something still is. */
+static bool run_mhd(struct http *h)
+{
+	MHD_UNSIGNED_LONG_LONG to = 1;
+	for (int k = 0; k < 4; k++) {
+		MHD_run(h->d);
+		if (MHD_get_timeout(h->d, &to) != MHD_YES || to)
+			return false;
+	}
+	return true;
+}
+
+/* After a step, on the engine thread: the streams that got output are
+ * resumed and their chunks sent here, with MHD run once for all of them,
+ * rather than by waking the loop: a step's output then costs the server
+ * no wake-up and no context switch beside the sends themselves. The
+ * engine waits for no one: while the loop runs MHD, it takes the
+ * resumes after its run, as it takes every other (prep_done, whole
+ * responses). */
 void http_notified(void *arg)
 {
 	struct http *h = arg;
 	pthread_mutex_lock(&h->wake_mu);
-	bool wake = h->wakes && !h->wake_sent;
+	struct slot *sw = h->stream_wakes;
+	h->stream_wakes = NULL;
+	pthread_mutex_unlock(&h->wake_mu);
+	bool more = false;
+	if (sw && !pthread_mutex_trylock(&h->mhd_mu)) {
+		for (; sw; sw = sw->next_wake)
+			MHD_resume_connection(sw->wake_conn);
+		more = run_mhd(h);
+		pthread_mutex_unlock(&h->mhd_mu);
+	}
+	pthread_mutex_lock(&h->wake_mu);
+	while (sw) { /* the loop's, then */
+		struct slot *next = sw->next_wake;
+		sw->next_wake = h->wakes;
+		h->wakes = sw;
+		sw = next;
+	}
+	bool wake = (h->wakes || more) && !h->wake_sent;
 	if (wake)
 		h->wake_sent = true;
 	pthread_mutex_unlock(&h->wake_mu);
@@ -1072,14 +1126,17 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ==== The loop ====
  *
- * MHD runs in external mode on this thread: it waits on MHD's epoll
- * descriptor (nested in its own) and on wake_fd. MHD's own internal
- * thread would be woken by every MHD_resume_connection (each writes its
- * inter-thread channel), so a step giving output to four streams cost up
- * to four wake-ups and context switches; here the engine's notifies only
- * queue their resumes and one write of wake_fd a step wakes the loop,
- * which resumes them all (from MHD's own thread: no wake-up) and runs MHD
- * once for all. Quiesce and stop are done here too, where MHD runs. */
+ * MHD runs in external mode: this thread waits on MHD's epoll descriptor
+ * (nested in its own) and on wake_fd, and runs MHD for what comes from
+ * the network (connections, requests, sockets that drained), for the
+ * resumes queued for it (the prep thread's, whole responses', and those
+ * the engine could not do itself), quiesce and stop. The engine thread
+ * runs MHD too, after a step, for the streams it gave output
+ * (http_notified): MHD's own internal thread would be woken by every
+ * MHD_resume_connection, and even one wake-up of this loop a step cost a
+ * context switch and a cross-CPU wake-up per step beside the sends. Both
+ * call MHD under mhd_mu; its callbacks (on_request, stream_read,
+ * on_completed, on_connection) run on whichever thread holds it. */
 
 static void *loop_main(void *arg)
 {
@@ -1098,15 +1155,19 @@ static void *loop_main(void *arg)
 	}
 	while (!atomic_load(&h->loop_stop)) {
 		MHD_UNSIGNED_LONG_LONG to = 0;
+		pthread_mutex_lock(&h->mhd_mu);
+		/* At most a second: a timeout that the engine's runs start
+		 * (a stream's connection idle again) is kept within one. */
 		int ms = MHD_get_timeout(h->d, &to) == MHD_YES ? (to > 1000 ? 1000 : (int)to) : 1000;
+		if (ep < 0)
+			MHD_run_wait(h->d, ms > 10 ? 10 : ms);
+		pthread_mutex_unlock(&h->mhd_mu);
 		struct epoll_event got[2];
 		bool woken = ep < 0;
 		if (ep >= 0) {
 			int n = epoll_wait(ep, got, 2, ms);
 			for (int i = 0; i < n; i++)
 				woken |= got[i].data.u32 == 1;
-		} else {
-			MHD_run_wait(h->d, ms > 10 ? 10 : ms);
 		}
 		uint64_t cnt;
 		/* Read only when written: a read of an empty eventfd is a
@@ -1114,6 +1175,7 @@ static void *loop_main(void *arg)
 		if (woken && read(h->wake_fd, &cnt, sizeof(cnt)) < 0) {
 			/* EAGAIN: nothing written */
 		}
+		pthread_mutex_lock(&h->mhd_mu);
 		pthread_mutex_lock(&h->wake_mu);
 		struct slot *w = h->wakes;
 		h->wakes = NULL;
@@ -1126,6 +1188,7 @@ static void *loop_main(void *arg)
 			atomic_store(&h->quiesce, 2);
 		}
 		MHD_run(h->d);
+		pthread_mutex_unlock(&h->mhd_mu);
 	}
 	if (ep >= 0)
 		close(ep);
@@ -1146,6 +1209,7 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 	h->watches.next = h->watches.prev = &h->watches;
 	h->quiesced_fd = MHD_INVALID_SOCKET;
 	pthread_mutex_init(&h->wake_mu, NULL);
+	pthread_mutex_init(&h->mhd_mu, NULL);
 	pthread_mutex_init(&h->prep_mu, NULL);
 	pthread_cond_init(&h->prep_cv, NULL);
 	h->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1184,12 +1248,14 @@ int http_start(const struct http_opts *o, struct http **out, struct pfx_error *e
 		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
 	}
 	h->watchdog_started = true;
+	pthread_setname_np(h->watchdog, "serve-watchdog");
 	if (pthread_create(&h->prep, NULL, prep_main, h)) {
 		close(o->listen_fd);
 		http_free(h);
 		return pfx_errorf(err, -EAGAIN, "cannot start a thread");
 	}
 	h->prep_started = true;
+	pthread_setname_np(h->prep, "serve-prep");
 	h->d = MHD_start_daemon(
 		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 		0, on_accept, h, on_request, h,
@@ -1272,6 +1338,7 @@ void http_free(struct http *h)
 	if (h->wake_fd >= 0)
 		close(h->wake_fd);
 	pthread_mutex_destroy(&h->wake_mu);
+	pthread_mutex_destroy(&h->mhd_mu);
 	pthread_mutex_destroy(&h->prep_mu);
 	pthread_cond_destroy(&h->prep_cv);
 	if (h->watchdog_started) {
