@@ -529,6 +529,10 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 			   kv_block_bytes(m));
 		goto fail;
 	}
+	if ((rc = fwd_scratch_prepare(m))) {
+		pfx_errorf(err, rc, "out of memory for the forward pass's scratch");
+		goto fail;
+	}
 	free(b.bound);
 	*out = m;
 	return 0;

@@ -3,13 +3,15 @@
  * First touches on the warm path (docs/perf/2026-11-30-warm-touch.md): the
  * model's spare KV blocks (runtime/kv.c), written once at the load and
  * refilled by the blocks sessions drop, so that a pass's new block does not
- * fault page by page; their stale contents change no logit.
+ * fault page by page; their stale contents change no logit. And the
+ * scratch of a short pass, made at the load.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "helpers.h"
+#include "forward.h"
 #include "kv.h"
 
 static int32_t *random_tokens(size_t n, int V, uint64_t seed)
@@ -105,4 +107,25 @@ Test(warm_touch, stale_spare_blocks_change_no_logit)
 			free(u);
 			pfx_model_free(m);
 		}
+}
+
+/* The load makes the scratch of passes up to GEMM_FEW_MAX_T rows: a short
+ * suffix's pass reuses it as it is (no buffer grown, so none first touched
+ * in the pass). */
+Test(warm_touch, the_load_prepares_the_scratch_of_a_short_pass)
+{
+	struct pfx_model *m = load_fixture_model_bt("llama-tiny-gqa", 16);
+	struct fwd *f = m->scratch;
+	cr_assert_not_null(f, "no scratch after the load");
+	cr_expect_geq(f->cap_T, (size_t)GEMM_FEW_MAX_T);
+	void *x = f->x, *h1 = f->h1, *xt = f->xt;
+	int V = pfx_model_config(m)->vocab;
+	int32_t *t = random_tokens(GEMM_FEW_MAX_T + 8, V, 5);
+	float *lg = malloc((size_t)V * sizeof(float));
+	logits_of(m, t, 8, GEMM_FEW_MAX_T + 8, lg);
+	cr_expect(m->scratch == f && f->x == x && f->h1 == h1 && f->xt == xt,
+		  "a pass of %d rows grew the scratch made at the load", GEMM_FEW_MAX_T);
+	free(lg);
+	free(t);
+	pfx_model_free(m);
 }
