@@ -194,6 +194,7 @@ static double warm_median(const struct dtype_run *d, double (*f)(const struct be
 
 static double w_connect(const struct bench_ttft *r) { return r->connect_ms; }
 static double w_attach(const struct bench_ttft *r) { return r->prof.attach_s * 1e3; }
+static double w_attach_cpu(const struct bench_ttft *r) { return r->prof.attach_cpu_s * 1e3; }
 static double w_mm_cpu(const struct bench_ttft *r) { return r->prof.matmul_cpu_s * 1e3; }
 static double w_att_cpu(const struct bench_ttft *r) { return r->prof.attention_cpu_s * 1e3; }
 static double w_head_cpu(const struct bench_ttft *r) { return r->prof.head_cpu_s * 1e3; }
@@ -254,9 +255,9 @@ static void print_breakdown(const struct dtype_run *d, const char *sfx)
 		   warm_median(d, w_outside));
 	report_fmt(report_key("warm_cpu_ms%s", sfx),
 		   "{ \"forward\": %.2f, \"projections\": %.2f, \"attention\": %.2f, \"head\": %.2f, "
-		   "\"pass_rest\": %.2f }",
+		   "\"pass_rest\": %.2f, \"attach\": %.2f }",
 		   warm_median(d, w_fwd_cpu), warm_median(d, w_mm_cpu), warm_median(d, w_att_cpu),
-		   warm_median(d, w_head_cpu), warm_median(d, w_rest_cpu));
+		   warm_median(d, w_head_cpu), warm_median(d, w_rest_cpu), warm_median(d, w_attach_cpu));
 	report_fmt(report_key("warm_again_ms%s", sfx),
 		   "{ \"forward\": %.2f, \"projections\": %.2f, \"attention\": %.2f, \"head\": %.2f, "
 		   "\"pass_rest\": %.2f, \"forward_cpu\": %.2f }",

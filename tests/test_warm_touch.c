@@ -3,13 +3,19 @@
  * First touches on the warm path (docs/perf/2026-11-30-warm-touch.md): the
  * model's spare KV blocks (runtime/kv.c), written once at the load and
  * refilled by the blocks sessions drop, so that a pass's new block does not
- * fault page by page; their stale contents change no logit. And the
- * scratch of a short pass, made at the load.
+ * fault page by page; their stale contents change no logit. The scratch
+ * of a short pass, made at the load. And the attached blocks' page tables,
+ * filled at the attach (runtime/populate.c).
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cache.h"
+#include "daemon_asserts.h"
 #include "helpers.h"
 #include "forward.h"
 #include "kv.h"
@@ -128,4 +134,80 @@ Test(warm_touch, the_load_prepares_the_scratch_of_a_short_pass)
 	free(lg);
 	free(t);
 	pfx_model_free(m);
+}
+
+/* Pages of [p, p + bytes) present in this process's page tables
+ * (/proc/self/pagemap's bit 63, readable without privileges). */
+static size_t pages_present(const void *p, size_t bytes, size_t *pages)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 0;
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1), e = (uintptr_t)p + bytes;
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+	cr_assert_geq(fd, 0, "cannot open /proc/self/pagemap");
+	*pages = 0;
+	for (; a < e; a += pg, (*pages)++) {
+		uint64_t entry = 0;
+		cr_assert_eq(pread(fd, &entry, sizeof(entry), (off_t)(a / pg * sizeof(entry))),
+			     (ssize_t)sizeof(entry));
+		n += entry >> 63;
+	}
+	close(fd);
+	return n;
+}
+
+/* A prefix published by one session, attached by another; returns how
+ * many of the attached blocks' pages the attach left mapped, of *pages. */
+static size_t attached_pages_present(size_t *pages)
+{
+	struct test_daemon td;
+	const char *args[] = { "--block-tokens", "16", "--memory", "64M", NULL };
+	t_start(&td, args, NULL);
+	struct pfx_model *m = load_fixture_model_bt("llama-tiny-gqa", 16);
+	struct pfx_error err = { "" }, cerr = { "" };
+	struct pfx_cache *c;
+	cr_assert_eq(pfx_cache_open(m, td.sock, NULL, 0, &c, &err), 0, "%s", err.msg);
+	int V = pfx_model_config(m)->vocab;
+	size_t n = 16 * 12;
+	int32_t *t = random_tokens(n + 5, V, 21); /* 5 more: every block attached, none copied */
+	struct pfx_session *a, *b;
+	struct pfx_prefill_info info;
+	cr_assert_eq(pfx_session_new(m, &a, &err), 0);
+	cr_assert_eq(pfx_session_append(a, t, n, PFX_LOGITS_NONE, NULL, &err), 0, "%s", err.msg);
+	cr_assert_eq(pfx_session_publish(a, c, t, n, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_assert_eq(info.published, n / 16);
+	pfx_session_free(a);
+
+	cr_assert_eq(pfx_session_new(m, &b, &err), 0);
+	cr_assert_eq(pfx_session_attach(b, c, t, n + 5, &info, &cerr, &err), 0, "%s", err.msg);
+	cr_assert_eq(info.attached, n);
+	size_t present = 0;
+	*pages = 0;
+	for (size_t i = 0; i < b->nblocks; i++) {
+		cr_assert_not_null(b->blocks[i]->lease, "block %zu is not attached", i);
+		size_t pg;
+		present += pages_present(b->blocks[i]->data, kv_block_bytes(m), &pg);
+		*pages += pg;
+	}
+	pfx_session_free(b);
+	pfx_cache_close(c);
+	free(t);
+	pfx_model_free(m);
+	t_stop(&td);
+	return present;
+}
+
+Test(warm_touch, an_attach_maps_the_attached_blocks_pages)
+{
+	size_t pages, present = attached_pages_present(&pages);
+	cr_expect_eq(present, pages, "%zu of the attached blocks' %zu pages mapped after the attach",
+		     present, pages);
+}
+
+/* The baseline the test above needs: without the populate, the attach maps
+ * nothing (the pass's first reads fault). */
+Test(warm_touch, without_the_populate_an_attach_maps_no_page)
+{
+	setenv("PFX_NO_POPULATE", "1", 1);
+	size_t pages, present = attached_pages_present(&pages);
+	cr_expect_eq(present, 0, "%zu of %zu pages mapped without the populate", present, pages);
 }
