@@ -214,7 +214,7 @@ static void setup(struct fwd *f)
  * At the load, the scratch of a short pass (up to GEMM_FEW_MAX_T rows: a
  * suffix after an attach) allocated and written once, so that the first
  * pass after the load does not take its first touches (see kv.c's spare
- * blocks: under KVM a fresh page's first write cost 4-37 us in
+ * blocks: under KVM a fresh page's first write cost 4-42 us in
  * bench/share). Attention's buffers depend on the context and are sized
  * by the pass.
  */

@@ -13,8 +13,9 @@
 /*
  * Spare blocks. A pass writes its new tokens' K and V into a block of its
  * own, and a fresh block's pages fault on those writes. Under KVM these
- * are the memory's first touch for the host too: in bench/share the 539
- * faults of a 32-token suffix's new block took 2-20 ms (4-37 us each,
+ * can cost far more than the guest's own work (the time is spent outside
+ * the guest kernel, likely the host backing the pages): in bench/share the 539
+ * faults of a 32-token suffix's new block took 2-23 ms (4-42 us each,
  * against 1.5 us for pages the guest had used before), which is most of
  * the warm pass outside its products and attention. So the model keeps up
  * to KV_SPARE_MAX blocks' data with their pages written once: filled at
