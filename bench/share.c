@@ -194,6 +194,7 @@ static double warm_median(const struct dtype_run *d, double (*f)(const struct be
 
 static double w_connect(const struct bench_ttft *r) { return r->connect_ms; }
 static double w_attach(const struct bench_ttft *r) { return r->prof.attach_s * 1e3; }
+static double w_attach_cpu(const struct bench_ttft *r) { return r->prof.attach_cpu_s * 1e3; }
 static double w_mm_cpu(const struct bench_ttft *r) { return r->prof.matmul_cpu_s * 1e3; }
 static double w_att_cpu(const struct bench_ttft *r) { return r->prof.attention_cpu_s * 1e3; }
 static double w_head_cpu(const struct bench_ttft *r) { return r->prof.head_cpu_s * 1e3; }
@@ -209,11 +210,23 @@ static double w_sample(const struct bench_ttft *r) { return r->sample_ms; }
 static double w_faults(const struct bench_ttft *r) { return (double)r->prof.faults; }
 static double w_faults_again(const struct bench_ttft *r) { return (double)r->again.faults; }
 
-static double w_rest(const struct bench_ttft *r)
+/* The pass outside its products, attention and head: norms, RoPE, KV
+ * stores, activations, the hand-offs between them. */
+static double rest_of(const struct pfx_profile *p)
 {
-	const struct pfx_profile *p = &r->prof;
 	return (p->forward_s - p->matmul_s - p->attention_s - p->head_s) * 1e3;
 }
+
+static double rest_cpu_of(const struct pfx_profile *p)
+{
+	return (p->forward_cpu_s - p->matmul_cpu_s - p->attention_cpu_s - p->head_cpu_s) * 1e3;
+}
+
+static double w_rest(const struct bench_ttft *r) { return rest_of(&r->prof); }
+static double w_rest_cpu(const struct bench_ttft *r) { return rest_cpu_of(&r->prof); }
+static double w_rest_again(const struct bench_ttft *r) { return rest_of(&r->again); }
+static double w_head_again(const struct bench_ttft *r) { return r->again.head_s * 1e3; }
+static double w_fwd_cpu_again(const struct bench_ttft *r) { return r->again.forward_cpu_s * 1e3; }
 
 /* What the warm run did outside the cache, the pass and the sampling:
  * the session, the prefill's bookkeeping. */
@@ -241,12 +254,16 @@ static void print_breakdown(const struct dtype_run *d, const char *sfx)
 		   warm_median(d, w_rest), warm_median(d, w_fwd), warm_median(d, w_sample),
 		   warm_median(d, w_outside));
 	report_fmt(report_key("warm_cpu_ms%s", sfx),
-		   "{ \"forward\": %.2f, \"projections\": %.2f, \"attention\": %.2f, \"head\": %.2f }",
+		   "{ \"forward\": %.2f, \"projections\": %.2f, \"attention\": %.2f, \"head\": %.2f, "
+		   "\"pass_rest\": %.2f, \"attach\": %.2f }",
 		   warm_median(d, w_fwd_cpu), warm_median(d, w_mm_cpu), warm_median(d, w_att_cpu),
-		   warm_median(d, w_head_cpu));
+		   warm_median(d, w_head_cpu), warm_median(d, w_rest_cpu), warm_median(d, w_attach_cpu));
 	report_fmt(report_key("warm_again_ms%s", sfx),
-		   "{ \"forward\": %.2f, \"projections\": %.2f, \"attention\": %.2f }",
-		   warm_median(d, w_fwd_again), warm_median(d, w_mm_again), again);
+		   "{ \"forward\": %.2f, \"projections\": %.2f, \"attention\": %.2f, \"head\": %.2f, "
+		   "\"pass_rest\": %.2f, \"forward_cpu\": %.2f }",
+		   warm_median(d, w_fwd_again), warm_median(d, w_mm_again), again,
+		   warm_median(d, w_head_again), warm_median(d, w_rest_again),
+		   warm_median(d, w_fwd_cpu_again));
 	report_fmt(report_key("warm_page_faults%s", sfx), "{ \"first\": %.0f, \"again\": %.0f }",
 		   warm_median(d, w_faults), warm_median(d, w_faults_again));
 }

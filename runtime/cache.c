@@ -200,6 +200,7 @@ static int attach(struct pfx_session *s, struct pfx_cache *c, const uint32_t *to
 		kv_commit(s, B - 1);
 		got += B - 1;
 	}
+	kv_populate(s->m, kv, i);
 	/* Out of memory half-way: what is attached stays, consistently (a
 	 * publish then starts from the prompt's beginning, see publish). */
 	s->pub_blocks = i;
@@ -254,11 +255,13 @@ static int do_attach(struct pfx_session *s, struct pfx_cache *c, const int32_t *
 	bool whole = wait_ms && n % B == 0;
 	uint32_t from_disk = 0;
 	struct pfx_profile *prof = s->m->prof; /* set by this thread, before (profile.h) */
-	double t0 = prof ? pfx_profile_now() : 0;
+	double t0 = prof ? pfx_profile_now() : 0, c0 = prof ? pfx_profile_cpu() : 0;
 	int got = attach(s, c, ids, (uint32_t)(whole ? n / B : matchable), wait_ms, whole, &from_disk,
 			 flight, cache_err);
-	if (prof)
+	if (prof) {
 		prof->attach_s += pfx_profile_now() - t0;
+		prof->attach_cpu_s += pfx_profile_cpu() - c0;
+	}
 	free(ids);
 	if (got < 0) {
 		info->cache_rc = got;

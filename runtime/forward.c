@@ -210,6 +210,40 @@ static void setup(struct fwd *f)
 	att_plan(f, f->items, f->nitems, f->tasks);
 }
 
+/*
+ * At the load, the scratch of a short pass (up to GEMM_FEW_MAX_T rows: a
+ * suffix after an attach) allocated and written once, so that the first
+ * pass after the load does not take its first touches (see kv.c's spare
+ * blocks: under KVM a fresh page's first write cost 4-42 us in
+ * bench/share). Attention's buffers depend on the context and are sized
+ * by the pass.
+ */
+int fwd_scratch_prepare(struct pfx_model *m)
+{
+	struct fwd *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	m->scratch = f;
+	f->m = m;
+	f->c = &m->cfg;
+	const struct pfx_config *c = f->c;
+	size_t T = GEMM_FEW_MAX_T, H = (size_t)c->hidden, I = (size_t)c->intermediate;
+	size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+	if (reserve_scratch(f, (int)T, 1, 0, 0))
+		return -ENOMEM;
+	const struct {
+		void *p;
+		size_t floats;
+	} rows[] = { { f->x, T * H }, { f->xn, T * H }, { f->xn2, T * H }, { f->q, T * qd },
+		     { f->k, T * kvd }, { f->v, T * kvd }, { f->qkv, T * 3 * H },
+		     { f->att, T * qd }, { f->h1, T * I }, { f->h2, T * I },
+		     { f->xt, f->xt ? (size_t)pool_threads(m->pool) * f->xt_floats : 0 } };
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (rows[i].p)
+			memset(rows[i].p, 0, rows[i].floats * sizeof(float));
+	return 0;
+}
+
 /* Final norm and the output head for the rows whose logits were asked for. */
 static void logits(struct fwd *f)
 {

@@ -74,6 +74,9 @@ struct fwd {
 };
 
 void fwd_scratch_free(struct fwd *f);
+/* m->scratch (NULL before) made and written for passes of up to
+ * GEMM_FEW_MAX_T rows. 0 or -ENOMEM. */
+int fwd_scratch_prepare(struct pfx_model *m);
 
 /* y[:, job] (+)= x W^T + b for several weight matrices sharing one input. */
 struct mm_job {

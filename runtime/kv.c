@@ -9,14 +9,84 @@
 #include <string.h>
 
 #include "kv.h"
-static struct kv_block *block_new(const struct pfx_model *m)
+
+/*
+ * Spare blocks. A pass writes its new tokens' K and V into a block of its
+ * own, and a fresh block's pages fault on those writes. Under KVM these
+ * can cost far more than the guest's own work (the time is spent outside
+ * the guest kernel, likely the host backing the pages): in bench/share the 539
+ * faults of a 32-token suffix's new block took 2-23 ms (4-42 us each,
+ * against 1.5 us for pages the guest had used before), which is most of
+ * the warm pass outside its products and attention. So the model keeps up
+ * to KV_SPARE_MAX blocks' data with their pages written once: filled at
+ * the load, refilled by the private blocks sessions drop. Their contents
+ * are stale, as aligned_alloc's would be: a pass reads only positions it
+ * or an earlier one wrote.
+ */
+static size_t block_alloc_bytes(const struct pfx_model *m)
+{
+	return (kv_block_bytes(m) + 63) & ~(size_t)63;
+}
+
+static void *spare_take(struct pfx_model *m)
+{
+	void *p = NULL;
+	pthread_mutex_lock(&m->spare.lock);
+	if (m->spare.n > 0)
+		p = m->spare.data[--m->spare.n];
+	pthread_mutex_unlock(&m->spare.lock);
+	return p;
+}
+
+/* Keeps p as a spare, or frees it when there are enough. */
+static void spare_give(struct pfx_model *m, void *p)
+{
+	pthread_mutex_lock(&m->spare.lock);
+	if (m->spare.n < KV_SPARE_MAX) {
+		m->spare.data[m->spare.n++] = p;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&m->spare.lock);
+	free(p);
+}
+
+int kv_spare_fill(struct pfx_model *m)
+{
+	size_t bytes = block_alloc_bytes(m);
+	while (m->spare.n < KV_SPARE_MAX) {
+		void *p = aligned_alloc(64, bytes);
+		if (!p)
+			return -ENOMEM;
+		memset(p, 0, bytes); /* the page faults, here rather than in a pass */
+		m->spare.data[m->spare.n++] = p;
+	}
+	return 0;
+}
+
+void kv_spare_free(struct pfx_model *m)
+{
+	for (int i = 0; i < m->spare.n; i++)
+		free(m->spare.data[i]);
+	m->spare.n = 0;
+	pthread_mutex_destroy(&m->spare.lock);
+}
+
+int kv_spare_count(struct pfx_model *m)
+{
+	pthread_mutex_lock(&m->spare.lock);
+	int n = m->spare.n;
+	pthread_mutex_unlock(&m->spare.lock);
+	return n;
+}
+
+static struct kv_block *block_new(struct pfx_model *m)
 {
 	struct kv_block *b = malloc(sizeof(*b));
-	size_t bytes = kv_block_bytes(m);
-	bytes = (bytes + 63) & ~(size_t)63;
 	if (!b)
 		return NULL;
-	b->data = aligned_alloc(64, bytes);
+	b->data = spare_take(m);
+	if (!b->data)
+		b->data = aligned_alloc(64, block_alloc_bytes(m));
 	if (!b->data) {
 		free(b);
 		return NULL;
@@ -39,14 +109,15 @@ struct kv_block *kv_block_attached(const void *data, struct kv_lease *lease)
 	return b;
 }
 
-static void block_put(struct kv_block *b)
+/* m: the model of every session that holds b. */
+static void block_put(struct pfx_model *m, struct kv_block *b)
 {
 	/* acq_rel: the last owner must see every other owner's use finished. */
 	if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
 		if (b->lease)
 			kv_lease_put(b->lease);
 		else
-			free(b->data);
+			spare_give(m, b->data);
 		free(b);
 	}
 }
@@ -85,7 +156,7 @@ static void kv_trim(struct pfx_session *s, size_t upto)
 {
 	size_t B = (size_t)s->m->block_tokens, keep = (upto + B - 1) / B;
 	while (s->nblocks > keep)
-		block_put(s->blocks[--s->nblocks]);
+		block_put(s->m, s->blocks[--s->nblocks]);
 }
 
 int kv_attach_frozen(struct pfx_session *s, struct kv_block *b)

@@ -36,6 +36,22 @@ struct pfx_session {
 	size_t pub_blocks;
 };
 
+/* Fills m's spare blocks (kv.c; m->spare.lock initialised), their pages
+ * written once, so that the first pass after the load, a short suffix
+ * after an attach, does not take its new block's page faults. 0 or
+ * -ENOMEM. */
+int kv_spare_fill(struct pfx_model *m);
+/* Frees the spare blocks and the lock (at pfx_model_free: no session is
+ * left). */
+void kv_spare_free(struct pfx_model *m);
+/* How many spare blocks m holds now (tests). */
+int kv_spare_count(struct pfx_model *m);
+
+/* Fills the page tables of n attached blocks (populate.c) on m's workers,
+ * unless a pass holds them or PFX_NO_POPULATE is set. Returns the blocks
+ * populated (n or 0). */
+int kv_populate(struct pfx_model *m, const void *const *blocks, size_t n);
+
 /* Makes sure blocks exist for positions [0, upto). Blocks past the frozen
  * length are private to s, so the forward pass may write them. */
 int kv_reserve(struct pfx_session *s, size_t upto);

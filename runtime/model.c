@@ -483,6 +483,7 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 	if (!m)
 		return pfx_errorf(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&m->fwd_lock, NULL);
+	pthread_mutex_init(&m->spare.lock, NULL);
 	m->block_tokens = bt;
 	m->weights = opts ? opts->weights : PFX_WEIGHTS_NATIVE;
 	/* pfx_kv_dtype and kern_wtype name the same types in the same order. */
@@ -523,6 +524,15 @@ int pfx_model_load(const char *dir, const struct pfx_model_opts *opts, struct pf
 				m->weight_dtype, m->weight_held);
 		goto fail;
 	}
+	if ((rc = kv_spare_fill(m))) {
+		pfx_errorf(err, rc, "out of memory for %d KV blocks of %zu bytes", KV_SPARE_MAX,
+			   kv_block_bytes(m));
+		goto fail;
+	}
+	if ((rc = fwd_scratch_prepare(m))) {
+		pfx_errorf(err, rc, "out of memory for the forward pass's scratch");
+		goto fail;
+	}
 	free(b.bound);
 	*out = m;
 	return 0;
@@ -545,6 +555,7 @@ void pfx_model_free(struct pfx_model *m)
 	free(m->inv_freq);
 	ckpt_close(m->ckpt);
 	pthread_mutex_destroy(&m->fwd_lock);
+	kv_spare_free(m);
 	free(m);
 }
 

@@ -111,6 +111,15 @@ struct owned {
 	size_t bytes;
 };
 
+/* Data of private KV blocks no session holds, kept with their pages
+ * mapped (kv.c). */
+#define KV_SPARE_MAX 2
+struct kv_spare {
+	pthread_mutex_t lock;
+	void *data[KV_SPARE_MAX]; /* (n) */
+	int n;
+};
+
 struct pfx_model {
 	struct pfx_config cfg;
 	const struct arch *arch;
@@ -135,6 +144,7 @@ struct pfx_model {
 	pthread_mutex_t fwd_lock;     /* one forward pass at a time per model */
 	struct fwd *scratch;          /* reused across forward passes; under fwd_lock */
 	struct pfx_profile *prof;     /* profile.h: NULL unless a benchmark asks; under fwd_lock */
+	struct kv_spare spare;        /* kv.c */
 };
 
 /* Elements of one KV block: [layer][k|v][kv_head][token][head_dim]. */

@@ -25,6 +25,7 @@ struct pfx_profile {
 	 * spinning included): on a machine others use too, wall time says
 	 * when the CPUs were given, CPU time what the work took. */
 	double forward_cpu_s, matmul_cpu_s, attention_cpu_s, head_cpu_s;
+	double attach_cpu_s; /* the attach's, its populate on the workers included */
 	long faults;        /* minor page faults while the passes ran */
 };
 
