@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env_switch.h"
 #include "forward.h"
 #include "kernels/kernels.h"
 #include "profile.h"
@@ -128,12 +129,7 @@ static const float *kv_run(const struct fwd *f, const void *block, int kv, int h
 static bool kv_prefetch_off(void)
 {
 	static _Atomic int off = -1;
-	int v = off;
-	if (v < 0) {
-		const char *no = getenv("PFX_NO_KV_PREFETCH");
-		off = v = no && *no && *no != '0';
-	}
-	return v;
+	return env_switch_off(&off, "PFX_NO_KV_PREFETCH");
 }
 
 static void kv_prefetch(const struct fwd *f, const void *block, int kv, int head, int n)
@@ -166,12 +162,7 @@ void att_split_set(enum att_split mode)
 static bool split_off_env(void)
 {
 	static _Atomic int off = -1;
-	int v = off;
-	if (v < 0) {
-		const char *no = getenv("PFX_NO_ATT_SPLIT");
-		off = v = no && *no && *no != '0';
-	}
-	return v;
+	return env_switch_off(&off, "PFX_NO_ATT_SPLIT");
 }
 
 /* Whether item's rows take the split path (few_task). */

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "env_switch.h"
 #include "kv.h"
 
 #ifndef MADV_POPULATE_READ
@@ -25,12 +26,7 @@
 static bool populate_off(void)
 {
 	static _Atomic int off = -1;
-	int v = off;
-	if (v < 0) {
-		const char *no = getenv("PFX_NO_POPULATE");
-		off = v = no && *no && *no != '0';
-	}
-	return v;
+	return env_switch_off(&off, "PFX_NO_POPULATE");
 }
 
 struct populate_ctx {
