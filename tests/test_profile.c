@@ -12,16 +12,6 @@
 #include "helpers.h"
 #include "profile.h"
 
-static int32_t *random_tokens(size_t n, int V, uint64_t seed)
-{
-	int32_t *t = malloc(n * sizeof(*t));
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		t[i] = (int32_t)((seed >> 33) % (uint64_t)V);
-	}
-	return t;
-}
-
 /* The logits of the last position of a suffix of n - p tokens after a
  * prefix of p, appended in two passes. */
 static void suffix_logits(struct pfx_model *m, const int32_t *t, size_t p, size_t n,

@@ -20,16 +20,6 @@
 #include "forward.h"
 #include "kv.h"
 
-static int32_t *random_tokens(size_t n, int V, uint64_t seed)
-{
-	int32_t *t = malloc(n * sizeof(*t));
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		t[i] = (int32_t)((seed >> 33) % (uint64_t)V);
-	}
-	return t;
-}
-
 /* The last position's logits of t[0 .. n) after a prefix of p tokens. */
 static void logits_of(struct pfx_model *m, const int32_t *t, size_t p, size_t n, float *out)
 {

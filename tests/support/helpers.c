@@ -72,6 +72,16 @@ void expect_opts_refused(const struct pfx_model_opts *o, const char *why)
 	cr_expect(strstr(err.msg, why), "%s", err.msg);
 }
 
+int32_t *random_tokens(size_t n, int V, uint64_t seed)
+{
+	int32_t *t = malloc(n * sizeof(*t));
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		t[i] = (int32_t)((seed >> 33) % (uint64_t)V);
+	}
+	return t;
+}
+
 int argmax(const float *x, int n)
 {
 	int best = 0;

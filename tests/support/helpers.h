@@ -27,6 +27,9 @@ struct pfx_model *load_fixture_model_bt(const char *name, int block_tokens);
 struct pfx_model *load_model_opts(const char *dir, const struct pfx_model_opts *o);
 /* Loading a fixture with o must fail with -EINVAL and a message naming why. */
 void expect_opts_refused(const struct pfx_model_opts *o, const char *why);
+/* n token ids below V, malloc'd, from an LCG seeded with seed (the same
+ * tokens for the same seed). */
+int32_t *random_tokens(size_t n, int V, uint64_t seed);
 /* The first largest of n logits: greedy decoding. */
 int argmax(const float *x, int n);
 /* A tensor of expected.safetensors as a fresh malloc'd copy (aligned). */
